@@ -1,0 +1,240 @@
+"""LRKV attention in float64 — the oracle every decode path is judged against.
+
+Per head h (paper Eqs. 2–5):   K_h = S_K + R_h^K (B_h^K)^T,   V_h = S_V + R_h^V (B_h^V)^T
+with S = X W_shared (cached once) and R_h = X U_h (cached, r wide).
+
+Decode (Eqs. 6–7), one query row q_h per head:
+    logits_h = q_h S_K^T + (q_h B_h^K) (R_h^K)^T          summed BEFORE one softmax
+    a_h      = softmax(scale · logits_h),  scale = 1/sqrt(d_h)
+    out_h    = a_h S_V + (a_h R_h^V) (B_h^V)^T
+
+The functions are dtype-generic so the `eager` backend can run this same math at a lower
+precision; the `reference` backend runs it in float64.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..spec import AttentionSpec
+from .cache import FactoredCache, allocate_cache
+from .contract import validate_decode_inputs
+from .norms import joint_key_scale, rms_norm
+from .rope import ExactRope, apply_rope, rope_freqs
+from .weights import LRKVWeights
+
+NEG_INF = float("-inf")
+
+
+def decode_rope(spec: AttentionSpec) -> ExactRope | None:
+    """The kernel's `rope` argument: only `exact` changes decode math (DESIGN §5);
+    `latent` and `aligned` rotate the latent once, at append."""
+    return ExactRope(spec.rope_theta) if spec.rope == "exact" else None
+
+
+def _valid_mask(lengths: torch.Tensor, t_max: int) -> torch.Tensor:
+    return torch.arange(t_max, device=lengths.device)[None, :] < lengths[:, None]  # [B, T]
+
+
+def _private_keys_exact(latent_k: torch.Tensor, basis_k: torch.Tensor, rope: ExactRope) -> torch.Tensor:
+    """rope(z_j B_h^T, j) for every slot j — the position-dependent contraction of `exact`.  # [B,T,H,d_h]"""
+    T, d_h = latent_k.shape[1], basis_k.shape[1]
+    k_priv = torch.einsum("bthr,hdr->bthd", latent_k, basis_k)
+    pos = torch.arange(T, device=latent_k.device)[None, :, None]  # [1, T, 1]
+    return apply_rope(k_priv, pos, rope_freqs(d_h, rope.theta))
+
+
+def _softmax_rows(logits: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Masked softmax over the last dim; empty rows give weights 0 and lse −inf.
+
+    torch.where (not multiplication) removes masked slots, so NaN garbage cannot leak.
+    """
+    logits = torch.where(valid, logits, NEG_INF)
+    lse = torch.logsumexp(logits, dim=-1)  # [B, H]
+    a = torch.where(valid, torch.exp(logits - lse[..., None]), 0.0)
+    return a, lse
+
+
+def decode_attention(
+    q: torch.Tensor,  # [B, H, d_h]  rotated/normed, k-gain folded in
+    shared_k: torch.Tensor,  # [B, T_max, d_h]
+    shared_v: torch.Tensor,  # [B, T_max, d_h]
+    latent_k: torch.Tensor,  # [B, T_max, H, r]
+    latent_v: torch.Tensor,  # [B, T_max, H, r]
+    basis_k: torch.Tensor,  # [H, d_h, r]
+    basis_v: torch.Tensor,  # [H, d_h, r]
+    lengths: torch.Tensor,  # [B] int
+    *,
+    scale: float,
+    key_scale: torch.Tensor | None = None,  # [B, T_max, H]
+    rope: ExactRope | None = None,
+    check: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Factored decode, paper Eqs. 6–7. Returns out [B, H, d_h] and lse [B, H]."""
+    if check:
+        validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
+                               scale=scale, key_scale=key_scale, rope=rope)
+    T = shared_k.shape[1]
+    valid = _valid_mask(lengths, T)  # [B, T]
+    # Eq. 6: q_h S_K^T + (q_h B_h^K) R_h^{K T}
+    shared_logits = torch.einsum("bhd,btd->bht", q, shared_k)
+    if rope is None:
+        q_lat = torch.einsum("bhd,hdr->bhr", q, basis_k)  # [B, H, r]
+        private_logits = torch.einsum("bhr,bthr->bht", q_lat, latent_k)
+    else:
+        private_logits = torch.einsum("bhd,bthd->bht", q, _private_keys_exact(latent_k, basis_k, rope))
+    logits = shared_logits + private_logits  # one softmax over the SUM
+    if key_scale is not None:
+        logits = logits * key_scale.permute(0, 2, 1)  # joint inverse RMS of each full key
+    a, lse = _softmax_rows(logits * scale, valid[:, None, :])  # [B, H, T]
+    # Eq. 7: a_h S_V + (a_h R_h^V) B_h^{V T}; garbage slots zeroed before the contraction
+    sv = torch.where(valid[..., None], shared_v, 0.0)
+    lv = torch.where(valid[..., None, None], latent_v, 0.0)
+    out_shared = torch.einsum("bht,btd->bhd", a, sv)
+    out_private = torch.einsum("bhr,hdr->bhd", torch.einsum("bht,bthr->bhr", a, lv), basis_v)
+    return out_shared + out_private, lse
+
+
+def materialized_decode_attention(
+    q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
+    scale: float, key_scale=None, rope: ExactRope | None = None, check: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same contract computed by rebuilding K_h and V_h explicitly (the `materialized` path)."""
+    if check:
+        validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
+                               scale=scale, key_scale=key_scale, rope=rope)
+    T = shared_k.shape[1]
+    valid = _valid_mask(lengths, T)
+    if rope is None:
+        k_priv = torch.einsum("bthr,hdr->bthd", latent_k, basis_k)
+    else:
+        k_priv = _private_keys_exact(latent_k, basis_k, rope)
+    k = shared_k[:, :, None, :] + k_priv  # [B, T, H, d_h]  K_h
+    v = shared_v[:, :, None, :] + torch.einsum("bthr,hdr->bthd", latent_v, basis_v)  # V_h
+    if key_scale is not None:
+        k = k * key_scale[..., None]
+    logits = torch.einsum("bhd,bthd->bht", q, k) * scale
+    a, lse = _softmax_rows(logits, valid[:, None, :])
+    v = torch.where(valid[..., None, None], v, 0.0)
+    return torch.einsum("bht,bthd->bhd", a, v), lse
+
+
+# ----------------------------------------------------------------------------- layer level
+def project_token(weights: LRKVWeights, x: torch.Tensor, positions: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Everything one token contributes: cache entries and its decode query.
+
+    x [..., d], positions [...]. Returns shared_k/v [..., d_h], latent_k/v [..., H, r],
+    key_scale [..., H] (qk_norm), q [..., H, d_h] (rotated, normed, key gain folded in).
+    """
+    spec = weights.spec
+    s_k = x @ weights.w_shared_k  # [..., d_h]  x W_shared^K
+    s_v = x @ weights.w_shared_v
+    z_k = torch.einsum("...d,hdr->...hr", x, weights.u_k)  # [..., H, r]  x U_h^K
+    z_v = torch.einsum("...d,hdr->...hr", x, weights.u_v)
+    q = torch.einsum("...d,dhe->...he", x, weights.w_q)  # [..., H, d_h]
+    out = {"shared_v": s_v, "latent_v": z_v}
+    if spec.qk_norm:
+        # Joint scale of the FULL key s + z B^T, from ||s||², s·(zB^T) and z(B^TB)z^T.
+        out["key_scale"] = joint_key_scale(s_k, z_k, weights.basis_k, spec.norm_eps)
+        q = rms_norm(q, weights.q_gain, spec.norm_eps)
+    if spec.rope != "none":
+        head_freqs = rope_freqs(spec.head_dim, spec.rope_theta)
+        q = apply_rope(q, positions[..., None], head_freqs)
+        s_k = apply_rope(s_k, positions, head_freqs)  # shared keys are cached rotated
+        if spec.rope in ("latent", "aligned"):
+            # latent: the paper's claim (own r-dim frequencies); aligned: exact, since
+            # B_h^T R_j = E_j B_h^T for a plane-aligned basis.
+            z_k = apply_rope(z_k, positions[..., None], weights.latent_freqs)
+    if spec.qk_norm:
+        # k = g ⊙ k̂; the gain commutes with RoPE (tied per plane), so it folds into q.
+        q = q * weights.k_gain
+    out.update(shared_k=s_k, latent_k=z_k, q=q)
+    return out
+
+
+def append(cache: FactoredCache, entries: dict[str, torch.Tensor], positions: torch.Tensor) -> FactoredCache:
+    """Write one token per sequence at slot positions[b]; lengths become positions + 1."""
+    B = cache.batch
+    if positions.shape != (B,):
+        raise ValueError(f"positions must have shape [{B}], got {list(positions.shape)}")
+    if not torch.equal(positions.to(cache.lengths.dtype), cache.lengths):
+        raise ValueError(
+            f"positions must equal the cache lengths (the next free slot): got {positions.tolist()}, "
+            f"lengths {cache.lengths.tolist()}"
+        )
+    if int(positions.max()) >= cache.t_max:
+        raise ValueError(f"cache is full: position {int(positions.max())} >= T_max {cache.t_max}")
+    rows = torch.arange(B, device=positions.device)
+    pos = positions.long()
+    for name, t in cache.tensors().items():
+        t[rows, pos] = entries[name].to(t.dtype)
+    cache.lengths = (cache.lengths + 1).to(cache.lengths.dtype)
+    return cache
+
+
+def layer_step(
+    weights: LRKVWeights, x_t: torch.Tensor, cache: FactoredCache, positions: torch.Tensor,
+    *, decode=decode_attention,
+) -> tuple[torch.Tensor, FactoredCache]:
+    """One decode step: project, append, attend (Eqs. 6–7), output projection.  y: [B, d]"""
+    spec = weights.spec
+    if x_t.dim() != 2 or x_t.shape != (cache.batch, spec.d_model):
+        raise ValueError(f"x_t must have shape [{cache.batch}, {spec.d_model}], got {list(x_t.shape)}")
+    if not torch.isfinite(x_t).all():
+        raise ValueError("x_t contains NaN or Inf")
+    entries = project_token(weights, x_t, positions)
+    append(cache, entries, positions)
+    out, _ = decode(
+        entries["q"], cache.shared_k, cache.shared_v, cache.latent_k, cache.latent_v,
+        weights.basis_k, weights.basis_v, cache.lengths, scale=spec.head_dim**-0.5,
+        key_scale=cache.key_scale, rope=decode_rope(spec),
+    )
+    return torch.einsum("bhd,hde->be", out, weights.w_o), cache
+
+
+def layer_forward(weights: LRKVWeights, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+    """Training form: materialize K_h = x W_h^K, V_h, full RoPE on the head key, causal softmax.
+
+    x [B, T, d]; padding positions (t >= lengths[b]) are masked as keys.  # y: [B, T, d]
+    This is the model; every decode mode is judged by whether it reproduces it.
+    """
+    spec = weights.spec
+    B, T, _ = x.shape
+    lengths = torch.full((B,), T, dtype=torch.int32) if lengths is None else lengths
+    q = torch.einsum("btd,dhe->bthe", x, weights.w_q)  # [B, T, H, d_h]
+    k = torch.einsum("btd,hde->bthe", x, weights.head_k())  # x (W_S + U_h B_h^T)
+    v = torch.einsum("btd,hde->bthe", x, weights.head_v())
+    if spec.qk_norm:
+        q = rms_norm(q, weights.q_gain, spec.norm_eps)
+        k = rms_norm(k, weights.k_gain, spec.norm_eps)
+    if spec.rope != "none":
+        freqs = rope_freqs(spec.head_dim, spec.rope_theta)
+        pos = torch.arange(T)[None, :, None]
+        q, k = apply_rope(q, pos, freqs), apply_rope(k, pos, freqs)
+    logits = torch.einsum("bihe,bjhe->bhij", q, k) * spec.head_dim**-0.5
+    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    visible = causal[None, None] & _valid_mask(lengths, T)[:, None, None, :]
+    a, _ = _softmax_rows(logits, visible)
+    out = torch.einsum("bhij,bjhe->bihe", a, v)
+    return torch.einsum("bthe,hed->btd", out, weights.w_o)
+
+
+def prefill(
+    weights: LRKVWeights, x: torch.Tensor, lengths: torch.Tensor | None = None, t_max: int | None = None,
+) -> tuple[torch.Tensor, FactoredCache]:
+    """Run the training form over a prompt and fill a factored cache with its tokens."""
+    B, T, _ = x.shape
+    lengths = torch.full((B,), T, dtype=torch.int32) if lengths is None else lengths.to(torch.int32)
+    t_max = T if t_max is None else t_max
+    if t_max < T:
+        raise ValueError(f"t_max ({t_max}) must be >= the prompt length ({T})")
+    y = layer_forward(weights, x, lengths)
+    cache = allocate_cache(weights.spec, B, t_max, weights.dtype, device=x.device)
+    entries = project_token(weights, x, torch.arange(T, device=x.device)[None, :].expand(B, T))
+    valid = _valid_mask(lengths, T)
+    for name, t in cache.tensors().items():
+        e = entries[name]
+        m = valid.reshape(B, T, *([1] * (e.dim() - 2)))
+        t[:, :T] = torch.where(m, e.to(t.dtype), t[:, :T])
+    cache.lengths = lengths.clone()
+    return y, cache

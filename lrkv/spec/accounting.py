@@ -1,0 +1,237 @@
+"""Cache, parameter and decode-arithmetic accounting (paper Eqs. 8–10, Sec. 4 of the review).
+
+All ratios are exact `Fraction`s so that the proofs can compare them with sympy and the
+tests can compare them with measured tensors without tolerance.
+
+Cache components are counted in elements per token per layer (DESIGN §3):
+  mha/gqa/mqa   2·n_kv·d_h                       (keys + values)
+  mla           d_c + d_rope                     (latent + decoupled rotary key)
+  mlra          n_latent_heads·latent_dim + d_rope
+  lrkv          2·(d_h + H·r)  (+ H for key_scale with QK-RMSNorm)      (Eq. 8)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from fractions import Fraction
+
+from .attention import AttentionSpec
+from .dtypes import dtype_bytes
+
+
+# ----------------------------------------------------------------------------- cache
+def cache_components(spec: AttentionSpec, *, rank_align: int = 1) -> dict[str, int]:
+    """Elements per token per layer, by cached tensor, for a single device.
+
+    rank_align pads r up to a multiple (physical layout of an alignment-constrained kernel).
+    """
+    H, d_h = spec.n_heads, spec.head_dim
+    f = spec.family
+    if f in ("mha", "gqa", "mqa"):
+        return {"k": spec.n_kv_heads * d_h, "v": spec.n_kv_heads * d_h}
+    if f == "mla":
+        comp = {"latent": spec.latent_dim}
+        if spec.rope_dim:
+            comp["k_rope"] = spec.rope_dim
+        return comp
+    if f == "mlra":
+        comp = {"latent": spec.n_latent_heads * spec.latent_dim}
+        if spec.rope_dim:
+            comp["k_rope"] = spec.rope_dim
+        return comp
+    r = padded_rank(spec.rank, rank_align)
+    comp = {"shared_k": d_h, "shared_v": d_h, "latent_k": H * r, "latent_v": H * r}
+    if spec.qk_norm:
+        comp["key_scale"] = H
+    return comp
+
+
+def padded_rank(rank: int, align: int) -> int:
+    """Smallest multiple of `align` that is >= rank (r = 55 padded to 64 at align 16/64)."""
+    if align < 1:
+        raise ValueError(f"align must be >= 1, got {align}")
+    return -(-rank // align) * align
+
+
+def cache_elements(spec: AttentionSpec, *, include_key_scale: bool = True, rank_align: int = 1) -> int:
+    """Elements per token per layer. Eq. 8's payload excludes key_scale."""
+    comp = cache_components(spec, rank_align=rank_align)
+    if not include_key_scale:
+        comp.pop("key_scale", None)
+    return sum(comp.values())
+
+
+def cache_bytes(spec: AttentionSpec, dtype="bfloat16", **kw) -> int:
+    """Bytes per token per layer at one storage dtype for every component."""
+    return cache_elements(spec, **kw) * dtype_bytes(dtype)
+
+
+def mha_cache_elements(spec: AttentionSpec) -> int:
+    """The dense MHA payload at the same H and d_h: 2·H·d_h elements per token per layer."""
+    return 2 * spec.n_heads * spec.head_dim
+
+
+def cache_ratio(spec: AttentionSpec, *, include_key_scale: bool = False, rank_align: int = 1) -> Fraction:
+    """Cache fraction of dense MHA at the same H, d_h (Eq. 9 for lrkv: 1/H + r/d_h)."""
+    return Fraction(
+        cache_elements(spec, include_key_scale=include_key_scale, rank_align=rank_align),
+        mha_cache_elements(spec),
+    )
+
+
+def lrkv_cache_ratio(n_heads: int, head_dim: int, rank: int) -> Fraction:
+    """Eq. 9: M_LRKV / M_MHA = 1/H + r/d_h."""
+    return Fraction(1, n_heads) + Fraction(rank, head_dim)
+
+
+def break_even_rank(n_heads: int, head_dim: int) -> int:
+    """Largest r whose LRKV cache is strictly smaller than MHA's: r < d_h(1 − 1/H)."""
+    bound = Fraction(head_dim) * (1 - Fraction(1, n_heads))
+    return math.ceil(bound) - 1
+
+
+def rank_ceiling(n_heads: int, head_dim: int, budget: Fraction | float | str) -> int:
+    """Largest r with 1/H + r/d_h <= c, i.e. floor(d_h(c − 1/H)). Raises below the 1/H floor."""
+    c = Fraction(budget) if not isinstance(budget, float) else Fraction(budget).limit_denominator(10**9)
+    room = Fraction(head_dim) * (c - Fraction(1, n_heads))
+    if room < 0:
+        raise ValueError(
+            f"budget {float(c):.4g} is below the shared-block floor 1/H = {1 / n_heads:.4g}: no rank fits"
+        )
+    return math.floor(room)
+
+
+def key_scale_overhead(spec: AttentionSpec) -> Fraction:
+    """key_scale elements relative to MHA's payload at equal precision: H/(2 H d_h) = 1/(2 d_h)."""
+    if spec.family != "lrkv" or not spec.qk_norm:
+        return Fraction(0)
+    return Fraction(spec.n_heads, mha_cache_elements(spec))
+
+
+def model_cache_bytes(
+    spec: AttentionSpec,
+    n_layers: int,
+    *,
+    dtype="bfloat16",
+    batch: int | None = None,
+    seq_len: int | None = None,
+    lengths: Sequence[int] | None = None,
+    **kw,
+) -> int:
+    """Whole-model cache bytes: b·N·(Σ lengths)·elements (paper's 2bNBT(d_h + Hr) for lrkv)."""
+    if n_layers < 1:
+        raise ValueError(f"n_layers must be >= 1, got {n_layers}")
+    if lengths is not None:
+        if batch is not None or seq_len is not None:
+            raise ValueError("give either lengths or (batch, seq_len), not both")
+        if any(int(t) < 0 for t in lengths):
+            raise ValueError("lengths must be >= 0")
+        tokens = sum(int(t) for t in lengths)
+    else:
+        if batch is None or seq_len is None:
+            raise ValueError("give lengths, or both batch and seq_len")
+        if batch < 0 or seq_len < 0:
+            raise ValueError("batch and seq_len must be >= 0")
+        tokens = batch * seq_len
+    return n_layers * tokens * cache_bytes(spec, dtype, **kw)
+
+
+# ----------------------------------------------------------------------------- tensor parallel
+def per_device_cache_elements(spec: AttentionSpec, tp: int, *, include_key_scale: bool = False) -> int:
+    """Elements per token per layer held by ONE of `tp` tensor-parallel devices.
+
+    Query heads split evenly. mha/gqa/mqa shard KV heads (replicated when n_kv < P);
+    lrkv replicates the shared block on every device and shards the latents by head;
+    mla cannot shard its single latent; mlra shards by latent head and replicates k_rope.
+    """
+    if tp < 1:
+        raise ValueError(f"tp must be >= 1, got {tp}")
+    H = spec.n_heads
+    if H % tp:
+        raise ValueError(f"tp ({tp}) must divide n_heads ({H})")
+    f = spec.family
+    if f in ("mha", "gqa", "mqa"):
+        kv_local = max(1, spec.n_kv_heads // tp) if spec.n_kv_heads >= tp else 1
+        if spec.n_kv_heads >= tp and spec.n_kv_heads % tp:
+            raise ValueError(f"tp ({tp}) must divide n_kv_heads ({spec.n_kv_heads})")
+        return 2 * kv_local * spec.head_dim
+    if f == "mla":
+        return spec.latent_dim + spec.rope_dim
+    if f == "mlra":
+        L = spec.n_latent_heads
+        if L >= tp and L % tp:
+            raise ValueError(f"tp ({tp}) must divide n_latent_heads ({L})")
+        local = max(1, L // tp)
+        return local * spec.latent_dim + spec.rope_dim
+    local_heads = H // tp
+    n = 2 * (spec.head_dim + local_heads * spec.rank)
+    if include_key_scale and spec.qk_norm:
+        n += local_heads
+    return n
+
+
+def tp_cache_ratio(spec: AttentionSpec, tp: int) -> Fraction:
+    """Aggregate payload over all devices / dense MHA payload (lrkv: P/H + r/d_h)."""
+    return Fraction(tp * per_device_cache_elements(spec, tp), mha_cache_elements(spec))
+
+
+# ----------------------------------------------------------------------------- parameters
+def kv_param_count(spec: AttentionSpec) -> int:
+    """Weights that produce keys and values (the quantity of Eq. 10)."""
+    d, H, d_h = spec.d_model, spec.n_heads, spec.head_dim
+    f = spec.family
+    if f in ("mha", "gqa", "mqa"):
+        return 2 * d * spec.n_kv_heads * d_h
+    if f == "mla":
+        # down-projection to [c ‖ k_rope], up-projections W_UK, W_UV to every head
+        return d * (spec.latent_dim + spec.rope_dim) + 2 * spec.latent_dim * H * d_h
+    if f == "mlra":
+        L, c = spec.n_latent_heads, spec.latent_dim
+        heads_per_latent = H // (L // spec.n_branches)  # each latent serves one head group
+        return d * (L * c + spec.rope_dim) + L * c * heads_per_latent * 2 * d_h
+    return 2 * d * d_h + 2 * H * spec.rank * (d + d_h)
+
+
+def kv_param_ratio(spec: AttentionSpec) -> Fraction:
+    """Eq. 10 for lrkv: 1/H + (r/d_h)(1 + d_h/d), relative to MHA's 2·d·H·d_h."""
+    return Fraction(kv_param_count(spec), 2 * spec.d_model * spec.n_heads * spec.head_dim)
+
+
+def lrkv_param_ratio(n_heads: int, head_dim: int, rank: int, d_model: int) -> Fraction:
+    """Closed form of Eq. 10: 1/H + (r/d_h)(1 + d_h/d)."""
+    return Fraction(1, n_heads) + Fraction(rank, head_dim) * (1 + Fraction(head_dim, d_model))
+
+
+# ----------------------------------------------------------------------------- arithmetic
+def decode_macs(spec: AttentionSpec, seq_len: int) -> int:
+    """Multiply-accumulates of one decode step's history contractions, one layer, one sequence.
+
+    MHA per head: 2·T·d_h (scores + values). LRKV adds 2·T·r + 2·r·d_h (private scans and
+    the two basis transforms). Absorbed MLA: 2·T·d_c + T·d_rope + 2·d_c·d_h per head.
+    """
+    if seq_len < 1:
+        raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+    T, H, d_h = seq_len, spec.n_heads, spec.head_dim
+    f = spec.family
+    if f in ("mha", "gqa", "mqa"):
+        return H * 2 * T * d_h
+    if f == "mla":
+        c = spec.latent_dim
+        return H * (2 * T * c + T * spec.rope_dim + 2 * c * d_h)
+    if f == "mlra":
+        c = spec.latent_dim
+        return H * spec.n_branches * (2 * T * c + T * spec.rope_dim + 2 * c * d_h)
+    r = spec.rank
+    return H * (2 * T * d_h + 2 * T * r + 2 * r * d_h)
+
+
+def decode_arithmetic_ratio(spec: AttentionSpec, seq_len: int) -> Fraction:
+    """Decode MACs relative to MHA at the same H, d_h (lrkv: 1 + r/d_h + r/T)."""
+    mha = 2 * seq_len * spec.head_dim * spec.n_heads
+    return Fraction(decode_macs(spec, seq_len), mha)
+
+
+def decode_bytes(spec: AttentionSpec, seq_len: int, dtype="bfloat16", *, batch: int = 1) -> int:
+    """Bytes one decode step must read from the cache (one layer): the payload of T tokens."""
+    return batch * seq_len * cache_bytes(spec, dtype)
