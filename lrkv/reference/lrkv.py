@@ -32,6 +32,15 @@ def decode_rope(spec: AttentionSpec) -> ExactRope | None:
     return ExactRope(spec.rope_theta) if spec.rope == "exact" else None
 
 
+def _check_lengths(lengths: torch.Tensor, batch: int, t: int) -> None:
+    if not isinstance(lengths, torch.Tensor) or lengths.dtype not in (torch.int32, torch.int64):
+        raise TypeError("lengths must be an int32/int64 tensor")
+    if tuple(lengths.shape) != (batch,):
+        raise ValueError(f"lengths must have shape [{batch}], got {list(lengths.shape)}")
+    if batch and (lengths.min() < 0 or lengths.max() > t):
+        raise ValueError(f"lengths must lie in [0, {t}], got {lengths.tolist()}")
+
+
 def _valid_mask(lengths: torch.Tensor, t_max: int) -> torch.Tensor:
     return torch.arange(t_max, device=lengths.device)[None, :] < lengths[:, None]  # [B, T]
 
@@ -180,6 +189,10 @@ def layer_step(
     spec = weights.spec
     if x_t.dim() != 2 or x_t.shape != (cache.batch, spec.d_model):
         raise ValueError(f"x_t must have shape [{cache.batch}, {spec.d_model}], got {list(x_t.shape)}")
+    if x_t.dtype != weights.dtype:
+        raise TypeError(f"x_t has dtype {x_t.dtype} but the weights are {weights.dtype}")
+    if positions.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"positions must be int32 or int64, got {positions.dtype}")
     if not torch.isfinite(x_t).all():
         raise ValueError("x_t contains NaN or Inf")
     entries = project_token(weights, x_t, positions)
@@ -201,6 +214,7 @@ def layer_forward(weights: LRKVWeights, x: torch.Tensor, lengths: torch.Tensor |
     spec = weights.spec
     B, T, _ = x.shape
     lengths = torch.full((B,), T, dtype=torch.int32) if lengths is None else lengths
+    _check_lengths(lengths, B, T)
     q = torch.einsum("btd,dhe->bthe", x, weights.w_q)  # [B, T, H, d_h]
     k = torch.einsum("btd,hde->bthe", x, weights.head_k())  # x (W_S + U_h B_h^T)
     v = torch.einsum("btd,hde->bthe", x, weights.head_v())
@@ -215,6 +229,7 @@ def layer_forward(weights: LRKVWeights, x: torch.Tensor, lengths: torch.Tensor |
     causal = torch.ones(T, T, dtype=torch.bool).tril()
     visible = causal[None, None] & _valid_mask(lengths, T)[:, None, None, :]
     a, _ = _softmax_rows(logits, visible)
+    v = torch.where(_valid_mask(lengths, T)[..., None, None], v, 0.0)  # 0·NaN would leak padding
     out = torch.einsum("bhij,bjhe->bihe", a, v)
     return torch.einsum("bthe,hed->btd", out, weights.w_o)
 
@@ -224,7 +239,9 @@ def prefill(
 ) -> tuple[torch.Tensor, FactoredCache]:
     """Run the training form over a prompt and fill a factored cache with its tokens."""
     B, T, _ = x.shape
-    lengths = torch.full((B,), T, dtype=torch.int32) if lengths is None else lengths.to(torch.int32)
+    lengths = torch.full((B,), T, dtype=torch.int32) if lengths is None else lengths
+    _check_lengths(lengths, B, T)
+    lengths = lengths.to(torch.int32)
     t_max = T if t_max is None else t_max
     if t_max < T:
         raise ValueError(f"t_max ({t_max}) must be >= the prompt length ({T})")

@@ -130,6 +130,12 @@ class AttentionSpec:
             raise ValueError(
                 f"n_branches ({self.n_branches}) must divide n_latent_heads ({self.n_latent_heads})"
             )
+        groups = self.n_latent_heads // self.n_branches  # head groups per branch, one latent head each
+        if self.n_heads % groups:
+            raise ValueError(
+                f"n_heads ({self.n_heads}) must be divisible by n_latent_heads / n_branches ({groups}): "
+                "each branch splits the heads into that many equal groups, one per latent head"
+            )
         if self.rope != "none":
             raise ValueError("rope must be 'none' for mlra: positions use the rope_dim channel")
         if self.rope_dim % 2:
