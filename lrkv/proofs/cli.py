@@ -1,0 +1,77 @@
+"""`lrkv proofs` — run the symbolic proofs, print a table, write JSON and Markdown.
+
+Exit status: 0 when every selected proof returns its expected status; 1 when any status
+differs from its expectation or a proof raises; 2 on a usage error (unknown --only name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+STDOUT = "-"
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "proofs",
+        help="run the sympy proofs of the paper's claims (exit 1 if any status differs from its expectation)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--json", metavar="PATH", type=Path, help="write the JSON report (schema lrkv.proofs-report/1)")
+    p.add_argument("--markdown", metavar="PATH", nargs="?", const=STDOUT, default=None,
+                   help="write the Markdown summary to PATH, or to stdout when PATH is omitted "
+                        "(the table then goes to stderr)")
+    p.add_argument("--only", metavar="NAME", action="append", default=None,
+                   help="run only these proofs: exact names or globs (e.g. 'paper_*'); repeat or comma-separate")
+    p.add_argument("--list", action="store_true", help="list the registered proofs and their expected statuses")
+    p.set_defaults(func=run_cli)
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from .registry import EXPECTED, REGISTRY, run, select
+    from .report import build_report, print_table, to_markdown, validate_report
+
+    md_to_stdout = args.markdown == STDOUT
+    console = Console(stderr=md_to_stdout)
+    patterns = [x.strip() for arg in (args.only or []) for x in arg.split(",") if x.strip()] or None
+    try:
+        names = select(patterns)
+    except KeyError as e:
+        console.print(f"[red]{e.args[0]}[/]")
+        return 2
+    if args.list:
+        for n in names:
+            console.print(f"{REGISTRY[n].item:>2}  {n:<32} {EXPECTED[n]:<13} {REGISTRY[n].source}", soft_wrap=True)
+        return 0
+    t0 = time.perf_counter()
+    results = run(names)
+    report = build_report(results, selection=patterns, elapsed_s=time.perf_counter() - t0)
+    problems = validate_report(report)
+    if problems:  # a malformed report is a bug of the suite: say so and fail
+        console.print("[red]report failed its own schema:[/]\n" + "\n".join(problems))
+        return 1
+    print_table(report, console)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        console.print(f"JSON report: {args.json}")
+    if args.markdown is not None:
+        md = to_markdown(report)
+        if md_to_stdout:
+            sys.stdout.write(md)
+        else:
+            path = Path(args.markdown)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(md, encoding="utf-8")
+            console.print(f"Markdown summary: {path}")
+    for r in results:
+        if r.error:
+            console.print(f"[red]{r.name} raised:[/]\n{r.error}")
+    return 0 if report["ok"] else 1

@@ -1,0 +1,150 @@
+"""Item 9 (second half) — head-diversity geometry (Sec. 4.3 pp. 7–9; Appendix C.1 p. 15).
+
+  * The bilinear head map A_h = W_Q W_K^T is unchanged by a shared orthogonal change of head
+    coordinates R (and by any invertible M on queries with M^{-T} on keys). Under RoPE the
+    logit of offset Δ is x W_Q R_Δ W_K^T y^T (R_i R_j^T = R_{i−j}), and a change M keeps it
+    iff M R_Δ M^T = R_Δ — M must commute with the rotations (e.g. rotate within a plane),
+    a change that mixes rotary planes of different frequencies breaks it.
+  * Centring: G_c = J G J with J = I − 11^T/H has J1 = 0, so rank(G_c) ≤ H − 1 and the
+    effective rank exp(entropy) ≤ H − 1 (Gibbs): Table 3's centred percentages, which divide
+    by H, are capped at (H − 1)/H — 83.33% at 6 heads, 94.44% at 18.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import sympy as sp
+
+from .record import Verdict
+from .registry import proof
+from .symbolic import check_identity, is_zero, matrix, nonzero_evidence, residual, rope_matrix
+
+
+def rotation2(alpha):
+    c, s = sp.cos(alpha), sp.sin(alpha)
+    return sp.Matrix([[c, -s], [s, c]])
+
+
+def _embed(block: sp.Matrix, dims: tuple[int, int], n: int) -> sp.Matrix:
+    """An n×n identity with a 2×2 block acting on the two given coordinates."""
+    M = sp.eye(n)
+    for a, i in enumerate(dims):
+        for b, j in enumerate(dims):
+            M[i, j] = block[a, b]
+    return M
+
+
+def plane_aligned_change(alpha, beta):
+    """Rotate inside rotary plane 0 (dims 0, 2) by α and plane 1 (dims 1, 3) by β: commutes with RoPE."""
+    return _embed(rotation2(alpha), (0, 2), 4) * _embed(rotation2(beta), (1, 3), 4)
+
+
+def plane_mixing_change(alpha, beta):
+    """Rotate dims 0 and 1, which belong to different rotary planes (the wrong variant)."""
+    return _embed(rotation2(alpha), (0, 1), 4)
+
+
+@proof(
+    "bilinear_map_gauge",
+    item=9,
+    claim="A_h = W_Q W_K^T is invariant under a shared orthogonal change of head coordinates; under RoPE the offset-Δ map W_Q R_Δ W_K^T keeps that invariance only for changes that commute with the rotations.",
+    source="Sec. 4.3 (bilinear form, pp. 7–9); Appendix C.1 (p. 15); English review Sec. 6 and Sec. 8 (gauge caveat)",
+    expected="proved",
+)
+def bilinear_map_gauge(*, change=plane_aligned_change) -> Verdict:
+    ev: dict = {}
+    WQ, WK = matrix("q", 3, 2), matrix("k", 3, 2)
+    al, be = sp.symbols("alpha beta", real=True)
+    A = WQ * WK.T
+    lin_ok = True
+    for label, Rm in (("rotation", rotation2(al)), ("reflection_rotation", sp.diag(1, -1) * rotation2(al))):
+        ok, e = check_identity(lambda Rm=Rm: (WQ * Rm) * (WK * Rm).T, lambda: A, how="trig")
+        ev[f"linear_{label}"] = e
+        lin_ok &= ok
+    M = matrix("m", 2, 2)
+    ok_inv, e_inv = check_identity(lambda: (WQ * M) * (WK * M.inv().T).T, lambda: A, how="rational")
+    ev["linear_invertible_M"] = e_inv
+    # RoPE composes: R_i R_j^T = R_{i−j} plane by plane (d_h = 4, frequencies w0, w1).
+    i, j, w0, w1 = sp.symbols("i j omega_0 omega_1", real=True)
+    Rt = lambda t: rope_matrix([t * w0, t * w1])  # noqa: E731
+    ok_rel, e_rel = check_identity(lambda: Rt(i) * Rt(j).T, lambda: Rt(i - j), how="trig")
+    ev["relative_position"] = e_rel
+    # Invariance of W_Q M R_Δ M^T W_K^T for all W_Q, W_K ⇔ M R_Δ M^T = R_Δ.
+    d = sp.Symbol("Delta", real=True)
+    RD = Rt(d)
+    Mc = change(al, be)
+    res_c = residual(Mc * RD * Mc.T, RD, how="trig")
+    commutes = is_zero(res_c)
+    ev["candidate_change"] = {"M": str(Mc.tolist()), "M_RΔ_MT_minus_RΔ": "0" if commutes else nonzero_evidence(res_c)}
+    Mm = plane_mixing_change(al, be)
+    res_m = residual(Mm * RD * Mm.T, RD, how="trig")
+    mixing_breaks = not is_zero(res_m)
+    ev["plane_mixing_change"] = nonzero_evidence(res_m) if mixing_breaks else "0"
+    if lin_ok and ok_inv and ok_rel and commutes and mixing_breaks:
+        return Verdict("proved", "For symbolic 3×2 W_Q, W_K: (W_Q R)(W_K R)^T = W_Q W_K^T for rotations and "
+                       "reflections (R R^T = I) and for any invertible M with M^{-T} on keys. With RoPE, "
+                       "R_i R_j^T = R_{i−j} and the map at offset Δ survives a change M iff M R_Δ M^T = R_Δ: "
+                       "true for rotations inside a rotary plane, false for a rotation mixing two planes "
+                       "of different frequency (non-zero residual).", ev)
+    return Verdict("refuted", "The candidate change of basis does not preserve the RoPE bilinear map "
+                   "(or the linear invariance failed).", ev)
+
+
+def centring_matrix(n):
+    return sp.eye(n) - sp.ones(n, n) / n
+
+
+def centred_ceiling(H):
+    return Fraction(H - 1, H)
+
+
+@proof(
+    "centred_gram_ceiling",
+    item=9,
+    claim="The centred Gram matrix JGJ (J = I − 11^T/H) has rank ≤ H − 1, so the centred effective rank is at most H − 1 and, as a percentage of H, at most (H − 1)/H: 83.33% at 6 heads, 94.44% at 18.",
+    source="Appendix C.1 (p. 15), Table 3 (p. 16); English review Sec. 6; Chinese review §4.5",
+    expected="proved",
+)
+def centred_gram_ceiling(*, centring=centring_matrix, ceiling=centred_ceiling) -> Verdict:
+    ev: dict = {}
+    n = sp.Symbol("H", positive=True, integer=True)
+    J = sp.Identity(n) - sp.OneMatrix(n, n) / n
+    gen = sp.expand(J * sp.OneMatrix(n, 1)).doit()
+    ev["general_J_times_ones"] = str(gen)
+    ok = gen == 0 or getattr(gen, "is_ZeroMatrix", False)
+    for Hv in (3, 4):
+        G = sp.Matrix(Hv, Hv, lambda a, b: sp.Symbol(f"g_{min(a, b)}{max(a, b)}", real=True))  # symmetric
+        Jc = centring(Hv)
+        Gc = Jc * G * Jc
+        # A non-zero null vector (1) already forces rank ≤ H − 1; the determinant is shown at H = 3.
+        null = is_zero(residual(Gc * sp.ones(Hv, 1), sp.zeros(Hv, 1)))
+        entry = {"Gc_times_ones": "0" if null else "non-zero"}
+        if Hv == 3:
+            det = sp.expand(Gc.det(method="berkowitz"))
+            entry["det_Gc"] = str(det)
+            ok &= det == 0
+        ev[f"explicit_H{Hv}"] = entry
+        ok &= null
+    # exp(entropy) of the uniform distribution on k atoms is k; ln k − H(p) = KL(p‖uniform) ≥ 0.
+    k = sp.Symbol("k", positive=True, integer=True)
+    uniform = sp.simplify(sp.exp(-k * (1 / k) * sp.log(1 / k)))
+    p1, p2 = sp.symbols("p_1 p_2", positive=True)
+    p = [p1, p2, 1 - p1 - p2]
+    gibbs = sp.simplify(sp.expand_log(sp.log(3) + sum(x * sp.log(x) for x in p)
+                                      - sum(x * sp.log(3 * x) for x in p), force=True))
+    ev["uniform_effective_rank"] = str(uniform)
+    ev["ln3_minus_entropy_minus_KL"] = str(gibbs)
+    ok &= uniform == k and gibbs == 0
+    table = {}
+    for Hv in (6, 18):
+        c = ceiling(Hv)
+        table[str(Hv)] = f"{float(c) * 100:.2f}%"
+        ok &= c == Fraction(Hv - 1, Hv)
+    ev["ceilings"] = table
+    if ok:
+        return Verdict("proved", "J1 = 0 for symbolic H (and JGJ·1 = 0, det JGJ = 0 for symbolic symmetric "
+                       "G at H = 3, 4), so one eigenvalue is always 0 and at most H − 1 carry weight; "
+                       "exp(entropy) ≤ number of atoms (Gibbs, equality when uniform). Ceiling (H − 1)/H: "
+                       "83.33% at H = 6, 94.44% at H = 18.", ev)
+    return Verdict("refuted", "The candidate centring or ceiling does not give rank ≤ H − 1 / (H − 1)/H.", ev)

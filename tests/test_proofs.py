@@ -1,0 +1,309 @@
+"""Tests of lrkv.proofs: every proof returns its expected status, every proof rejects a
+deliberately wrong variant, and `lrkv proofs` exits non-zero when an expectation breaks.
+
+Run: pytest -m proofs
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+from fractions import Fraction
+
+import pytest
+import sympy as sp
+
+from lrkv.cli import main
+from lrkv.proofs import paper_data as data
+from lrkv.proofs import (
+    associativity, diversity, endpoints, formulas, gradients, mla, rmsnorm, rope, softmax, splitk,
+)
+from lrkv.proofs.record import STATUSES, Proof, Verdict
+from lrkv.proofs.registry import EXPECTED, REGISTRY, load_all
+from lrkv.proofs.report import SCHEMA, validate_report
+from lrkv.proofs.symbolic import matrix, rope_matrix
+
+pytestmark = pytest.mark.proofs
+
+load_all()
+NAMES = list(REGISTRY)
+
+
+# ----------------------------------------------------------------------------- every proof as expected
+@pytest.mark.parametrize("name", NAMES)
+def test_proof_returns_expected_status(name):
+    p = REGISTRY[name].fn()
+    assert isinstance(p, Proof)
+    assert p.status == EXPECTED[name], f"{name}: {p.status} ({p.summary})"
+    assert p.name == name and p.claim and p.source and p.summary
+    json.dumps(p.to_dict(), allow_nan=False)  # evidence is JSON-serialisable
+    if p.status == "reconciled":
+        assert p.assumption
+
+
+def test_registry_covers_issue_items():
+    assert {spec.item for spec in REGISTRY.values()} == set(range(1, 11))
+    # the refutation, reconciliations and inconsistencies the suite is built to show
+    assert EXPECTED["rope_latent_general_claim"] == "refuted"
+    assert {n for n, e in EXPECTED.items() if e == "reconciled"} >= {
+        "paper_table12_bytes", "paper_table12_pct_128m", "paper_g4_128m", "paper_table8_fractions",
+        "paper_table8_mla384_prose", "paper_fig9_ceiling"}
+    assert {n for n, e in EXPECTED.items() if e == "inconsistent"} == {
+        "paper_table12_pct_2p5b", "paper_table12_pct_6p3b", "paper_g4_2p5b", "paper_table2_combined"}
+
+
+# ----------------------------------------------------------------------------- wrong variants
+def _tampered(table: dict, path: tuple, value) -> dict:
+    t = copy.deepcopy(table)
+    node = t
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return t
+
+
+def _no_private_rescale(a, b, M):
+    """Online-softmax merge that forgets to rescale the private accumulator."""
+    return splitk.State(M, a.M / M * a.l + b.M / M * b.l, a.M / M * a.A_s + b.M / M * b.A_s, a.A_p + b.A_p)
+
+
+def _no_denominator_rescale(a, b, M):
+    alpha, beta = a.M / M, b.M / M
+    return splitk.State(M, a.l + b.l, alpha * a.A_s + beta * b.A_s, alpha * a.A_p + beta * b.A_p)
+
+
+def _unscaled_separate_kappa(q, g, s, z, B, eps):
+    """Joint scale computed without the 2 s·(zB^T) cross term."""
+    qg = sp.matrix_multiply_elementwise(q, g)
+    sq = (s * s.T)[0] + (z * B.T * B * z.T)[0]
+    return ((qg * s.T)[0] + (qg * B * z.T)[0]) / sp.sqrt(sq / s.shape[1] + eps)
+
+
+def _gain_not_folded(q, g, s, z, B, eps):
+    kappa = 1 / sp.sqrt(rmsnorm.joint_square_norm(s, z, B) / s.shape[1] + eps)
+    return ((q * s.T)[0] + (q * B * z.T)[0]) * kappa
+
+
+WRONG = [
+    # item 1
+    ("score_associativity", dict(factored=lambda q, S, R, B: q * S.T + (q * B) * R.T / sp.sqrt(R.shape[1])),
+     "private score scaled by 1/sqrt(r)"),
+    ("score_associativity", dict(factored=lambda q, S, R, B: q * S.T), "private score dropped"),
+    ("value_associativity", dict(factored=lambda a, S, R, B: a * S + a * R), "B^T never applied (shape error)"),
+    ("value_associativity", dict(factored=lambda a, S, R, B: a * S + (a * R) * B.T * 2), "private value doubled"),
+    # item 2
+    ("single_softmax", dict(decode=softmax.separate_softmax_decode), "separate softmaxes"),
+    ("single_softmax", dict(decode=softmax.rank_scaled_decode), "private logits scaled by 1/sqrt(r)"),
+    ("score_scale_sqrt_dh", dict(scales=lambda d_h, r: (1 / sp.sqrt(d_h), 1 / sp.sqrt(r))), "1/sqrt(r) on private"),
+    ("score_scale_sqrt_dh", dict(scales=lambda d_h, r: (1 / sp.sqrt(r), 1 / sp.sqrt(r))), "1/sqrt(r) everywhere"),
+    # item 3
+    ("rope_commutation_condition", dict(latent_map=lambda B, R: B.T * R * B), "latent map without (B^T B)^-1"),
+    ("rope_latent_general_claim", dict(instance=lambda: (sp.Matrix([[1, 0]]), rope_matrix([sp.pi]))),
+     "a half turn is not a counterexample"),
+    ("rope_latent_general_claim", dict(instance=lambda: (sp.eye(2), rope_matrix([sp.pi / 2]))),
+     "full-rank B admits a latent rotation"),
+    ("rope_aligned_basis", dict(basis=lambda planes, d_h, r: matrix("g", d_h, r)), "latent rotation with a generic basis"),
+    ("rope_aligned_basis", dict(latent_angles=lambda planes, phis: sp.symbols(f"psi_0:{len(planes)}", real=True)),
+     "latent rotated by its own r-dim frequencies"),
+    ("rope_exact_contraction", dict(contraction=lambda q, z, B, R: (q * B) * z.T), "position-independent bracket"),
+    ("rope_exact_contraction", dict(contraction=lambda q, z, B, R: (q * R * B) * z.T), "R instead of R^T"),
+    # item 4
+    ("rmsnorm_square_norm", dict(square_norm=lambda s, z, B: (s * s.T)[0] + (z * B.T * B * z.T)[0]), "no cross term"),
+    ("rmsnorm_square_norm", dict(square_norm=lambda s, z, B: (s * s.T)[0] + (s * B * z.T)[0] + (z * B.T * B * z.T)[0]),
+     "cross term not doubled"),
+    ("rmsnorm_joint_not_separate", dict(normalise=rmsnorm.separate_normalise), "shared and private normalised separately"),
+    ("rmsnorm_cached_scale_score", dict(factored=_unscaled_separate_kappa), "cached scale without the cross term"),
+    ("rmsnorm_cached_scale_score", dict(factored=_gain_not_folded), "gain not folded into the query"),
+    ("rmsnorm_key_scale_overhead", dict(formula=lambda d_h, H: 1 / d_h), "overhead 1/d_h"),
+    # item 5
+    ("cache_ratio_eq9", dict(formula=lambda H, d_h, r, **_: r / d_h), "shared block forgotten"),
+    ("cache_ratio_eq9", dict(formula=lambda H, d_h, r, **_: 2 / H + r / d_h), "shared block counted twice"),
+    ("break_even_rank", dict(bound=lambda H, d_h, **_: d_h), "break-even r < d_h"),
+    ("full_rank_ratio", dict(formula=lambda H, d_h, **_: sp.Integer(1)), "r = d_h costs exactly MHA"),
+    ("rank_ceiling", dict(bound=lambda H, d_h, c, **_: d_h * c), "ceiling ignores the 1/H floor"),
+    ("tp_replication", dict(formula=lambda H, d_h, r, P, **_: 1 / H + r / d_h), "TP without replication"),
+    ("tp_replication", dict(formula=lambda H, d_h, r, P, **_: 1 / (P * H) + r / d_h), "TP shards the shared block"),
+    ("param_ratio_eq10", dict(formula=lambda H, d_h, r, d, **_: 1 / H + (r / d_h) * (1 + 1 / H)),
+     "d = H d_h form used for every d"),
+    ("decode_arithmetic", dict(formula=lambda d_h, r, T, **_: 1 + r / d_h), "r/T term dropped"),
+    ("tp_payload_mla_mlra", dict(formulas=lambda: {**formulas.per_device_formulas(),
+                                                   "mla": lambda d_c, d_rope, P, **_: d_c / P + d_rope}),
+     "MLA latent sharded"),
+    # item 6
+    ("endpoint_rank0_mqa", dict(cache=lambda H, d_h: 2 * d_h + 2 * H), "per-head slot at r = 0"),
+    ("endpoint_rank0_mqa", dict(projection=lambda W_S, U, B: W_S + sp.ones(*W_S.shape)), "heads differ at r = 0"),
+    ("endpoint_full_rank_mha", dict(construct=lambda W_S, W_h, r: endpoints.full_rank_construction(W_S, W_h, 1)),
+     "construction truncated below d_h"),
+    # item 7
+    ("factor_gradients", dict(gradients=lambda G, U, B: {**gradients.paper_gradients(G, U, B),
+                                                         "W_S": (G[0] + G[1]) / 2}), "W_S gets the mean"),
+    ("factor_gradients", dict(gradients=lambda G, U, B: {**gradients.paper_gradients(G, U, B),
+                                                         "B": [u.T * g for g, u in zip(G, U)]}), "B gradient transposed"),
+    # item 8
+    ("splitk_online_softmax", dict(merge=_no_private_rescale), "private accumulator not rescaled"),
+    ("splitk_online_softmax", dict(merge=_no_denominator_rescale), "denominator not rescaled"),
+    # item 9
+    ("mla_absorption", dict(values=lambda a, Z, W: (a * Z) * W * 2), "value absorption doubled"),
+    ("mla_absorption", dict(scores=lambda q, Z, W: (q * W) * Z.T), "key up-projection not transposed"),
+    ("bilinear_map_gauge", dict(change=diversity.plane_mixing_change), "change mixes rotary planes"),
+    ("centred_gram_ceiling", dict(centring=lambda n: sp.eye(n)), "uncentred Gram"),
+    ("centred_gram_ceiling", dict(ceiling=lambda H: Fraction(1)), "ceiling H/H"),
+    # item 10 — tampered printed numbers
+    ("paper_table7_cache_fractions", dict(printed=_tampered(data.TABLE7, ("reported_range_pct",), ("45", "48"))),
+     "range too narrow"),
+    ("paper_payload_2p5b", dict(printed=_tampered(data.PAYLOAD_2P5B, ("printed", 2048, "lrkv_mib"), "157.3")),
+     "LRKV MiB off"),
+    ("paper_payload_2p5b", dict(printed=_tampered(data.PAYLOAD_2P5B, ("layers",), 36)), "36 layers"),
+    ("paper_rank_ceiling_gqa", dict(printed=_tampered(data.RANK_CEILING, ("printed", "ceiling_at_half"), "57")),
+     "ceiling 57"),
+    ("paper_tp_example", dict(printed=_tampered(data.TP_EXAMPLE, ("printed", "replicated_pct"), "45.3")),
+     "no replication"),
+    ("paper_param_ratio", dict(printed=_tampered(data.PARAM_RATIO, ("printed", "pct"), "48.5")), "cache ratio as params"),
+    ("paper_arithmetic_multiplier", dict(printed=_tampered(data.ARITHMETIC, ("printed", "limit"), "1.5")), "1.5"),
+    ("paper_table12_bytes", dict(printed=_tampered(data.TABLE12, ("rows", "2.5B", "lrkv"), "361.0")), "LRKV 361"),
+    ("paper_table12_pct_128m", dict(printed=_tampered(data.TABLE12, ("rows", "128M", "pct"), "52.9")), "52.9%"),
+    ("paper_table12_pct_2p5b", dict(printed=_tampered(data.TABLE12, ("rows", "2.5B", "pct"), "48.5")),
+     "48.5% would reconcile with rank 55"),
+    ("paper_table12_pct_6p3b", dict(printed=_tampered(data.TABLE12, ("rows", "6.3B", "pct"), "45.3")),
+     "45.3% would reconcile with rank 54"),
+    ("paper_g4_128m", dict(printed=_tampered(data.APPENDIX_G4, ("lines", "128M", "printed_fraction"), "0.600")), "0.600"),
+    ("paper_g4_2p5b", dict(printed=_tampered(data.APPENDIX_G4, ("lines", "2.5B", "printed_fraction"), "0.556")),
+     "the correct rank-64 value"),
+    ("paper_table8_fractions", dict(printed=_tampered(data.TABLE8, ("mla_pct", 192), "13-5")), "13-5%"),
+    ("paper_table8_mla384_prose", dict(printed=_tampered(data.TABLE8, ("prose_mla384_pct",), "40")), "40%"),
+    ("paper_table9_long_context", dict(printed=_tampered(data.TABLE9, ("cache_pct", "LRKV"), "45.0")), "LRKV 45%"),
+    ("paper_table1_relative", dict(printed=_tampered(data.TABLE1, ("fig3_mean_pct",), "24.0")), "Fig. 3 mean 24%"),
+    ("paper_table2_combined", dict(printed=_tampered(data.TABLE2, ("combined", "LRKV"), ("18.9", "37.9", "40.4"))),
+     "40.4 would match the cells"),
+    ("paper_table3_centred_ceiling", dict(printed=_tampered(data.TABLE3, ("centred", "128M", "LRKV"), "84.0")),
+     "above the ceiling"),
+    ("paper_fig9_ceiling", dict(printed=_tampered(data.FIG9, ("plotted_at_most",), "6.5")), "above H"),
+]
+
+
+@pytest.mark.parametrize("name,variant,why", WRONG, ids=[f"{n}:{w}" for n, _, w in WRONG])
+def test_wrong_variant_is_rejected(name, variant, why):
+    p = REGISTRY[name].fn(**variant)
+    assert p.status != p.expected, f"{name} accepted a wrong variant ({why}): {p.summary}"
+    if p.expected == "proved" and p.item < 10:
+        assert p.status == "refuted"
+
+
+def test_every_proof_has_a_wrong_variant():
+    assert {n for n, _, _ in WRONG} == set(NAMES)
+
+
+# ----------------------------------------------------------------------------- record contract
+def test_proof_record_contract():
+    p = REGISTRY["full_rank_ratio"].fn()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.status = "refuted"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Verdict("proved", "x", {"bad": object()})
+    with pytest.raises(TypeError):
+        Verdict("proved", "x", {"nan": float("nan")})
+    with pytest.raises(ValueError):
+        Verdict("reconciled", "x", {})  # a reconciliation must name its assumption
+    with pytest.raises(ValueError):
+        Verdict("maybe", "x", {})
+    assert set(STATUSES) == {"proved", "refuted", "reconciled", "inconsistent"}
+
+
+# ----------------------------------------------------------------------------- CLI and report
+def _cli(tmp_path, *extra):
+    js, md = tmp_path / "proofs.json", tmp_path / "proofs.md"
+    rc = main(["proofs", "--json", str(js), "--markdown", str(md), *extra])
+    report = json.loads(js.read_text(encoding="utf-8")) if js.exists() else None
+    return rc, report, (md.read_text(encoding="utf-8") if md.exists() else None)
+
+
+def test_cli_full_run_writes_valid_reports(tmp_path):
+    rc, report, md = _cli(tmp_path)
+    assert rc == 0
+    assert report["schema"] == SCHEMA and report["ok"] is True
+    assert validate_report(report) == []
+    assert [p["name"] for p in report["proofs"]] == NAMES
+    assert report["summary"]["by_status"] == {
+        s: sum(1 for n in NAMES if EXPECTED[n] == s) for s in STATUSES if any(EXPECTED[n] == s for n in NAMES)}
+    for heading in ("# LRKV proof report", "## At a glance", "## What holds", "## What fails",
+                    "## Printed numbers that agree only under an assumption", "## Printed numbers that do not agree",
+                    "## All proofs", "*Assumption:*"):
+        assert heading in md
+    assert "rope_latent_general_claim" in md and "quarter turn" in md
+
+
+def test_cli_exits_nonzero_when_an_expectation_is_tampered(tmp_path, monkeypatch):
+    monkeypatch.setitem(EXPECTED, "score_associativity", "refuted")
+    rc, report, md = _cli(tmp_path, "--only", "score_associativity,paper_tp_example")
+    assert rc == 1
+    assert report["ok"] is False and report["summary"]["mismatched"] == 1
+    assert validate_report(report) == []
+    row = next(p for p in report["proofs"] if p["name"] == "score_associativity")
+    assert row["status"] == "proved" and row["expected"] == "refuted" and row["ok"] is False
+    assert "## Failures of this run" in md
+
+
+def test_cli_exits_nonzero_when_a_proof_raises(tmp_path, monkeypatch):
+    def boom(**_):
+        raise RuntimeError("deliberate failure")
+
+    monkeypatch.setitem(REGISTRY, "full_rank_ratio", dataclasses.replace(REGISTRY["full_rank_ratio"], fn=boom))
+    rc, report, md = _cli(tmp_path, "--only", "full_rank_ratio")
+    assert rc == 1
+    row = report["proofs"][0]
+    assert row["status"] == "error" and "deliberate failure" in row["error"] and row["ok"] is False
+    assert report["summary"]["errors"] == 1 and validate_report(report) == []
+    assert "## Proofs that raised" in md
+
+
+def test_cli_only_globs_unknown_names_and_stdout_markdown(tmp_path, capsys):
+    rc, report, _ = _cli(tmp_path, "--only", "paper_table12_*")
+    assert rc == 0 and {p["name"] for p in report["proofs"]} == {
+        "paper_table12_bytes", "paper_table12_pct_128m", "paper_table12_pct_2p5b", "paper_table12_pct_6p3b"}
+    assert main(["proofs", "--only", "no_such_proof"]) == 2
+    capsys.readouterr()
+    assert main(["proofs", "--only", "paper_fig9_ceiling", "--markdown"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# LRKV proof report") and "uncentred" in out
+
+
+def test_report_validation_catches_broken_reports(tmp_path):
+    _, report, _ = _cli(tmp_path, "--only", "paper_tp_example,rope_latent_general_claim")
+    assert validate_report(report) == []
+    broken = copy.deepcopy(report)
+    broken["proofs"][0]["ok"] = not broken["proofs"][0]["ok"]
+    assert validate_report(broken)
+    broken = copy.deepcopy(report)
+    broken["summary"]["total"] += 1
+    assert validate_report(broken)
+    broken = copy.deepcopy(report)
+    del broken["proofs"][0]["claim"]
+    assert validate_report(broken)
+    broken = copy.deepcopy(report)
+    broken["proofs"][0]["status"] = "plausible"
+    assert validate_report(broken)
+    broken = copy.deepcopy(report)
+    broken["schema"] = "something-else/1"
+    assert validate_report(broken)
+
+
+# ----------------------------------------------------------------------------- spot checks of the numbers
+def test_reconciliations_name_the_assumption():
+    t12 = REGISTRY["paper_table12_bytes"].fn()
+    common = t12.evidence["common_readings"]
+    natural = {(c["dtype"], tuple(v["layers"] for v in c["per_scale"].values()))
+               for c in common if c["context"] == 2048 and c["batch"] == 1}
+    assert natural == {("bfloat16", (12, 36, 36)), ("float32", (6, 18, 18))}
+    assert all(c["unit"] == "MiB" for c in common)
+    assert "rank 64" in t12.assumption and "MiB" in t12.assumption
+    g4 = REGISTRY["paper_g4_128m"].fn()
+    assert "rank 46" in g4.assumption
+    t2 = REGISTRY["paper_table2_combined"].fn()
+    assert t2.evidence["definition_confirmed_on_2p5b"] is True
+
+
+def test_symbolic_helpers_make_every_entry_a_symbol():
+    m = matrix("x", 2, 3)
+    assert len(m.free_symbols) == 6 and all(e.is_Symbol for e in m)
+    assert associativity.factored_scores is not None and mla.absorbed_scores is not None and rope.exact_contraction
