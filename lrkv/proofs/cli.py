@@ -39,7 +39,8 @@ def run_cli(args: argparse.Namespace) -> int:
     from .report import build_report, print_table, to_markdown, validate_report
 
     md_to_stdout = args.markdown == STDOUT
-    console = Console(stderr=md_to_stdout)
+    # A pipe or CI log has no width: give the table room instead of folding every cell.
+    console = Console(stderr=md_to_stdout, width=None if sys.stdout.isatty() else 160)
     patterns = [x.strip() for arg in (args.only or []) for x in arg.split(",") if x.strip()] or None
     try:
         names = select(patterns)

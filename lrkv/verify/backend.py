@@ -7,12 +7,16 @@ positions) -> (y, cache)`.
 
 Built-ins are registered by import path so that importing the registry never imports
 Triton, onnxruntime or torch-tensorrt. A user's backend is `package.module:attribute`,
-where the attribute is a backend object, a class, or a zero-argument factory.
+where the attribute is a backend object, a class, or a zero-argument factory. Like
+gunicorn and uvicorn, resolution falls back to the working directory, so
+`lrkv verify --backend examples.my_backend:backend` works from the repository root.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
@@ -45,6 +49,9 @@ class BaseBackend:
         """Whether this backend runs a case (the harness skips with the reason otherwise)."""
         return True, ""
 
+    def configure(self, case: Any) -> None:
+        """Called by the harness before each case; read hints such as `case.splits`, `case.tile`."""
+
     def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
                          scale, key_scale=None, rope=None):
         raise TypeError(f"backend {self.name!r} does not implement the kernel level")
@@ -62,6 +69,7 @@ _REGISTRY: dict[str, str | Callable[[], Any]] = {
     "materialized": "lrkv.verify.backends:MaterializedBackend",
     "eager": "lrkv.verify.backends:EagerBackend",
     "inductor": "lrkv.verify.backends:InductorBackend",
+    "tiled": "lrkv.verify.tiled:TiledBackend",
     "triton": "lrkv.kernels.backend:TritonBackend",
     "onnxruntime": "lrkv.compiled.backends:OnnxRuntimeBackend",
     "aoti": "lrkv.compiled.backends:AOTIBackend",
@@ -78,12 +86,30 @@ def backend_names() -> list[str]:
     return list(_REGISTRY)
 
 
+def add_backend_path(directory: str) -> None:
+    """Make modules under `directory` importable as backends (`--backend-path`)."""
+    directory = os.path.abspath(directory)
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+
+
+def _import(mod_name: str):
+    try:
+        return importlib.import_module(mod_name)
+    except ModuleNotFoundError as e:
+        top = mod_name.split(".")[0]
+        if e.name != top or os.getcwd() in sys.path or "" in sys.path:
+            raise
+    add_backend_path(os.getcwd())  # the console script's sys.path lacks the working directory
+    return importlib.import_module(mod_name)
+
+
 def _resolve(path: str) -> Any:
     if ":" not in path:
         raise ValueError(f"backend path must look like 'package.module:attribute', got {path!r}")
     mod_name, attr = path.split(":", 1)
     try:
-        mod = importlib.import_module(mod_name)
+        mod = _import(mod_name)
     except ImportError as e:
         raise ValueError(f"cannot import backend module {mod_name!r}: {e}") from e
     try:
