@@ -149,7 +149,7 @@ def generate(model: TinyLM, prompt: torch.Tensor, n_new: int, t_max: int | None 
     step_logits = []
     for i in range(n_new):
         tokens.append(nxt[:, None])
-        pos = torch.full((B,), T0 + i, dtype=torch.int32)
+        pos = torch.full((B,), T0 + i, dtype=torch.int32, device=prompt.device)
         lg, caches = lm_step(model, nxt, caches, pos)
         step_logits.append(lg)
         nxt = lg.argmax(-1)

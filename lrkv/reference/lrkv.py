@@ -166,6 +166,7 @@ def append(cache: FactoredCache, entries: dict[str, torch.Tensor], positions: to
     B = cache.batch
     if positions.shape != (B,):
         raise ValueError(f"positions must have shape [{B}], got {list(positions.shape)}")
+    positions = positions.to(cache.lengths.device)
     if not torch.equal(positions.to(cache.lengths.dtype), cache.lengths):
         raise ValueError(
             f"positions must equal the cache lengths (the next free slot): got {positions.tolist()}, "
@@ -213,7 +214,7 @@ def layer_forward(weights: LRKVWeights, x: torch.Tensor, lengths: torch.Tensor |
     """
     spec = weights.spec
     B, T, _ = x.shape
-    lengths = torch.full((B,), T, dtype=torch.int32) if lengths is None else lengths
+    lengths = torch.full((B,), T, dtype=torch.int32, device=x.device) if lengths is None else lengths
     _check_lengths(lengths, B, T)
     q = torch.einsum("btd,dhe->bthe", x, weights.w_q)  # [B, T, H, d_h]
     k = torch.einsum("btd,hde->bthe", x, weights.head_k())  # x (W_S + U_h B_h^T)
@@ -223,10 +224,10 @@ def layer_forward(weights: LRKVWeights, x: torch.Tensor, lengths: torch.Tensor |
         k = rms_norm(k, weights.k_gain, spec.norm_eps)
     if spec.rope != "none":
         freqs = rope_freqs(spec.head_dim, spec.rope_theta)
-        pos = torch.arange(T)[None, :, None]
+        pos = torch.arange(T, device=x.device)[None, :, None]
         q, k = apply_rope(q, pos, freqs), apply_rope(k, pos, freqs)
     logits = torch.einsum("bihe,bjhe->bhij", q, k) * spec.head_dim**-0.5
-    causal = torch.ones(T, T, dtype=torch.bool).tril()
+    causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
     visible = causal[None, None] & _valid_mask(lengths, T)[:, None, None, :]
     a, _ = _softmax_rows(logits, visible)
     v = torch.where(_valid_mask(lengths, T)[..., None, None], v, 0.0)  # 0·NaN would leak padding
@@ -239,7 +240,7 @@ def prefill(
 ) -> tuple[torch.Tensor, FactoredCache]:
     """Run the training form over a prompt and fill a factored cache with its tokens."""
     B, T, _ = x.shape
-    lengths = torch.full((B,), T, dtype=torch.int32) if lengths is None else lengths
+    lengths = torch.full((B,), T, dtype=torch.int32, device=x.device) if lengths is None else lengths
     _check_lengths(lengths, B, T)
     lengths = lengths.to(torch.int32)
     t_max = T if t_max is None else t_max

@@ -50,7 +50,8 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, freqs: torch.Tensor) ->
     """
     if x.shape[-1] == 0:
         return x
-    ang = positions.to(torch.float64)[..., None] * freqs.to(torch.float64)  # [..., P]
+    # freqs may live on the CPU (they are constants); follow x's device.
+    ang = positions.to(x.device, torch.float64)[..., None] * freqs.to(x.device, torch.float64)  # [..., P]
     cos = torch.cat((ang.cos(), ang.cos()), dim=-1).to(x.dtype)
     sin = torch.cat((ang.sin(), ang.sin()), dim=-1).to(x.dtype)
     return x * cos + rotate_half(x) * sin

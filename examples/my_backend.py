@@ -1,0 +1,84 @@
+"""A user's LRKV decode backend, verified by the lrkv harness. Run from the repository root:
+
+    lrkv verify --backend examples.my_backend:backend
+    lrkv verify --backend examples.my_backend:backend --grid quick --out reports/mine
+    lrkv gate reports/mine/report.json --baseline ci/baseline.json --subset
+
+(From another directory add `--backend-path /path/to/dir-containing-examples`.)
+
+The kernel is "flash-decoding" written in plain PyTorch: the cache is cut into a fixed
+number of splits; each split computes its own max, exp-sum and partial output (keeping the
+private value term in latent space, r wide), and the splits are merged through their
+log-sum-exp. It depends on nothing from lrkv: a backend is any object with
+
+    name: str                  levels: {"kernel"} (and/or "layer")
+    dtypes: tuple of torch dtypes it accepts
+    available() -> (bool, reason)
+    decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
+                     *, scale, key_scale=None, rope=None) -> (out [B, H, d_h], lse [B, H])
+    optionally: supports(case) -> (bool, reason), configure(case) (tile/split hints)
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+NUM_SPLITS = 4  # flash-decoding's split-K factor; need not divide T
+
+
+def _rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotate-half RoPE of x [..., T, H, d_h] by slot index (the contract's rope='exact')."""
+    d_h = x.shape[-1]
+    freqs = theta ** (-2.0 * torch.arange(d_h // 2, dtype=torch.float64) / d_h)
+    ang = positions.to(torch.float64)[:, None, None] * freqs  # [T, 1, d_h/2]
+    cos, sin = torch.cat((ang.cos(), ang.cos()), -1).to(x.dtype), torch.cat((ang.sin(), ang.sin()), -1).to(x.dtype)
+    rotated = torch.cat((-x[..., d_h // 2:], x[..., : d_h // 2]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class SplitKDecode:
+    name = "my-splitk"
+    levels = frozenset({"kernel"})
+    dtypes = (torch.float32, torch.bfloat16, torch.float16)
+
+    def available(self) -> tuple[bool, str]:
+        return True, ""
+
+    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
+                         scale, key_scale=None, rope=None):
+        B, T, d_h = shared_k.shape
+        out_dtype, f = q.dtype, torch.float32  # accumulate in float32, like a real kernel
+        q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v = (
+            t.to(f) for t in (q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v))
+        chunk = math.ceil(T / NUM_SPLITS)
+        parts = []  # per split: (lse [B, H], shared part [B, H, d_h], latent part [B, H, r])
+        for a in range(0, T, chunk):
+            b = min(a + chunk, T)
+            valid = (torch.arange(a, b)[None, :] < lengths[:, None])[:, None, :]  # [B, 1, t]
+            if rope is None:  # Eq. 6 factored: q S_K^T + (q B_h) R_h^T
+                private = torch.einsum("bhr,bthr->bht", torch.einsum("bhd,hdr->bhr", q, basis_k), latent_k[:, a:b])
+            else:  # exact RoPE: rotate the rebuilt private keys of this split
+                keys = _rotate(torch.einsum("bthr,hdr->bthd", latent_k[:, a:b], basis_k), torch.arange(a, b),
+                               rope.theta)
+                private = torch.einsum("bhd,bthd->bht", q, keys)
+            logits = torch.einsum("bhd,btd->bht", q, shared_k[:, a:b]) + private
+            if key_scale is not None:
+                logits = logits * key_scale[:, a:b].to(f).permute(0, 2, 1)
+            logits = torch.where(valid, logits * scale, float("-inf"))
+            lse = torch.logsumexp(logits, dim=-1)  # [B, H]; −inf for an empty split
+            p = torch.where(valid, torch.exp(logits - lse[..., None]), 0.0)
+            sv = torch.where(valid[:, 0, :, None], shared_v[:, a:b], 0.0)
+            lv = torch.where(valid[:, 0, :, None, None], latent_v[:, a:b], 0.0)
+            parts.append((lse, torch.einsum("bht,btd->bhd", p, sv), torch.einsum("bht,bthr->bhr", p, lv)))
+        lses = torch.stack([p[0] for p in parts])  # [S, B, H]
+        lse = torch.logsumexp(lses, dim=0)
+        w = torch.where(lses > float("-inf"), torch.exp(lses - lse), 0.0)  # split weights
+        shared = torch.einsum("sbh,sbhd->bhd", w, torch.stack([p[1] for p in parts]))
+        latent = torch.einsum("sbh,sbhr->bhr", w, torch.stack([p[2] for p in parts]))
+        out = shared + torch.einsum("bhr,hdr->bhd", latent, basis_v)  # Eq. 7, B_h^V applied once
+        return out.to(out_dtype), lse
+
+
+backend = SplitKDecode()

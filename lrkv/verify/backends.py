@@ -1,0 +1,90 @@
+"""Built-in backends (DESIGN §4): reference, materialized, eager, inductor.
+
+Each implements the kernel level (`decode_attention`, the contract of
+`lrkv.reference.contract`) and the layer level (`layer_step`). The layer level reuses the
+reference `layer_step` with the backend's decode plugged in, except inductor, which
+compiles the whole step.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..reference.contract import validate_decode_inputs
+from ..reference.lrkv import decode_attention, layer_step, materialized_decode_attention
+from .backend import BaseBackend
+from .inductor import compiled_decode, compiled_layer_step
+
+F64 = (torch.float64,)
+LOW = (torch.float32, torch.bfloat16, torch.float16)
+
+
+class ReferenceBackend(BaseBackend):
+    """float64 factored decode, paper Eqs. 6–7: the oracle itself."""
+
+    name = "reference"
+    levels = frozenset({"kernel", "layer"})
+    dtypes = F64
+    description = "float64 factored decode (Eqs. 6-7), the oracle"
+
+    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
+                         scale, key_scale=None, rope=None):
+        return decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
+                                scale=scale, key_scale=key_scale, rope=rope)
+
+    def layer_step(self, weights, x_t, cache, positions):
+        return layer_step(weights, x_t, cache, positions, decode=self.decode_attention)
+
+
+class MaterializedBackend(ReferenceBackend):
+    """float64 with K_h = S_K + R_h B_h^T and V_h rebuilt explicitly (a different operation order)."""
+
+    name = "materialized"
+    description = "float64 decode over explicit K_h, V_h"
+
+    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
+                         scale, key_scale=None, rope=None):
+        return materialized_decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v,
+                                             lengths, scale=scale, key_scale=key_scale, rope=rope)
+
+
+class EagerBackend(ReferenceBackend):
+    """The reference math run in PyTorch eager at the input dtype (no upcast)."""
+
+    name = "eager"
+    dtypes = LOW
+    description = "reference factored math in eager PyTorch at float32/bfloat16/float16"
+
+
+class InductorBackend(BaseBackend):
+    """torch.compile (inductor, CPU) of the kernel- and layer-level decode; T dynamic."""
+
+    name = "inductor"
+    levels = frozenset({"kernel", "layer"})
+    dtypes = (torch.float64, torch.float32)
+    description = "torch.compile(inductor) of the factored decode and the layer step, CPU"
+
+    def available(self) -> tuple[bool, str]:
+        try:
+            import torch._dynamo
+            from torch._inductor.cpp_builder import get_cpp_compiler
+        except Exception as e:  # noqa: BLE001 — any import failure means "not here"
+            return False, f"torch inductor is not importable: {e}"
+        if not torch._dynamo.is_dynamo_supported():
+            return False, "torch.compile is not supported on this Python/platform"
+        try:
+            get_cpp_compiler()
+        except Exception as e:  # noqa: BLE001
+            return False, f"inductor's CPU backend needs a C++ compiler: {e}"
+        return True, ""
+
+    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
+                         scale, key_scale=None, rope=None):
+        # Same contract checks as the reference, eagerly: a compiled graph must not see bad input.
+        validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
+                               scale=scale, key_scale=key_scale, rope=rope)
+        return compiled_decode(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
+                               scale=scale, key_scale=key_scale, rope=rope)
+
+    def layer_step(self, weights, x_t, cache, positions):
+        return compiled_layer_step(weights, x_t, cache, positions)

@@ -1,0 +1,333 @@
+"""Verification cases: what one check runs, and the inputs it draws (DESIGN §6, §8).
+
+A `Case` is a frozen, JSON-serialisable description (`lrkv verify --case '<json>'` replays
+one). Inputs are drawn in float64 from the case's seed, then ROUNDED to the case dtype τ;
+the float64 reference later runs on the rounded values upcast, so that every backend is
+judged on exactly the numbers it was given (FlashAttention's tests do the same).
+
+Levels:
+  kernel       the decode contract of DESIGN §4 on a cache drawn from real projections
+  layer        one `layer_step` (project, append, attend, output projection)
+  layer-model  incremental `layer_step`s from an empty cache vs the training-form
+               `layer_forward` over the whole sequence (the model). rope='latent' is the
+               paper's Sec. 3 claim and is EXPECTED to differ here (expect='differ').
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, fields, replace
+
+import torch
+
+from ..reference.cache import FactoredCache, allocate_cache
+from ..reference.lrkv import decode_rope, project_token
+from ..reference.rope import ExactRope, apply_rope, rope_freqs
+from ..reference.weights import LRKVWeights, init_lrkv_weights
+from ..spec import AttentionSpec, as_dtype, dtype_name
+
+CASE_LEVELS = ("kernel", "layer", "layer-model")
+EXPECTATIONS = ("match", "differ")
+DTYPES = ("float64", "float32", "bfloat16", "float16")
+
+FINITE_GARBAGE = 1.0e4  # scale of finite garbage (nan_garbage=False): reading it shows up as a huge error
+NEAR_CANCEL_GAIN = 30.0  # head 0's private keys are scaled up by this ...
+NEAR_CANCEL_RESIDUAL = 1.0e-3  # ... and the shared key set to −(head 0's private key)·(1 − this) + noise
+
+
+@dataclass(frozen=True)
+class Case:
+    """One check. `id` is derived from the other fields when left empty."""
+
+    level: str  # kernel | layer | layer-model
+    spec: AttentionSpec  # the LRKV layer (family 'lrkv')
+    dtype: str  # τ: dtype of every float input the backend receives
+    lengths: tuple[int, ...]  # valid cache length per sequence (after the new token); batch = len
+    t_max: int  # allocated cache slots; slots at or past lengths[b] are garbage
+    seed: int = 0  # seeds weights, activations and garbage
+    nan_garbage: bool = True  # garbage slots hold NaN (False: large finite values)
+    q_scale: float = 1.0  # queries multiplied by this (adversarial: 100)
+    near_cancel: bool = False  # head 0's shared and private keys nearly cancel
+    splits: int = 0  # split-K hint for tiled backends (0: backend's choice); need not divide T
+    tile: int = 0  # tile-size hint for tiled backends (0: backend's choice)
+    expect: str = "match"  # 'differ': known to deviate (latent RoPE vs the model); recorded, not gated
+    id: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if self.level not in CASE_LEVELS:
+            raise ValueError(f"level must be one of {CASE_LEVELS}, got {self.level!r}")
+        if not isinstance(self.spec, AttentionSpec) or self.spec.family != "lrkv":
+            raise ValueError("spec must be an lrkv AttentionSpec")
+        object.__setattr__(self, "dtype", dtype_name(self.dtype))
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        object.__setattr__(self, "lengths", tuple(int(n) for n in self.lengths))
+        if not self.lengths:
+            raise ValueError("lengths must name at least one sequence")
+        if self.t_max < 1 or any(n < 0 or n > self.t_max for n in self.lengths):
+            raise ValueError(f"lengths must lie in [0, t_max={self.t_max}], got {list(self.lengths)}")
+        if self.level != "kernel" and min(self.lengths) < 1:
+            raise ValueError(f"level {self.level!r} appends a token, so every length must be >= 1")
+        if self.level == "layer-model" and set(self.lengths) != {self.t_max}:
+            raise ValueError("layer-model cases run whole sequences: every length must equal t_max")
+        if self.level != "kernel" and (self.q_scale != 1.0 or self.near_cancel):
+            raise ValueError("q_scale and near_cancel are kernel-level adversarial inputs")
+        if self.near_cancel and self.spec.qk_norm:
+            raise ValueError("near_cancel with qk_norm would make key_scale inconsistent; use one")
+        if self.expect not in EXPECTATIONS:
+            raise ValueError(f"expect must be one of {EXPECTATIONS}, got {self.expect!r}")
+        if self.splits < 0 or self.tile < 0:
+            raise ValueError("splits and tile hints must be >= 0")
+        if not self.id:
+            object.__setattr__(self, "id", self._derive_id())
+
+    @property
+    def batch(self) -> int:
+        return len(self.lengths)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return as_dtype(self.dtype)
+
+    def _derive_id(self) -> str:
+        lens = "-".join(map(str, self.lengths))
+        if len(self.lengths) > 4:
+            lens = f"{len(self.lengths)}x" + hashlib.sha1(lens.encode()).hexdigest()[:6]
+        flags = "".join((
+            "" if self.nan_garbage else "+finitegarbage",
+            f"+q{self.q_scale:g}" if self.q_scale != 1.0 else "",
+            "+cancel" if self.near_cancel else "",
+            f"+splits{self.splits}" if self.splits else "",
+            f"+tile{self.tile}" if self.tile else "",
+        ))
+        return f"{self.level}:{self.spec.short()}:{self.dtype}:T{self.t_max}:L{lens}:s{self.seed}{flags}"
+
+    # ----------------------------------------------------------------- (de)serialisation
+    def to_dict(self) -> dict:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["spec"] = self.spec.to_dict()
+        d["lengths"] = list(self.lengths)
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Case:
+        data = dict(data)
+        spec = data.pop("spec")
+        spec = spec if isinstance(spec, AttentionSpec) else AttentionSpec.from_dict(spec)
+        known = {f.name for f in fields(cls)}
+        unknown = set(data) - known
+        if unknown:
+            raise ValueError(f"unknown Case fields: {sorted(unknown)}")
+        data["id"] = ""  # always re-derived: an edited case must not keep a stale id
+        return cls(spec=spec, **data)
+
+    @classmethod
+    def from_json(cls, text: str) -> Case:
+        return cls.from_dict(json.loads(text))
+
+    def replace(self, **changes) -> Case:
+        """A copy with fields changed; the id is re-derived unless given."""
+        changes.setdefault("id", "")
+        return replace(self, **changes)
+
+
+# ----------------------------------------------------------------------------- input bundles
+@dataclass
+class KernelInputs:
+    """The arguments of the decode contract (DESIGN §4), all float tensors at one dtype."""
+
+    q: torch.Tensor  # [B, H, d_h]
+    shared_k: torch.Tensor  # [B, T_max, d_h]
+    shared_v: torch.Tensor  # [B, T_max, d_h]
+    latent_k: torch.Tensor  # [B, T_max, H, r]
+    latent_v: torch.Tensor  # [B, T_max, H, r]
+    basis_k: torch.Tensor  # [H, d_h, r]
+    basis_v: torch.Tensor  # [H, d_h, r]
+    lengths: torch.Tensor  # [B] int32
+    scale: float  # 1/sqrt(d_h)
+    key_scale: torch.Tensor | None = None  # [B, T_max, H] (qk_norm)
+    rope: ExactRope | None = None
+
+    def args(self) -> tuple[torch.Tensor, ...]:
+        return (self.q, self.shared_k, self.shared_v, self.latent_k, self.latent_v,
+                self.basis_k, self.basis_v, self.lengths)
+
+    def kwargs(self) -> dict:
+        return {"scale": self.scale, "key_scale": self.key_scale, "rope": self.rope}
+
+    def call(self, fn, **extra):
+        """fn(*contract args, scale=..., key_scale=..., rope=..., **extra)."""
+        return fn(*self.args(), **self.kwargs(), **extra)
+
+    def map(self, f) -> KernelInputs:
+        """Apply f to every float tensor (lengths untouched)."""
+        out = {}
+        for fl in fields(self):
+            v = getattr(self, fl.name)
+            out[fl.name] = f(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+        return KernelInputs(**out)
+
+    def to(self, dtype: torch.dtype) -> KernelInputs:
+        return self.map(lambda t: t.to(dtype))
+
+    def clone(self) -> KernelInputs:
+        c = self.map(torch.clone)
+        c.lengths = self.lengths.clone()
+        return c
+
+
+@dataclass
+class LayerInputs:
+    """Arguments of one `layer_step(weights, x_t, cache, positions)`."""
+
+    weights: LRKVWeights
+    x_t: torch.Tensor  # [B, d]
+    cache: FactoredCache  # lengths = positions (the step appends at slot positions[b])
+    positions: torch.Tensor  # [B] int64
+
+    def to(self, dtype: torch.dtype) -> LayerInputs:
+        return LayerInputs(self.weights.to(dtype), self.x_t.to(dtype), cast_cache(self.cache, dtype),
+                           self.positions.clone())
+
+    def clone(self) -> LayerInputs:
+        return LayerInputs(self.weights, self.x_t.clone(), self.cache.clone(), self.positions.clone())
+
+
+@dataclass
+class ModelInputs:
+    """A whole sequence for the layer-model level: decode it step by step, compare with the model."""
+
+    weights: LRKVWeights
+    x: torch.Tensor  # [B, T, d]
+    nan_garbage: bool = True  # how the backend's empty cache is filled
+
+    def to(self, dtype: torch.dtype) -> ModelInputs:
+        return ModelInputs(self.weights.to(dtype), self.x.to(dtype), self.nan_garbage)
+
+
+def cast_cache(cache: FactoredCache, dtype: torch.dtype) -> FactoredCache:
+    c = cache.clone()
+    for name, t in c.tensors().items():
+        setattr(c, name, t.to(dtype))
+    return c
+
+
+# ----------------------------------------------------------------------------- drawing
+def _generator(case: Case, stream: int) -> torch.Generator:
+    """Independent streams per purpose, so that e.g. the garbage draw never shifts the data."""
+    return torch.Generator().manual_seed(case.seed * 1_000_003 + stream)
+
+
+def _valid(lengths: torch.Tensor, t_max: int) -> torch.Tensor:
+    return torch.arange(t_max)[None, :] < lengths[:, None]  # [B, T]
+
+
+def _fill_garbage(t: torch.Tensor, valid: torch.Tensor, case: Case, stream: int) -> torch.Tensor:
+    """Slots past lengths[b] hold NaN (or large finite noise), never data."""
+    m = valid.reshape(*valid.shape, *([1] * (t.dim() - 2)))
+    if case.nan_garbage:
+        junk = torch.full_like(t, float("nan"))
+    else:
+        junk = FINITE_GARBAGE * torch.randn(t.shape, generator=_generator(case, stream), dtype=t.dtype)
+    return torch.where(m, t, junk)
+
+
+def _projected_sequence(case: Case) -> tuple[LRKVWeights, torch.Tensor, dict[str, torch.Tensor]]:
+    """float64 weights, activations x [B, T_max, d] and every slot's cache entries."""
+    spec, B, T = case.spec, case.batch, case.t_max
+    weights = init_lrkv_weights(spec, seed=case.seed)
+    x = torch.randn(B, T, spec.d_model, generator=_generator(case, 1), dtype=torch.float64)
+    entries = project_token(weights, x, torch.arange(T)[None, :].expand(B, T))
+    return weights, x, entries
+
+
+def _near_cancel(case: Case, shared_k, latent_k, basis_k):
+    """Make head 0's full key k = s + (private) nearly vanish: large terms that cancel."""
+    latent_k = latent_k.clone()
+    latent_k[:, :, 0] *= NEAR_CANCEL_GAIN
+    priv0 = latent_k[:, :, 0] @ basis_k[0].T  # [B, T, d_h]  z_j B_0^T
+    if case.spec.rope == "exact":  # the kernel rotates the private key by slot index
+        priv0 = apply_rope(priv0, torch.arange(case.t_max)[None, :], rope_freqs(case.spec.head_dim,
+                                                                                 case.spec.rope_theta))
+    noise = torch.randn(priv0.shape, generator=_generator(case, 3), dtype=torch.float64)
+    rms = priv0.pow(2).mean(-1, keepdim=True).sqrt()
+    return -priv0 + NEAR_CANCEL_RESIDUAL * rms * noise, latent_k
+
+
+def make_kernel_inputs(case: Case) -> KernelInputs:
+    """Kernel-level inputs at the case dtype (drawn in float64 from real projections, then rounded)."""
+    if case.level != "kernel":
+        raise ValueError(f"make_kernel_inputs needs a kernel case, got level {case.level!r}")
+    weights, _, e = _projected_sequence(case)
+    B = case.batch
+    lengths = torch.tensor(case.lengths, dtype=torch.int32)
+    last = (lengths.long() - 1).clamp(min=0)  # the new token is the last valid slot
+    q = e["q"][torch.arange(B), last] * case.q_scale  # [B, H, d_h]
+    shared_k, latent_k = e["shared_k"], e["latent_k"]
+    if case.near_cancel:
+        shared_k, latent_k = _near_cancel(case, shared_k, latent_k, weights.basis_k)
+    valid = _valid(lengths, case.t_max)
+    cached = {"shared_k": shared_k, "shared_v": e["shared_v"], "latent_k": latent_k, "latent_v": e["latent_v"]}
+    if case.spec.qk_norm:
+        cached["key_scale"] = e["key_scale"]
+    cached = {name: _fill_garbage(t, valid, case, 10 + i) for i, (name, t) in enumerate(cached.items())}
+    inputs = KernelInputs(q=q, basis_k=weights.basis_k, basis_v=weights.basis_v, lengths=lengths,
+                          scale=case.spec.head_dim ** -0.5, rope=decode_rope(case.spec), **cached)
+    return inputs.to(case.torch_dtype)
+
+
+def make_layer_inputs(case: Case) -> LayerInputs:
+    """One decode step: a cache holding lengths[b] − 1 tokens, and token lengths[b] − 1 to append."""
+    if case.level != "layer":
+        raise ValueError(f"make_layer_inputs needs a layer case, got level {case.level!r}")
+    weights, x, e = _projected_sequence(case)
+    B = case.batch
+    positions = torch.tensor(case.lengths, dtype=torch.int64) - 1  # [B]
+    cache = allocate_cache(case.spec, B, case.t_max, torch.float64)
+    valid = _valid(positions, case.t_max)
+    for i, (name, t) in enumerate(cache.tensors().items()):
+        setattr(cache, name, _fill_garbage(e[name], valid, case, 20 + i))
+    cache.lengths = positions.to(torch.int32)
+    x_t = x[torch.arange(B), positions]  # [B, d]
+    return LayerInputs(weights, x_t, cache, positions).to(case.torch_dtype)
+
+
+def make_model_inputs(case: Case) -> ModelInputs:
+    """A whole sequence x [B, T, d] for the layer-model level."""
+    if case.level != "layer-model":
+        raise ValueError(f"make_model_inputs needs a layer-model case, got level {case.level!r}")
+    weights = init_lrkv_weights(case.spec, seed=case.seed)
+    x = torch.randn(case.batch, case.t_max, case.spec.d_model, generator=_generator(case, 1), dtype=torch.float64)
+    return ModelInputs(weights, x, case.nan_garbage).to(case.torch_dtype)
+
+
+def empty_cache(case: Case, dtype: torch.dtype) -> FactoredCache:
+    """The cache a layer-model run starts from (garbage everywhere, lengths 0)."""
+    cache = allocate_cache(case.spec, case.batch, case.t_max, torch.float64)
+    valid = torch.zeros(case.batch, case.t_max, dtype=torch.bool)
+    for i, (name, t) in enumerate(cache.tensors().items()):
+        setattr(cache, name, _fill_garbage(t, valid, case, 30 + i))
+    return cast_cache(cache, dtype)
+
+
+def make_inputs(case: Case):
+    """The input bundle of any level."""
+    return {"kernel": make_kernel_inputs, "layer": make_layer_inputs,
+            "layer-model": make_model_inputs}[case.level](case)
+
+
+def case_shapes(case: Case) -> dict:
+    s = case.spec
+    return {"batch": case.batch, "t_max": case.t_max, "lengths": list(case.lengths), "n_heads": s.n_heads,
+            "head_dim": s.head_dim, "rank": s.rank, "d_model": s.d_model}
+
+
+from .grid import default_grid, mutant_grid, quick_grid  # noqa: E402  (grid builds on Case)
+
+__all__ = ["Case", "KernelInputs", "LayerInputs", "ModelInputs", "make_kernel_inputs", "make_layer_inputs",
+           "make_model_inputs", "make_inputs", "empty_cache", "default_grid", "quick_grid", "mutant_grid",
+           "case_shapes", "CASE_LEVELS", "DTYPES"]

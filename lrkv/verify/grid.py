@@ -1,0 +1,126 @@
+"""Case grids for `lrkv verify` (DESIGN §8).
+
+The default grid covers: ranks 0, 1, odd, the paper's 46/51/55/54 (Table 7) and r = d_h;
+head counts 1, 2, 4, 5, 6, 12, 18, 32; lengths 0, 1, odd and > 4096; varlen batches;
+RoPE none / exact / aligned / latent; QK-RMSNorm; float64 / float32 / bfloat16 / float16;
+and the adversarial inputs (NaN or finite garbage past lengths, queries ×100, keys that
+nearly cancel, split counts that don't divide T).
+
+Budget: the grid must run in under 3 minutes on 2 CPU cores for the default backends. The
+costly part is inductor (float64/float32 only), which compiles once per (graph, dtype,
+static shape) — T is dynamic. So the float32/float64 cases share nine kernel families (most
+use BASE with B = 3), the layer levels reuse those decode graphs (H = 4, d_h = 32, r = 6,
+B = 3) and add four projection graphs; the other shapes run at bfloat16/float16, where
+`eager` (and any user backend) checks them without a compile.
+"""
+
+from __future__ import annotations
+
+from ..spec import PAPER_SCALES, AttentionSpec
+from .cases import Case
+
+ALL = ("float64", "float32", "bfloat16", "float16")
+PAPER_KERNEL_D_MODEL = 256  # kernel cases only need the cache entries; d only changes how they are drawn
+
+BASE = AttentionSpec.lrkv(4, 32, 6)
+EXACT = AttentionSpec.lrkv(4, 32, 6, rope="exact")
+ALIGNED = AttentionSpec.lrkv(4, 32, 6, rope="aligned")
+LATENT = AttentionSpec.lrkv(4, 32, 6, rope="latent")
+QKN = AttentionSpec.lrkv(4, 32, 6, qk_norm=True)
+QKN_EXACT = AttentionSpec.lrkv(4, 32, 6, rope="exact", qk_norm=True)
+ALIGNED_QKN = AttentionSpec.lrkv(4, 32, 6, rope="aligned", qk_norm=True)
+
+
+def _paper_kernel_spec(label: str) -> AttentionSpec:
+    s = PAPER_SCALES[label]
+    return AttentionSpec.lrkv(s.n_heads, s.head_dim, s.rank, d_model=PAPER_KERNEL_D_MODEL)
+
+
+def _cases(level: str, spec: AttentionSpec, dtypes, lengths, t_max: int, **kw) -> list[Case]:
+    return [Case(level, spec, dt, tuple(lengths), t_max, **kw) for dt in dtypes]
+
+
+def _kernel_cases() -> list[Case]:
+    k = lambda *a, **kw: _cases("kernel", *a, **kw)  # noqa: E731
+    half = ("bfloat16", "float16")
+    return [
+        # ranks: 0 (pure shared), 1, odd with odd heads, r = d_h; H = 1 with T_max = 1
+        *k(AttentionSpec.lrkv(4, 32, 0), ("float64", *half), (5, 17, 1), 24),
+        *k(AttentionSpec.lrkv(4, 32, 1), half, (0, 9, 24), 24),  # an empty sequence: out 0, lse −inf
+        *k(AttentionSpec.lrkv(5, 32, 7), ("float32", *half), (13, 1, 31), 33),
+        *k(AttentionSpec.lrkv(2, 16, 16), half, (16, 3), 16),
+        *k(AttentionSpec.lrkv(1, 64, 8), half, (1,), 1),
+        # the paper's ranks (Table 7): 128M r=46, 1.2B r=51, 2.5B r=55, 6.3B r=54, d_h = 128
+        *k(_paper_kernel_spec("128M"), half, (37, 100), 128),
+        *k(_paper_kernel_spec("1.2B"), ("bfloat16",), (65, 7, 128), 128),
+        *k(_paper_kernel_spec("2.5B"), ("float64",), (33, 64), 64),
+        *k(_paper_kernel_spec("6.3B"), ("float16",), (17, 40), 48),
+        # BASE family: varlen, long T, adversarial inputs
+        *k(BASE, ALL, (10, 33, 2), 40),
+        *k(BASE, ("float32", *half), (4099, 2048, 4097), 4099),  # T > 4096
+        *k(BASE, half, (0, 1, 2, 3, 17, 31, 64, 63), 64, seed=1),  # B = 8, lengths 0..3
+        *k(BASE, ALL, (7, 40, 19), 40, q_scale=100.0),
+        *k(BASE, ("float64", "float32", "bfloat16"), (25, 40, 3), 40, near_cancel=True),
+        *k(BASE, ("float32", "bfloat16"), (11, 4, 39), 40, nan_garbage=False),
+        *k(BASE, ("float64", "float32"), (40, 29, 13), 41, splits=3, tile=7),
+        *k(BASE, ("float64",), (4, 1, 3), 4),  # tiny: float64 backends also meet the mpmath oracle
+        # positions and normalisation (the kernel sees rope only in 'exact' mode)
+        *k(EXACT, ("float32", "bfloat16"), (10, 33, 2), 40),
+        *k(ALIGNED, ("float32", "bfloat16"), (10, 33, 2), 40),
+        *k(LATENT, ("float64", "float16"), (10, 33, 2), 40),
+        *k(QKN, ("float32", "bfloat16"), (10, 33, 2), 40),
+        *k(QKN_EXACT, ("float64", "float16"), (10, 33, 2), 40),
+        *k(QKN_EXACT, ("float64",), (4, 1, 3), 4),
+    ]
+
+
+def _layer_cases() -> list[Case]:
+    paper = PAPER_SCALES["128M"]
+    paper_exact = AttentionSpec.lrkv(paper.n_heads, paper.head_dim, paper.rank, d_model=paper.d_model, rope="exact")
+    return [
+        *_cases("layer", BASE, ("float32", "bfloat16", "float16"), (1, 6, 11), 12),
+        *_cases("layer", QKN_EXACT, ("float64", "bfloat16"), (3, 8, 5), 10),
+        *_cases("layer", LATENT, ("float64",), (2, 9, 4), 12),
+        *_cases("layer", ALIGNED_QKN, ("float32",), (5, 12, 1), 12),
+        *_cases("layer", paper_exact, ("bfloat16",), (9, 20), 24),  # the 128M layer, d = 768
+    ]
+
+
+def _model_cases() -> list[Case]:
+    m = lambda spec, dtypes, **kw: _cases("layer-model", spec, dtypes, (8, 8, 8), 8, **kw)  # noqa: E731
+    return [
+        *m(BASE, ("float32", "bfloat16")),
+        *m(QKN_EXACT, ("float64", "bfloat16")),
+        *m(ALIGNED_QKN, ("float32",)),
+        # the paper's latent RoPE (Sec. 3) is not the model: recorded as an expected difference
+        *m(LATENT, ("float64",), expect="differ"),
+    ]
+
+
+def default_grid() -> list[Case]:
+    """Every case `lrkv verify` runs by default."""
+    return _kernel_cases() + _layer_cases() + _model_cases()
+
+
+def quick_grid() -> list[Case]:
+    """A smoke subset: a few cases per level and dtype (seconds, plus inductor compiles)."""
+    return [
+        Case("kernel", BASE, "float64", (10, 33, 2), 40),
+        Case("kernel", BASE, "float32", (7, 40, 19), 40, q_scale=100.0),
+        Case("kernel", BASE, "bfloat16", (0, 1, 2, 3, 17, 31, 64, 63), 64, seed=1),
+        Case("kernel", EXACT, "float16", (10, 33, 2), 40),
+        Case("layer", BASE, "float32", (1, 6, 11), 12),
+        Case("layer-model", LATENT, "float64", (8, 8, 8), 8, expect="differ"),
+    ]
+
+
+def mutant_grid() -> list[Case]:
+    """Small cases that every deliberately broken backend must fail on at least one of
+    (tiles smaller than T, NaN garbage, distinct heads, r < d_h, and one long float16 case)."""
+    s = AttentionSpec.lrkv(3, 16, 5)
+    return [
+        Case("kernel", s, "float64", (9, 40, 23), 48, tile=8, splits=2),
+        Case("kernel", s, "float32", (9, 40, 23), 48, tile=8, splits=2, seed=1),
+        Case("kernel", AttentionSpec.lrkv(3, 16, 5, rope="exact"), "float64", (5, 1, 8), 10, tile=4),
+        Case("kernel", AttentionSpec.lrkv(2, 16, 4), "float16", (4099, 3001), 4099),
+    ]

@@ -1,0 +1,142 @@
+"""Deliberately broken backends: the gate must be able to say no.
+
+Each mutant carries exactly one bug that a real LRKV decode kernel could have. Run any of
+them with `lrkv verify --backend lrkv.verify.mutants:<Class> --grid mutants`; tests run
+them all through the harness and the gate and require every one to be rejected while the
+correct backends pass (tests/test_mutants.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..reference.contract import validate_decode_inputs
+from ..reference.lrkv import decode_attention
+from .backend import BaseBackend
+from .tiled import SplitState, TiledBackend, TiledDecoder
+
+MUTANT_TILE = 8  # tiles smaller than T, so that the running max changes between tiles
+
+
+class Mutant(BaseBackend):
+    """A kernel-level backend whose `bug` says what is wrong with it."""
+
+    levels = frozenset({"kernel"})
+    dtypes = (torch.float64, torch.float32)
+    bug = ""
+
+    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
+                         scale, key_scale=None, rope=None):
+        # Unchecked reference math on (possibly altered) arguments, as a kernel would run it.
+        return decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
+                                scale=scale, key_scale=key_scale, rope=rope, check=False)
+
+
+class SeparateSoftmax(Mutant):
+    name = "mutant-separate-softmax"
+    bug = "shared and private logits get a softmax each (MLRA-style branches) instead of one over their sum"
+
+    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
+                         scale, key_scale=None, rope=None):
+        zeros_lat = torch.zeros_like(latent_k)
+        shared_out, lse = super().decode_attention(q, shared_k, shared_v, zeros_lat, torch.zeros_like(latent_v),
+                                                   basis_k, basis_v, lengths, scale=scale, key_scale=key_scale,
+                                                   rope=rope)
+        private_out, _ = super().decode_attention(q, torch.zeros_like(shared_k), torch.zeros_like(shared_v),
+                                                  latent_k, latent_v, basis_k, basis_v, lengths, scale=scale,
+                                                  key_scale=key_scale, rope=rope)
+        return shared_out + private_out, lse
+
+
+class SqrtRankScale(Mutant):
+    name = "mutant-scale-sqrt-r"
+    bug = "softmax scale 1/sqrt(r) instead of 1/sqrt(d_h)"
+
+    def decode_attention(self, *args, scale, **kw):
+        r = args[3].shape[-1]
+        return super().decode_attention(*args, scale=max(r, 1) ** -0.5, **kw)
+
+
+class _NoPrivateRescaleDecoder(TiledDecoder):
+    def rescale(self, st: SplitState, alpha: torch.Tensor) -> None:
+        st.l = st.l * alpha
+        st.acc_shared = st.acc_shared * alpha[..., None]  # acc_private is left stale: the bug
+
+
+class NoPrivateRescale(TiledBackend):
+    name = "mutant-no-private-rescale"
+    levels = frozenset({"kernel"})
+    dtypes = (torch.float64, torch.float32)
+    bug = "online softmax forgets to rescale the private (latent) accumulator when the running max grows"
+    decoder_class = _NoPrivateRescaleDecoder
+
+    def __init__(self):
+        super().__init__(tile=MUTANT_TILE, splits=1)
+
+
+class OffByOneMask(Mutant):
+    name = "mutant-off-by-one-mask"
+    bug = "length mask j < lengths − 1: the newest token is never attended"
+
+    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, **kw):
+        return super().decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v,
+                                        (lengths - 1).clamp(min=0), **kw)
+
+
+class ReadsPastLength(Mutant):
+    name = "mutant-reads-past-length"
+    bug = "mask j <= lengths: reads one garbage slot past the end (NaN in tests)"
+
+    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, **kw):
+        return super().decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v,
+                                        (lengths + 1).clamp(max=shared_k.shape[1]), **kw)
+
+
+class WrongHeadBasis(Mutant):
+    name = "mutant-wrong-head-basis"
+    bug = "head h uses B_{h+1}: an off-by-one head index into basis_k / basis_v"
+
+    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, **kw):
+        return super().decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k.roll(1, 0),
+                                        basis_v.roll(1, 0), lengths, **kw)
+
+
+class DroppedPrivateValue(Mutant):
+    name = "mutant-dropped-private-value"
+    bug = "Eq. 7 without (a R_V) B_V^T: only the shared value term"
+
+    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, **kw):
+        return super().decode_attention(q, shared_k, shared_v, latent_k, torch.zeros_like(latent_v), basis_k,
+                                        basis_v, lengths, **kw)
+
+
+class Float16Accumulation(Mutant):
+    name = "mutant-fp16-accumulation"
+    dtypes = (torch.float16,)
+    bug = "softmax sum and value accumulator kept in float16, token by token, over long T"
+
+    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
+                         scale, key_scale=None, rope=None):
+        B, T, H, d_h, r = validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v,
+                                                 lengths, scale=scale, key_scale=key_scale, rope=rope)
+        f = torch.float32  # logits and values formed in float32 — only the accumulation is narrow
+        valid = torch.arange(T)[None, :] < lengths[:, None]  # [B, T]
+        k = shared_k.to(f)[:, :, None] + torch.einsum("bthr,hdr->bthd", latent_k.to(f), basis_k.to(f))
+        v = shared_v.to(f)[:, :, None] + torch.einsum("bthr,hdr->bthd", latent_v.to(f), basis_v.to(f))
+        logits = torch.where(valid[:, None], torch.einsum("bhd,bthd->bht", q.to(f), k) * scale, float("-inf"))
+        m = logits.amax(-1)  # [B, H]
+        p = torch.where(valid[:, None], torch.exp(logits - m[..., None]), 0.0).half()  # [B, H, T]
+        v = torch.where(valid[..., None, None], v, 0.0).half()  # [B, T, H, d_h]
+        l = torch.zeros(B, H, dtype=torch.float16)
+        acc = torch.zeros(B, H, d_h, dtype=torch.float16)
+        for t in range(T):  # the bug: a float16 running sum
+            l = l + p[..., t]
+            acc = acc + p[..., t, None] * v[:, t]
+        lf = l.float()
+        out = torch.where(lf[..., None] > 0, acc.float() / lf[..., None], 0.0)
+        lse = torch.where(lf > 0, m + torch.log(lf), float("-inf"))
+        return out.half(), lse
+
+
+ALL_MUTANTS = (SeparateSoftmax, SqrtRankScale, NoPrivateRescale, OffByOneMask, ReadsPastLength, WrongHeadBasis,
+               DroppedPrivateValue, Float16Accumulation)

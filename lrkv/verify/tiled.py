@@ -1,0 +1,144 @@
+"""A tiled, split-K online-softmax factored decode in plain PyTorch.
+
+What a fused kernel does, written so the suite can test its invariants (split count and
+tile size must not change the answer) and break it on purpose (`mutants.py`):
+
+  the cache range is cut into `splits` chunks (split-K; counts need not divide T); each
+  chunk is swept tile by tile with a running max m, running sum l and two accumulators —
+  acc_shared [d_h] for a·S_V and acc_private [r] for a·R_V (Eq. 7 keeps the private value
+  term in latent space; B_h^V is applied once at the end). When m grows, l AND both
+  accumulators must be rescaled by exp(m_old − m_new). Chunks merge through their
+  log-sum-exp.
+
+Half-precision inputs are computed in float32 (as real kernels accumulate), float64 in float64.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ..reference.contract import validate_decode_inputs
+from ..reference.lrkv import layer_step
+from ..reference.rope import apply_rope, rope_freqs
+from .backend import BaseBackend
+
+DEFAULT_TILE = 16
+DEFAULT_SPLITS = 1
+NEG_INF = float("-inf")
+
+
+@dataclass
+class SplitState:
+    """Online-softmax state of one split, per (batch, head)."""
+
+    m: torch.Tensor  # [B, H]       running max of the scaled logits
+    l: torch.Tensor  # [B, H]       running Σ exp(logit − m)
+    acc_shared: torch.Tensor  # [B, H, d_h]  Σ p·S_V
+    acc_private: torch.Tensor  # [B, H, r]    Σ p·R_V  (latent space)
+
+
+class TiledDecoder:
+    """Callable with the decode contract; `tile` and `splits` choose the schedule."""
+
+    def __init__(self, tile: int = DEFAULT_TILE, splits: int = DEFAULT_SPLITS):
+        if tile < 1 or splits < 1:
+            raise ValueError(f"tile and splits must be >= 1, got tile={tile}, splits={splits}")
+        self.tile, self.splits = tile, splits
+
+    def rescale(self, st: SplitState, alpha: torch.Tensor) -> None:
+        """The running max moved: rescale the sum and BOTH accumulators by alpha [B, H]."""
+        st.l = st.l * alpha
+        st.acc_shared = st.acc_shared * alpha[..., None]
+        st.acc_private = st.acc_private * alpha[..., None]
+
+    def __call__(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
+                 scale, key_scale=None, rope=None):
+        B, T, H, d_h, r = validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k,
+                                                 basis_v, lengths, scale=scale, key_scale=key_scale, rope=rope)
+        out_dtype = q.dtype
+        cd = torch.float64 if q.dtype == torch.float64 else torch.float32  # accumulate wide
+        q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v = (
+            t.to(cd) for t in (q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v))
+        key_scale = None if key_scale is None else key_scale.to(cd)
+        valid = torch.arange(T, device=q.device)[None, :] < lengths[:, None]  # [B, T]
+        q_lat = torch.einsum("bhd,hdr->bhr", q, basis_k)  # [B, H, r]  q_h B_h^K, once
+        freqs = None if rope is None else rope_freqs(d_h, rope.theta)
+        chunk = max(1, math.ceil(T / self.splits))
+        states = []
+        for a in range(0, T, chunk):
+            st = SplitState(torch.full((B, H), NEG_INF, dtype=cd), torch.zeros(B, H, dtype=cd),
+                            torch.zeros(B, H, d_h, dtype=cd), torch.zeros(B, H, r, dtype=cd))
+            for j0 in range(a, min(a + chunk, T), self.tile):
+                j1 = min(j0 + self.tile, a + chunk, T)
+                self._tile(st, j0, j1, q, q_lat, shared_k, shared_v, latent_k, latent_v, basis_k,
+                           key_scale, freqs, valid, scale)
+            states.append(st)
+        out, lse = self._merge(states, basis_v, B, H, d_h, cd)
+        return out.to(out_dtype), lse
+
+    def _tile(self, st, j0, j1, q, q_lat, shared_k, shared_v, latent_k, latent_v, basis_k, key_scale,
+              freqs, valid, scale) -> None:
+        v = valid[:, None, j0:j1]  # [B, 1, t]
+        logits = torch.einsum("bhd,btd->bht", q, shared_k[:, j0:j1])
+        if freqs is None:
+            logits = logits + torch.einsum("bhr,bthr->bht", q_lat, latent_k[:, j0:j1])
+        else:  # exact RoPE: rebuild rope(z_j B_h^T, j) for this tile only
+            keys = torch.einsum("bthr,hdr->bthd", latent_k[:, j0:j1], basis_k)
+            keys = apply_rope(keys, torch.arange(j0, j1)[None, :, None], freqs)
+            logits = logits + torch.einsum("bhd,bthd->bht", q, keys)
+        if key_scale is not None:
+            logits = logits * key_scale[:, j0:j1].permute(0, 2, 1)
+        logits = torch.where(v, logits * scale, NEG_INF)  # [B, H, t]; where, so NaN garbage cannot leak
+        m_new = torch.maximum(st.m, logits.amax(-1))
+        alpha = torch.where(m_new == NEG_INF, 0.0, torch.exp(st.m - m_new))
+        p = torch.where(v, torch.exp(logits - m_new[..., None]), 0.0)
+        self.rescale(st, alpha)
+        st.m = m_new
+        st.l = st.l + p.sum(-1)
+        sv = torch.where(valid[:, j0:j1, None], shared_v[:, j0:j1], 0.0)
+        lv = torch.where(valid[:, j0:j1, None, None], latent_v[:, j0:j1], 0.0)
+        st.acc_shared = st.acc_shared + torch.einsum("bht,btd->bhd", p, sv)
+        st.acc_private = st.acc_private + torch.einsum("bht,bthr->bhr", p, lv)
+
+    @staticmethod
+    def _merge(states, basis_v, B, H, d_h, cd):
+        """Combine splits by their log-sum-exp; empty everywhere → out 0, lse −inf."""
+        if not states:  # T_max == 0 cannot happen (validated), kept for clarity
+            return torch.zeros(B, H, d_h, dtype=cd), torch.full((B, H), NEG_INF, dtype=cd)
+        m = torch.stack([s.m for s in states])  # [S, B, H]
+        l = torch.stack([s.l for s in states])
+        split_lse = torch.where(l > 0, m + torch.log(l), NEG_INF)
+        lse = torch.logsumexp(split_lse, dim=0)  # [B, H]
+        w = torch.where(split_lse > NEG_INF, torch.exp(split_lse - lse), 0.0) / torch.where(l > 0, l, 1.0)
+        acc_s = torch.einsum("sbh,sbhd->bhd", w, torch.stack([s.acc_shared for s in states]))
+        acc_r = torch.einsum("sbh,sbhr->bhr", w, torch.stack([s.acc_private for s in states]))
+        out = acc_s + torch.einsum("bhr,hdr->bhd", acc_r, basis_v)  # Eq. 7: (a R_V) B_V^T
+        return out, lse
+
+
+class TiledBackend(BaseBackend):
+    """The tiled decoder as a backend; `configure(case)` takes the case's tile/split hints."""
+
+    name = "tiled"
+    levels = frozenset({"kernel", "layer"})
+    dtypes = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
+    description = "tiled split-K online-softmax factored decode in plain PyTorch"
+    decoder_class = TiledDecoder
+
+    def __init__(self, tile: int = DEFAULT_TILE, splits: int = DEFAULT_SPLITS):
+        self.default = (tile, splits)
+        self.decoder = self.decoder_class(tile, splits)
+
+    def configure(self, case) -> None:
+        tile = getattr(case, "tile", 0) or self.default[0]
+        splits = getattr(case, "splits", 0) or self.default[1]
+        self.decoder = self.decoder_class(tile, splits)
+
+    def decode_attention(self, *args, **kwargs):
+        return self.decoder(*args, **kwargs)
+
+    def layer_step(self, weights, x_t, cache, positions):
+        return layer_step(weights, x_t, cache, positions, decode=self.decode_attention)
