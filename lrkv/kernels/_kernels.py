@@ -1,0 +1,448 @@
+"""Triton kernels for factored LRKV decode (paper Eqs. 6–7) and cache append.
+
+Never import this module directly: `lrkv.kernels.runtime.kernels()` loads it once per
+mode, because Triton decides at *decoration* time whether `@triton.jit` compiles for the
+GPU or builds an interpreter function (TRITON_INTERPRET=1). Loading the same file under
+two module names gives the two variants without touching the process environment for
+longer than the import.
+
+Three kernels:
+
+* `decode_split_kernel` — stage 1 of split-K decode. One program per
+  (batch row b, group of heads g, KV split s). For every tile of BLOCK_T slots it loads the
+  shared K/V tile ONCE and reuses it for all heads of the group (the bandwidth saving of
+  LRKV: the shared stream is read once per group instead of once per head), then per head
+
+      logits_h = scale · key_scale_h ⊙ ( q_h S_K^T + (q_h B_h^K) R_h^{K T} )      (Eq. 6)
+
+  keeps one online softmax over the SUMMED logits, a d_h-wide shared accumulator a_h S_V
+  and an r-wide private accumulator a_h R_h^V, both rescaled when the running max grows.
+  It writes the split's running max m, normaliser l and the two unnormalised accumulators.
+
+* `decode_combine_kernel` — stage 2, one program per (b, h): merges the splits by
+  log-sum-exp and applies B_h^V once per head to the merged private accumulator:
+
+      out_h = (Σ_s w_s acc_s) / L + ((Σ_s w_s acc_p) / L) (B_h^V)^T              (Eq. 7)
+
+* `append_kernel` — writes one token's cache entries at slot lengths[b] (contiguous or
+  paged) as raw bits, so the copy is bit-exact whatever the float dtype.
+
+Conventions used by every kernel (DESIGN §8):
+  - EVERY load is masked (the interpreter turns an out-of-bounds load into a crash, and on
+    the GPU it is silent corruption); masks also re-check page-table entries so that even a
+    mutant that reads past a length cannot leave the allocation;
+  - loads are cast to the accumulation dtype right away (float32, or float64 for float64
+    inputs), which also keeps bfloat16 out of the interpreter's numpy arithmetic; the one
+    exception is a 16-bit tile feeding a tensor-core tl.dot on the GPU (DOT_LP), which is
+    consumed as loaded;
+  - row offsets are int64: b · stride_b overflows int32 at realistic cache sizes
+    (16 × 128K × 32 × 54 elements of latents is 3.6e9).
+
+Mutation switches (`MUTANT`, a constexpr, 0 = correct kernel) reproduce the bugs the
+harness's mutation tests look for; see `lrkv.kernels.mutants` for the codes.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+# Mutant codes (mirrored by lrkv.kernels.mutants.KERNEL_MUTANTS; a test keeps the two in
+# step). tl.constexpr because compiled Triton reads no other kind of global.
+M_NO_PRIVATE_RESCALE = tl.constexpr(1)  # private accumulator not rescaled when the running max grows
+M_LENGTH_OFF_BY_ONE = tl.constexpr(2)  # length mask drops the last valid slot (t < len − 1)
+M_WRONG_HEAD_BASIS = tl.constexpr(3)  # head h uses B_{(h+1) mod H}^K
+M_DROP_PRIVATE_VALUE = tl.constexpr(4)  # out_h = a_h S_V only: the (a_h R_h^V) B_h^{V T} term is lost
+M_SCALE_RANK = tl.constexpr(5)  # softmax scale 1/sqrt(r) instead of 1/sqrt(d_h)
+M_READ_PAST_LENGTH = tl.constexpr(6)  # mask t <= len: reads one garbage slot past the length
+M_SEPARATE_SOFTMAX = tl.constexpr(7)  # one softmax for the shared logits, another for the private
+M_FP16_ACCUMULATION = tl.constexpr(8)  # l and both accumulators rounded to float16 after every tile
+
+
+@triton.jit
+def _to_acc(x, ACC_FP64: tl.constexpr):
+    # Loads are cast here, right after tl.load: float64 inputs stay float64 (the
+    # interpreter's tight check), everything else accumulates in float32.
+    if ACC_FP64:
+        return x.to(tl.float64)
+    else:
+        return x.to(tl.float32)
+
+
+# Reductions go through tl.reduce with Triton's own combine functions instead of tl.sum /
+# tl.max: those are @jit functions of triton.language, compiled-mode objects whenever
+# triton was imported before TRITON_INTERPRET was set, and the interpreter cannot call
+# them. tl.reduce is patched by the interpreter and recognises these combine functions.
+@triton.jit
+def _rsum(x, AXIS: tl.constexpr):
+    return tl.reduce(x, AXIS, tl.standard._sum_combine)
+
+
+@triton.jit
+def _rmax(x, AXIS: tl.constexpr):
+    return tl.reduce(x, AXIS, tl.standard._elementwise_max)
+
+
+# How a tile product [M, K] @ [K, N] is computed (the DOT constexpr). `a` is always in the
+# accumulation dtype; `b` is the tile as loaded (`_ld` keeps 16-bit tiles raw for DOT_LP).
+DOT_IEEE = tl.constexpr(0)  # fp32/fp64 tl.dot, no TF32: the interpreter, and float32 everywhere
+DOT_LP = tl.constexpr(1)  # 16-bit tensor cores; a split into hi + lo halves of b's dtype
+DOT_FMA = tl.constexpr(2)  # broadcast-and-sum: float64 on a GPU (no fp64 tl.dot relied on)
+DOT_TF32X3 = tl.constexpr(3)  # float32 on request: three TF32 tensor-core products
+
+
+@triton.jit
+def _ld(x, DOT: tl.constexpr, ACC_FP64: tl.constexpr):
+    # A tile that feeds a tl.dot as its `b` operand: raw 16-bit for DOT_LP, else cast right
+    # after the load (the interpreter has no bfloat16 arithmetic).
+    if DOT == DOT_LP:
+        return x
+    else:
+        return _to_acc(x, ACC_FP64)
+
+
+@triton.jit
+def _mm(a, b, DOT: tl.constexpr, A_EXACT: tl.constexpr):
+    # a [M, K] (accumulation dtype) @ b [K, N] -> [M, N] in the accumulation dtype.
+    # DOT_LP: a = hi + lo with hi = a rounded to b's dtype; two 16-bit products with fp32
+    # accumulation keep ~16 mantissa bits of a (FlashAttention rounds P to 8). A_EXACT says
+    # a already holds values of b's dtype (q, loaded as such), so lo = 0 is skipped.
+    if DOT == DOT_LP:
+        a_hi = a.to(b.dtype)
+        out = tl.dot(a_hi, b, out_dtype=tl.float32)
+        if not A_EXACT:
+            a_lo = (a - a_hi.to(a.dtype)).to(b.dtype)
+            out += tl.dot(a_lo, b, out_dtype=tl.float32)
+        return out
+    elif DOT == DOT_FMA:
+        return _rsum(a[:, :, None] * b[None, :, :], 1)
+    elif DOT == DOT_TF32X3:
+        return tl.dot(a, b, input_precision="tf32x3")
+    else:
+        return tl.dot(a, b, input_precision="ieee")
+
+
+# Sizes and counts are not specialised on (== 1, % 16): that would only multiply compiles
+# (each test's split size would be a new kernel); strides keep Triton's specialisation,
+# which is what makes unit-stride loads vectorise.
+@triton.jit(do_not_specialize=["H", "D", "R", "SPLIT_SIZE", "PAGE_SIZE", "NUM_PAGES", "MAX_PAGES", "NUM_SPLITS",
+                               "SLOT_LIMIT"])
+def decode_split_kernel(
+    Q, SK, SV, LK, LV, BK, KS, COS, SIN, LENGTHS, PT, SCALE,
+    M_OUT, L_OUT, ACC_S, ACC_P, M2_OUT, L2_OUT,
+    H, D, R, SPLIT_SIZE, PAGE_SIZE, NUM_PAGES, MAX_PAGES, NUM_SPLITS, SLOT_LIMIT,
+    s_qb, s_qh, s_qd,  # q            [B, H, d_h]
+    s_skb, s_skt, s_skd,  # shared_k     [B, T, d_h]  (paged: [P, page, d_h])
+    s_svb, s_svt, s_svd,  # shared_v
+    s_lkb, s_lkt, s_lkh, s_lkr,  # latent_k     [B, T, H, r]
+    s_lvb, s_lvt, s_lvh, s_lvr,  # latent_v
+    s_bkh, s_bkd, s_bkr,  # basis_k      [H, d_h, r]
+    s_ksb, s_kst, s_ksh,  # key_scale    [B, T, H]
+    s_cst, s_csd,  # cos/sin      [T, d_h]  (exact RoPE tables, indexed by logical slot)
+    s_ptb, s_ptp,  # page_table   [B, max_pages]
+    GROUP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
+    HAS_KS: tl.constexpr, ROPE_EXACT: tl.constexpr, PAGED: tl.constexpr,
+    DOT: tl.constexpr, ACC_FP64: tl.constexpr, MUTANT: tl.constexpr,
+):
+    """Stage 1: one (b, head group, split) program; online softmax of Eq. 6 over the split."""
+    pid_b = tl.program_id(0)
+    pid_g = tl.program_id(1)
+    pid_s = tl.program_id(2)
+    b64 = pid_b.to(tl.int64)
+
+    rows = tl.arange(0, BLOCK_H)  # head slot within the group
+    heads = pid_g * GROUP + rows  # [BLOCK_H] global head index
+    hmask = (rows < GROUP) & (heads < H)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_r = tl.arange(0, BLOCK_R)
+    dmask = offs_d < D
+    rmask = offs_r < R
+
+    length = tl.load(LENGTHS + pid_b, mask=pid_b >= 0, other=0).to(tl.int32)
+    if MUTANT == M_LENGTH_OFF_BY_ONE:
+        length = length - 1
+    if MUTANT == M_READ_PAST_LENGTH:
+        # still clamped to the allocation: the mutant reads garbage, never out of bounds
+        length = tl.minimum(length + 1, SLOT_LIMIT)
+    split_lo = pid_s * SPLIT_SIZE
+    split_hi = tl.minimum(split_lo + SPLIT_SIZE, length)
+
+    # The scale arrives as a 1-element tensor in the accumulation dtype: a Python float
+    # argument would be passed as float32 and cost the float64 path 8 digits.
+    sm_scale = _to_acc(tl.load(SCALE, mask=pid_b >= 0, other=1.0), ACC_FP64)
+    if MUTANT == M_SCALE_RANK:
+        sm_scale = 1.0 / tl.sqrt(R * 1.0)
+
+    # q for the group: [BLOCK_H, BLOCK_D]
+    q = tl.load(Q + b64 * s_qb + heads[:, None] * s_qh + offs_d[None, :] * s_qd,
+                mask=hmask[:, None] & dmask[None, :], other=0.0)
+    q = _to_acc(q, ACC_FP64)
+
+    # q_h B_h^K for every head of the group: [BLOCK_H, BLOCK_R]. One head at a time, because
+    # a [BLOCK_H, BLOCK_D, BLOCK_R] product does not fit in registers at d_h = 128.
+    q_lat = tl.full([BLOCK_H, BLOCK_R], 0.0, dtype=q.dtype)
+    if not ROPE_EXACT:
+        for hh in range(GROUP):
+            h = pid_g * GROUP + hh
+            hk = h
+            if MUTANT == M_WRONG_HEAD_BASIS:
+                hk = (h + 1) % H
+            # head-valid masks are built as vectors: the interpreter mis-types scalar & vector
+            dv = dmask & ((offs_d * 0 + h) < H)
+            rv = rmask & ((offs_r * 0 + h) < H)
+            qh = tl.load(Q + b64 * s_qb + h * s_qh + offs_d * s_qd, mask=dv, other=0.0)
+            bk = tl.load(BK + hk * s_bkh + offs_d[:, None] * s_bkd + offs_r[None, :] * s_bkr,
+                         mask=dv[:, None] & rv[None, :], other=0.0)  # [BLOCK_D, BLOCK_R]
+            ql = _rsum(_to_acc(qh, ACC_FP64)[:, None] * _to_acc(bk, ACC_FP64), 0)  # [BLOCK_R]
+            q_lat = tl.where(rows[:, None] == hh, ql[None, :], q_lat)
+
+    if ROPE_EXACT:
+        # rotate_half(x)[d] = sign_d · x[perm(d)] (rotate-half convention, DESIGN §5)
+        half = D // 2
+        perm_d = tl.where(offs_d < half, offs_d + half, offs_d - half)
+        sign_d = tl.where(offs_d < half, -1.0, 1.0)
+
+    m_i = tl.full([BLOCK_H], float("-inf"), dtype=q.dtype)
+    l_i = tl.full([BLOCK_H], 0.0, dtype=q.dtype)
+    m2_i = tl.full([BLOCK_H], float("-inf"), dtype=q.dtype)  # only the separate-softmax mutant uses
+    l2_i = tl.full([BLOCK_H], 0.0, dtype=q.dtype)  # a second (max, sum) pair
+    acc_s = tl.full([BLOCK_H, BLOCK_D], 0.0, dtype=q.dtype)
+    acc_p = tl.full([BLOCK_H, BLOCK_R], 0.0, dtype=q.dtype)
+
+    for t0 in range(split_lo, split_hi, BLOCK_T):
+        offs_t = t0 + tl.arange(0, BLOCK_T)  # logical slots (= positions)
+        tmask = offs_t < split_hi
+        if PAGED:
+            page_idx = offs_t // PAGE_SIZE
+            tmask = tmask & (page_idx < MAX_PAGES)
+            page = tl.load(PT + b64 * s_ptb + page_idx.to(tl.int64) * s_ptp, mask=tmask, other=0)
+            tmask = tmask & (page >= 0) & (page < NUM_PAGES)
+            row0 = page.to(tl.int64)
+            row1 = (offs_t % PAGE_SIZE).to(tl.int64)
+        else:
+            row0 = tl.full([BLOCK_T], 0, dtype=tl.int64) + b64
+            row1 = offs_t.to(tl.int64)
+
+        # ---- shared K tile, loaded once for the whole group: [BLOCK_D, BLOCK_T]
+        kT = tl.load(SK + row0[None, :] * s_skb + row1[None, :] * s_skt + offs_d[:, None] * s_skd,
+                     mask=dmask[:, None] & tmask[None, :], other=0.0)
+        logits = _mm(q, _ld(kT, DOT, ACC_FP64), DOT, True)  # [BLOCK_H, BLOCK_T]  q_h S_K^T
+        shared_logits = logits
+
+        # ---- private logits (q_h B_h^K) R_h^{K T}, or the rotated private key for exact RoPE
+        if ROPE_EXACT:
+            cmask = tmask[:, None] & dmask[None, :]
+            cos = _to_acc(tl.load(COS + offs_t[:, None] * s_cst + offs_d[None, :] * s_csd,
+                                  mask=cmask, other=0.0), ACC_FP64)  # [BLOCK_T, BLOCK_D]
+            sin = _to_acc(tl.load(SIN + offs_t[:, None] * s_cst + offs_d[None, :] * s_csd,
+                                  mask=cmask, other=0.0), ACC_FP64)
+            # rope(k, j)·q = k·rope(q, −j). Instead of rebuilding the rotated private key
+            # rope(z_j B_h^T, j) as a [BLOCK_T, d_h] tile (two tl.dots: k and rotate_half(k))
+            # and dotting it with q_h, rotate q_h back by each slot's angle and project it
+            # through B_h: the same position-dependent contraction, O(T·r·d_h) per head,
+            # with one tl.dot per head and tile.
+            for hh in range(GROUP):
+                h = pid_g * GROUP + hh
+                hk = h
+                if MUTANT == M_WRONG_HEAD_BASIS:
+                    hk = (h + 1) % H
+                dv = dmask & ((offs_d * 0 + h) < H)
+                rv = rmask & ((offs_r * 0 + h) < H)
+                qh = _to_acc(tl.load(Q + b64 * s_qb + h * s_qh + offs_d * s_qd, mask=dv, other=0.0), ACC_FP64)
+                qp = _to_acc(tl.load(Q + b64 * s_qb + h * s_qh + perm_d * s_qd, mask=dv, other=0.0), ACC_FP64)
+                # rope(q_h, −j)_d = q_d cos_{j,d} − sign_d q_{perm(d)} sin_{j,d}   [BLOCK_T, BLOCK_D]
+                q_rot = qh[None, :] * cos - (sign_d * qp)[None, :] * sin
+                bk = tl.load(BK + hk * s_bkh + offs_d[:, None] * s_bkd + offs_r[None, :] * s_bkr,
+                             mask=dv[:, None] & rv[None, :], other=0.0)  # [BLOCK_D, BLOCK_R]  B_h^K
+                qb = _mm(q_rot, _ld(bk, DOT, ACC_FP64), DOT, False)  # [BLOCK_T, BLOCK_R]
+                z = tl.load(LK + row0[:, None] * s_lkb + row1[:, None] * s_lkt + h * s_lkh
+                            + offs_r[None, :] * s_lkr,
+                            mask=tmask[:, None] & rv[None, :], other=0.0)  # [BLOCK_T, BLOCK_R]  R_h^K
+                lh = _rsum(qb * _to_acc(z, ACC_FP64), 1)  # [BLOCK_T]  q_h · rope(z_j B_h^T, j)
+                logits = tl.where(rows[:, None] == hh, logits + lh[None, :], logits)
+        else:
+            # One head at a time: a [heads, BLOCK_T, r] tile would not fit in registers
+            # (it spills at H = 16, r = 64). Rows are moved in and out of the per-group
+            # [BLOCK_H, ...] blocks with where(rows == hh), which is cheap next to the loads.
+            for hh in range(GROUP):
+                h = pid_g * GROUP + hh
+                rv = rmask & ((offs_r * 0 + h) < H)
+                zk = tl.load(LK + row0[:, None] * s_lkb + row1[:, None] * s_lkt + h * s_lkh
+                             + offs_r[None, :] * s_lkr,
+                             mask=tmask[:, None] & rv[None, :], other=0.0)  # [BLOCK_T, BLOCK_R]  R_h^K
+                ql = _rsum(tl.where(rows[:, None] == hh, q_lat, 0.0), 0)  # [BLOCK_R]  q_h B_h^K
+                lh = _rsum(_to_acc(zk, ACC_FP64) * ql[None, :], 1)  # [BLOCK_T]
+                logits = tl.where(rows[:, None] == hh, logits + lh[None, :], logits)
+
+        if MUTANT == M_SEPARATE_SOFTMAX:  # the mutant splits the sum it should keep whole
+            private_logits = logits - shared_logits
+            logits = shared_logits
+        if HAS_KS:
+            # QK-RMSNorm: the joint inverse RMS multiplies the SUMMED dot product
+            ks = _to_acc(tl.load(KS + row0[None, :] * s_ksb + row1[None, :] * s_kst + heads[:, None] * s_ksh,
+                                 mask=hmask[:, None] & tmask[None, :], other=0.0), ACC_FP64)
+            logits = logits * ks
+            if MUTANT == M_SEPARATE_SOFTMAX:
+                private_logits = private_logits * ks
+        logits = tl.where(tmask[None, :], logits * sm_scale, float("-inf"))
+
+        # ---- one online softmax per head over the summed logits
+        m_new = tl.maximum(m_i, _rmax(logits, 1))  # finite: every tile has a valid slot
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(logits - m_new[:, None])  # [BLOCK_H, BLOCK_T], 0 on masked slots
+        l_i = l_i * alpha + _rsum(p, 1)
+        p_priv = p  # the weights the private accumulator uses (the same softmax) ...
+        alpha_priv = alpha
+        if MUTANT == M_SEPARATE_SOFTMAX:  # ... unless the mutant gives it a softmax of its own
+            private_logits = tl.where(tmask[None, :], private_logits * sm_scale, float("-inf"))
+            m2_new = tl.maximum(m2_i, _rmax(private_logits, 1))
+            alpha_priv = tl.exp(m2_i - m2_new)
+            p_priv = tl.exp(private_logits - m2_new[:, None])
+            l2_i = l2_i * alpha_priv + _rsum(p_priv, 1)
+            m2_i = m2_new
+
+        vs = tl.load(SV + row0[:, None] * s_svb + row1[:, None] * s_svt + offs_d[None, :] * s_svd,
+                     mask=tmask[:, None] & dmask[None, :], other=0.0)  # [BLOCK_T, BLOCK_D]
+        acc_s = acc_s * alpha[:, None] + _mm(p, _ld(vs, DOT, ACC_FP64), DOT, False)  # a_h S_V
+
+        if MUTANT != M_NO_PRIVATE_RESCALE:
+            acc_p = acc_p * alpha_priv[:, None]
+        for hh in range(GROUP):
+            h = pid_g * GROUP + hh
+            rv = rmask & ((offs_r * 0 + h) < H)
+            zv = tl.load(LV + row0[:, None] * s_lvb + row1[:, None] * s_lvt + h * s_lvh
+                         + offs_r[None, :] * s_lvr,
+                         mask=tmask[:, None] & rv[None, :], other=0.0)  # [BLOCK_T, BLOCK_R]  R_h^V
+            ph = _rsum(tl.where(rows[:, None] == hh, p_priv, 0.0), 0)  # [BLOCK_T]
+            ch = _rsum(ph[:, None] * _to_acc(zv, ACC_FP64), 0)  # [BLOCK_R]  a_h R_h^V (this tile)
+            acc_p = tl.where(rows[:, None] == hh, acc_p + ch[None, :], acc_p)
+        if MUTANT == M_FP16_ACCUMULATION:
+            l_i = l_i.to(tl.float16).to(l_i.dtype)
+            acc_s = acc_s.to(tl.float16).to(acc_s.dtype)
+            acc_p = acc_p.to(tl.float16).to(acc_p.dtype)
+        m_i = m_new
+
+    # ---- partial results of this split (scratch is contiguous [B, H, S, ...])
+    base = (b64 * H + heads) * NUM_SPLITS + pid_s  # [BLOCK_H]
+    tl.store(M_OUT + base, m_i, mask=hmask)
+    tl.store(L_OUT + base, l_i, mask=hmask)
+    tl.store(ACC_S + base[:, None] * D + offs_d[None, :], acc_s, mask=hmask[:, None] & dmask[None, :])
+    tl.store(ACC_P + base[:, None] * R + offs_r[None, :], acc_p, mask=hmask[:, None] & rmask[None, :])
+    if MUTANT == M_SEPARATE_SOFTMAX:
+        tl.store(M2_OUT + base, m2_i, mask=hmask)
+        tl.store(L2_OUT + base, l2_i, mask=hmask)
+
+
+@triton.jit(do_not_specialize=["H", "D", "R", "NUM_SPLITS"])
+def decode_combine_kernel(
+    M_IN, L_IN, ACC_S, ACC_P, M2_IN, L2_IN, BV, OUT, LSE,
+    H, D, R, NUM_SPLITS,
+    s_bvh, s_bvd, s_bvr,  # basis_v [H, d_h, r]
+    BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
+    ACC_FP64: tl.constexpr, MUTANT: tl.constexpr,
+):
+    """Stage 2: log-sum-exp merge of the splits, then B_h^V once per head (Eq. 7)."""
+    pid_b = tl.program_id(0)
+    pid_h = tl.program_id(1)
+    offs_s = tl.arange(0, BLOCK_S)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_r = tl.arange(0, BLOCK_R)
+    smask = offs_s < NUM_SPLITS
+    dmask = offs_d < D
+    rmask = offs_r < R
+    bh = pid_b.to(tl.int64) * H + pid_h
+    base = bh * NUM_SPLITS + offs_s  # [BLOCK_S]
+
+    m = _to_acc(tl.load(M_IN + base, mask=smask, other=float("-inf")), ACC_FP64)
+    l = _to_acc(tl.load(L_IN + base, mask=smask, other=0.0), ACC_FP64)
+    m_max = _rmax(m, 0)
+    # empty splits carry m = -inf; an empty sequence has every split empty
+    m_ref = tl.where(m_max == float("-inf"), 0.0, m_max)
+    w = tl.exp(m - m_ref)  # [BLOCK_S], 0 for empty splits
+    l_tot = _rsum(w * l, 0)
+    inv = tl.where(l_tot > 0, 1.0 / tl.where(l_tot > 0, l_tot, 1.0), 0.0)  # no 1/0, even unused
+
+    acc_s = tl.load(ACC_S + base[:, None] * D + offs_d[None, :], mask=smask[:, None] & dmask[None, :], other=0.0)
+    acc_p = tl.load(ACC_P + base[:, None] * R + offs_r[None, :], mask=smask[:, None] & rmask[None, :], other=0.0)
+    out = _rsum(w[:, None] * _to_acc(acc_s, ACC_FP64), 0) * inv  # [BLOCK_D]  a_h S_V
+    w_p = w  # the private accumulator shares the softmax ...
+    inv_p = inv
+    if MUTANT == M_SEPARATE_SOFTMAX:  # ... except in the mutant that gave it its own
+        m2 = _to_acc(tl.load(M2_IN + base, mask=smask, other=float("-inf")), ACC_FP64)
+        l2 = _to_acc(tl.load(L2_IN + base, mask=smask, other=0.0), ACC_FP64)
+        m2_max = _rmax(m2, 0)
+        w_p = tl.exp(m2 - tl.where(m2_max == float("-inf"), 0.0, m2_max))
+        l2_tot = _rsum(w_p * l2, 0)
+        inv_p = tl.where(l2_tot > 0, 1.0 / tl.where(l2_tot > 0, l2_tot, 1.0), 0.0)
+    hv = pid_h
+    if MUTANT == M_WRONG_HEAD_BASIS:
+        hv = (pid_h + 1) % H
+    if MUTANT != M_DROP_PRIVATE_VALUE:
+        ap = _rsum(w_p[:, None] * _to_acc(acc_p, ACC_FP64), 0) * inv_p  # [BLOCK_R]  a_h R_h^V
+        bv = tl.load(BV + hv * s_bvh + offs_d[:, None] * s_bvd + offs_r[None, :] * s_bvr,
+                     mask=dmask[:, None] & rmask[None, :], other=0.0)  # [BLOCK_D, BLOCK_R]
+        out += _rsum(_to_acc(bv, ACC_FP64) * ap[None, :], 1)  # (a_h R_h^V) B_h^{V T}
+    lse = tl.where(l_tot > 0, m_ref + tl.log(tl.where(l_tot > 0, l_tot, 1.0)), float("-inf"))
+    tl.store(OUT + bh * D + offs_d, out, mask=dmask)
+    tl.store(LSE + bh, lse, mask=pid_h < H)
+
+
+@triton.jit(do_not_specialize=["H", "D", "R", "PAGE_SIZE", "NUM_PAGES", "MAX_PAGES", "SLOT_LIMIT"])
+def append_kernel(
+    POS, PT,
+    E_SK, E_SV, E_LK, E_LV, E_KS,  # entries: [B, d_h], [B, d_h], [B, H, r], [B, H, r], [B, H]
+    SK, SV, LK, LV, KS,  # caches (bit views: same-width integer dtypes)
+    H, D, R, PAGE_SIZE, NUM_PAGES, MAX_PAGES, SLOT_LIMIT,
+    s_esk_b, s_esk_d, s_esv_b, s_esv_d,
+    s_elk_b, s_elk_h, s_elk_r, s_elv_b, s_elv_h, s_elv_r, s_eks_b, s_eks_h,
+    s_skb, s_skt, s_skd, s_svb, s_svt, s_svd,
+    s_lkb, s_lkt, s_lkh, s_lkr, s_lvb, s_lvt, s_lvh, s_lvr,
+    s_ksb, s_kst, s_ksh,
+    s_ptb, s_ptp,
+    HAS_KS: tl.constexpr, PAGED: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_HR: tl.constexpr,
+):
+    """Write one token per sequence at slot POS[b] (the reference's `append`), bit for bit."""
+    pid_b = tl.program_id(0)
+    b64 = pid_b.to(tl.int64)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_x = tl.arange(0, BLOCK_HR)
+    # The slot is held as a vector (every lane the same): the interpreter mis-types
+    # scalar & vector masks, and vector lanes keep the masks below uniform.
+    pos = tl.load(POS + pid_b + offs_x * 0, mask=offs_x >= 0, other=-1).to(tl.int32)  # [BLOCK_HR]
+    ok = (pos >= 0) & (pos < SLOT_LIMIT)  # validated before launch; re-checked for safety
+    if PAGED:
+        pidx = tl.where(ok, pos // PAGE_SIZE, 0)
+        ok = ok & (pidx < MAX_PAGES)
+        page = tl.load(PT + b64 * s_ptb + pidx.to(tl.int64) * s_ptp, mask=ok, other=-1)
+        ok = ok & (page >= 0) & (page < NUM_PAGES)
+        row0 = page.to(tl.int64)
+        row1 = (pos % PAGE_SIZE).to(tl.int64)
+    else:
+        row0 = b64 + offs_x.to(tl.int64) * 0
+        row1 = pos.to(tl.int64)
+    # lane 0 of the [BLOCK_HR] vectors, broadcast to the d_h-wide rows
+    r0 = _rsum(tl.where(offs_x == 0, row0, 0), 0)
+    r1 = _rsum(tl.where(offs_x == 0, row1, 0), 0)
+    ok_d = (offs_d < D) & ((offs_d * 0 + _rsum(tl.where((offs_x == 0) & ok, 1, 0), 0)) > 0)
+
+    xs = tl.load(E_SK + b64 * s_esk_b + offs_d * s_esk_d, mask=ok_d, other=0)
+    tl.store(SK + r0 * s_skb + r1 * s_skt + offs_d * s_skd, xs, mask=ok_d)
+    xs = tl.load(E_SV + b64 * s_esv_b + offs_d * s_esv_d, mask=ok_d, other=0)
+    tl.store(SV + r0 * s_svb + r1 * s_svt + offs_d * s_svd, xs, mask=ok_d)
+
+    for i0 in range(0, H * R, BLOCK_HR):
+        idx = i0 + offs_x  # flattened (h, r)
+        hm = (idx < H * R) & ok
+        h = idx // R
+        rr = idx % R
+        x = tl.load(E_LK + b64 * s_elk_b + h * s_elk_h + rr * s_elk_r, mask=hm, other=0)
+        tl.store(LK + row0 * s_lkb + row1 * s_lkt + h * s_lkh + rr * s_lkr, x, mask=hm)
+        x = tl.load(E_LV + b64 * s_elv_b + h * s_elv_h + rr * s_elv_r, mask=hm, other=0)
+        tl.store(LV + row0 * s_lvb + row1 * s_lvt + h * s_lvh + rr * s_lvr, x, mask=hm)
+    if HAS_KS:
+        for h0 in range(0, H, BLOCK_HR):
+            hh = h0 + offs_x
+            km = (hh < H) & ok
+            xk = tl.load(E_KS + b64 * s_eks_b + hh * s_eks_h, mask=km, other=0)
+            tl.store(KS + row0 * s_ksb + row1 * s_kst + hh * s_ksh, xk, mask=km)

@@ -1,0 +1,151 @@
+"""Cache append with a Triton kernel: the new token's shared K/V, per-head latents and
+key_scale go to slot positions[b] of a contiguous or paged cache — bit for bit what
+`lrkv.reference.lrkv.append` writes for the same projected entries.
+
+The kernel copies raw bits (tensors are viewed as same-width integers), so the result is
+bit-exact whatever the float dtype, NaN payloads included; the one rounding step, entries
+→ cache dtype, is done by torch's `.to()` exactly as the reference does it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..reference.cache import FactoredCache
+from ..reference.lrkv import append as reference_append
+from . import runtime
+from .paged import PagedCache
+from .validate import check_strides, next_pow2
+
+_BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+_ORDER = ("shared_k", "shared_v", "latent_k", "latent_v", "key_scale")
+
+
+def _check_entries(entries: dict, cache_tensors: dict, B: int, H: int, r: int, d_h: int) -> dict:
+    expected = dict(shared_k=(B, d_h), shared_v=(B, d_h), latent_k=(B, H, r), latent_v=(B, H, r),
+                    key_scale=(B, H))
+    if not isinstance(entries, dict):
+        raise TypeError(f"entries must be a dict of tensors, got {type(entries).__name__}")
+    out = {}
+    for name, t in cache_tensors.items():
+        if name not in entries:
+            raise ValueError(f"entries lacks {name!r}, which the cache holds")
+        e = entries[name]
+        if not isinstance(e, torch.Tensor):
+            raise TypeError(f"entries[{name!r}] must be a torch.Tensor, got {type(e).__name__}")
+        if tuple(e.shape) != expected[name]:
+            raise ValueError(f"entries[{name!r}] must have shape {list(expected[name])}, got {list(e.shape)}")
+        if not e.is_floating_point():
+            raise TypeError(f"entries[{name!r}] must be floating point, got {e.dtype}")
+        if e.device != t.device:
+            raise ValueError(f"entries[{name!r}] is on {e.device}, the cache on {t.device}")
+        out[name] = e.to(t.dtype)  # the reference's rounding, done by torch
+    return out
+
+
+def _check_positions(positions, lengths, B: int, capacity: int) -> None:
+    if not isinstance(positions, torch.Tensor):
+        raise TypeError(f"positions must be a torch.Tensor, got {type(positions).__name__}")
+    if positions.shape != (B,):
+        raise ValueError(f"positions must have shape [{B}], got {list(positions.shape)}")
+    if positions.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"positions must be int32 or int64, got {positions.dtype}")
+    if positions.device != lengths.device:
+        raise ValueError(f"positions is on {positions.device}, the cache lengths on {lengths.device}")
+    if not torch.equal(positions.to(lengths.dtype), lengths):
+        raise ValueError(f"positions must equal the cache lengths (the next free slot): got "
+                         f"{positions.tolist()}, lengths {lengths.tolist()}")
+    if B and int(positions.max()) >= capacity:
+        raise ValueError(f"cache is full: position {int(positions.max())} >= capacity {capacity}")
+
+
+def _check_devices(tensors: dict, positions, page_table) -> None:
+    if runtime.mode()[0] != "cuda":
+        return
+    for name, t in {**tensors, "positions": positions, "page_table": page_table}.items():
+        if t is not None and t.device.type != "cuda":
+            raise ValueError(f"{name} is on {t.device}: the Triton kernels are compiled for CUDA here")
+
+
+def _launch(positions, page_table, entries, tensors, *, H, d_h, r, page, n_pages, max_pages, capacity):
+    _check_devices(tensors, positions, page_table)
+    K = runtime.kernels()
+    B = positions.shape[0]
+    bits = lambda t: t.view(_BITS[t.element_size()])  # noqa: E731
+    e = {k: bits(v) for k, v in entries.items()}
+    c = {k: bits(v) for k, v in tensors.items()}
+    has_ks = "key_scale" in c
+    ks_e = e.get("key_scale", e["shared_k"])
+    ks_c = c.get("key_scale", c["shared_k"])
+    pt = page_table if page_table is not None else positions
+    st = lambda t, n: list(t.stride()) if t is not None else [0] * n  # noqa: E731
+    K.append_kernel[(B,)](
+        positions, pt, e["shared_k"], e["shared_v"], e["latent_k"], e["latent_v"], ks_e,
+        c["shared_k"], c["shared_v"], c["latent_k"], c["latent_v"], ks_c,
+        H, d_h, r, page, n_pages, max_pages, capacity,
+        *e["shared_k"].stride(), *e["shared_v"].stride(), *e["latent_k"].stride(), *e["latent_v"].stride(),
+        *(e["key_scale"].stride() if has_ks else (0, 0)),
+        *c["shared_k"].stride(), *c["shared_v"].stride(), *c["latent_k"].stride(), *c["latent_v"].stride(),
+        *(st(c.get("key_scale"), 3)),
+        *(page_table.stride() if page_table is not None else (0, 0)),
+        HAS_KS=has_ks, PAGED=page_table is not None, BLOCK_D=next_pow2(d_h, 16),
+        BLOCK_HR=min(1024, next_pow2(H * max(r, 1), 16)),
+    )
+
+
+def append(cache: FactoredCache, entries: dict[str, torch.Tensor], positions: torch.Tensor) -> FactoredCache:
+    """Write one token per sequence at slot positions[b] (must equal cache.lengths); lengths
+    become positions + 1. Same contract and result as `lrkv.reference.lrkv.append`."""
+    B, T = cache.batch, cache.t_max
+    H, r = cache.latent_k.shape[2], cache.latent_k.shape[3]
+    d_h = cache.shared_k.shape[2]
+    tensors = cache.tensors()
+    _check_positions(positions, cache.lengths, B, T)
+    ent = _check_entries(entries, tensors, B, H, r, d_h)
+    if runtime.mode()[0] == "fallback":
+        return reference_append(cache, ent, positions)
+    for name, t in tensors.items():
+        check_strides(name, t, writable=True)
+    _launch(positions, None, ent, tensors, H=H, d_h=d_h, r=r, page=1, n_pages=0, max_pages=0, capacity=T)
+    cache.lengths = (cache.lengths + 1).to(cache.lengths.dtype)
+    return cache
+
+
+def paged_append(cache: PagedCache, entries: dict[str, torch.Tensor], positions: torch.Tensor) -> PagedCache:
+    """`append` for a paged cache: slot positions[b] lives in page page_table[b, pos // page].
+
+    The target page of every sequence must be a valid page, and no two sequences may write
+    the same physical slot (that would be a race on the GPU)."""
+    B, page = cache.batch, cache.page_size
+    H, r = cache.latent_k.shape[2], cache.latent_k.shape[3]
+    d_h = cache.shared_k.shape[2]
+    pt = cache.page_table
+    if not isinstance(pt, torch.Tensor) or pt.dtype != torch.int32 or pt.dim() != 2 or pt.shape[0] != B:
+        raise ValueError(f"page_table must be an int32 tensor [B={B}, max_pages]")
+    tensors = cache.tensors()
+    _check_positions(positions, cache.lengths, B, cache.capacity)
+    ent = _check_entries(entries, tensors, B, H, r, d_h)
+    pidx = (positions.long() // page)
+    target = pt[torch.arange(B, device=pt.device), pidx].long()  # [B]
+    bad = (target < 0) | (target >= cache.num_pages)
+    if bad.any():
+        b = int(bad.nonzero()[0])
+        raise ValueError(f"page_table[{b}, {int(pidx[b])}] = {int(target[b])} is outside [0, {cache.num_pages}): "
+                         f"sequence {b} has no page for position {int(positions[b])}")
+    slot = target * page + positions.long() % page
+    if slot.unique().numel() != B:
+        raise ValueError("two sequences would write the same physical slot (shared page at the write position)")
+    if runtime.mode()[0] == "fallback":
+        rows, within = target, positions.long() % page
+        for name, t in tensors.items():
+            t[rows, within] = ent[name]
+    else:
+        for name, t in tensors.items():
+            check_strides(name, t, writable=True)
+        _launch(positions, pt, ent, tensors, H=H, d_h=d_h, r=r, page=page, n_pages=cache.num_pages,
+                max_pages=pt.shape[1], capacity=cache.capacity)
+    cache.lengths = (cache.lengths + 1).to(cache.lengths.dtype)
+    return cache
+
+
+__all__ = ["append", "paged_append"]

@@ -1,0 +1,160 @@
+"""The `triton` backend (DESIGN §4): the fused split-K kernels behind the backend protocol.
+
+    lrkv verify --backend triton                    (registered name)
+    lrkv verify --backend lrkv.kernels.backend:TritonBackend
+
+Kernel level: `decode_attention` (the contract of `lrkv.reference.contract`).
+Layer level: `layer_step` = projections (torch, at the weights' dtype) → Triton append →
+Triton decode → output projection, the same steps as `lrkv.reference.lrkv.layer_step`.
+
+Where it runs is `lrkv.kernels.runtime.mode()`: natively on CUDA (CPU inputs are moved to
+the GPU and results moved back, so a harness can stay device-agnostic), in the Triton
+interpreter when TRITON_INTERPRET=1, and nowhere otherwise: in fallback mode the backend
+reports itself unavailable rather than pass the reference math off as the kernel.
+
+`TritonBackend(mutant="scale_rank")` builds the same kernels with one bug compiled in
+(`lrkv.kernels.mutants`); the harness's mutation tests use it to show the tolerance rule
+rejects each.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from ..reference.cache import FactoredCache
+from ..reference.lrkv import decode_rope, project_token
+from ..verify.backend import BaseBackend
+from . import runtime
+from .mutants import KERNEL_MUTANTS, mutant_code
+
+
+class TritonBackend(BaseBackend):
+    name = "triton"
+    levels = frozenset({"kernel", "layer"})
+    # float64 runs through tl.dot in the interpreter and through the broadcast-and-sum path
+    # (no tensor cores) on a GPU: it is there for tight checks, not speed.
+    dtypes = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+    description = "fused split-K factored decode + append (Triton)"
+
+    def __init__(self, mutant: str | int | None = None, **launch: Any):
+        """`launch` overrides the launch shape (num_splits, group_size, block_t, num_warps, dot)."""
+        self.mutant = mutant
+        mutant_code(mutant)  # fail early on a bad name
+        self.launch = dict(launch)
+        self._hints: dict[str, int] = {}  # per-case launch hints from configure()
+        if mutant is not None and mutant != "none":
+            self.name = f"triton[{mutant}]"
+
+    # ------------------------------------------------------------------ protocol
+    def available(self) -> tuple[bool, str]:
+        which, why = runtime.mode()
+        if which == "fallback":
+            return False, why
+        return True, f"{which}: {why}"
+
+    @property
+    def mode(self) -> str:
+        """'cuda' | 'interpreter' | 'fallback' (where the kernels would run now)."""
+        return runtime.mode()[0]
+
+    def supports(self, case: Any) -> tuple[bool, str]:
+        dtype = getattr(case, "dtype", None)
+        if isinstance(dtype, str):
+            from ..spec.dtypes import as_dtype
+
+            dtype = as_dtype(dtype)
+        if dtype is not None and dtype not in self.dtypes:
+            return False, f"triton kernels support {[str(d) for d in self.dtypes]}, not {dtype}"
+        spec = getattr(case, "spec", None)
+        if spec is not None and getattr(spec, "family", "lrkv") != "lrkv":
+            return False, f"triton kernels implement LRKV only, not {spec.family!r}"
+        level = getattr(case, "level", None)
+        needs = {"layer-model": "layer"}.get(level, level)  # layer-model cases run layer_step
+        if needs is not None and needs not in self.levels:
+            return False, f"triton backend implements levels {sorted(self.levels)}, not {level!r}"
+        return True, ""
+
+    def configure(self, case: Any) -> None:
+        """Take the harness's per-case hints: `splits` becomes num_splits (it need not divide
+        T); `tile` becomes block_t rounded up to a power of two >= 16, the smallest tile tl.dot
+        takes — a hint of 4 or 7 still means "several tiles per split" at the grid's lengths."""
+        from .validate import BLOCK_T_CHOICES, MAX_SPLITS, next_pow2
+
+        self._hints = {}
+        splits = int(getattr(case, "splits", 0) or 0)
+        tile = int(getattr(case, "tile", 0) or 0)
+        if splits:
+            self._hints["num_splits"] = min(splits, MAX_SPLITS)
+        if tile:
+            self._hints["block_t"] = min(next_pow2(tile, BLOCK_T_CHOICES[0]), BLOCK_T_CHOICES[-1])
+
+    # ------------------------------------------------------------------ helpers
+    def _device(self) -> torch.device | None:
+        return torch.device("cuda") if runtime.mode()[0] == "cuda" else None
+
+    def _launch(self) -> dict:
+        return {**self._hints, **self.launch}  # explicit constructor overrides win
+
+    # ------------------------------------------------------------------ kernel level
+    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
+                         scale, key_scale=None, rope=None):
+        from .decode import decode_attention
+
+        dev = self._device()
+        home = q.device
+        move = (lambda t: t if t is None else t.to(dev)) if dev is not None and home != dev else (lambda t: t)
+        out, lse = decode_attention(
+            move(q), move(shared_k), move(shared_v), move(latent_k), move(latent_v), move(basis_k),
+            move(basis_v), move(lengths), scale=scale, key_scale=move(key_scale), rope=rope,
+            mutant=self.mutant, **self._launch())
+        return out.to(home), lse.to(home)
+
+    # ------------------------------------------------------------------ layer level
+    def layer_step(self, weights, x_t, cache: FactoredCache, positions):
+        """project → append (Triton) → decode (Triton) → W_o; mutates and returns `cache`
+        like the reference's layer_step."""
+        from .append import append
+        from .decode import decode_attention
+
+        spec = weights.spec
+        if x_t.dim() != 2 or x_t.shape != (cache.batch, spec.d_model):
+            raise ValueError(f"x_t must have shape [{cache.batch}, {spec.d_model}], got {list(x_t.shape)}")
+        dev = self._device()
+        home = x_t.device
+        moved = dev is not None and cache.shared_k.device != dev
+        work = cache
+        if moved:
+            work = FactoredCache(**{k: (None if v is None else v.to(dev)) for k, v in vars(cache).items()})
+            weights_d = weights.__class__(**{k: (v.to(dev) if isinstance(v, torch.Tensor) else v)
+                                             for k, v in vars(weights).items()})
+            x_t, positions = x_t.to(dev), positions.to(dev)
+        else:
+            weights_d = weights
+        entries = project_token(weights_d, x_t, positions)
+        append(work, entries, positions)
+        out, _ = decode_attention(
+            entries["q"], work.shared_k, work.shared_v, work.latent_k, work.latent_v,
+            weights_d.basis_k, weights_d.basis_v, work.lengths, scale=spec.head_dim ** -0.5,
+            key_scale=work.key_scale, rope=decode_rope(spec), mutant=self.mutant, **self._launch())
+        y = torch.einsum("bhd,hde->be", out, weights_d.w_o)
+        if moved:
+            for name, t in cache.tensors().items():
+                t.copy_(getattr(work, name))
+            cache.lengths = work.lengths.to(cache.lengths.device)
+            y = y.to(home)
+        return y, cache
+
+
+def kernel_mutant_backends() -> dict[str, TritonBackend]:
+    """One backend per kernel mutant, by mutant name (for the harness's mutation tests)."""
+    return {name: TritonBackend(mutant=name) for name in KERNEL_MUTANTS}
+
+
+# `lrkv verify --grid mutants --backend lrkv.kernels.backend:mutant_scale_rank` etc.:
+# zero-argument factories, one per kernel mutant (the registry instantiates them).
+for _name in KERNEL_MUTANTS:
+    globals()[f"mutant_{_name}"] = functools.partial(TritonBackend, mutant=_name)
+del _name

@@ -1,0 +1,174 @@
+"""Compile the kernels for a CUDA target WITHOUT a GPU (Triton's front end + ptxas only).
+
+The interpreter checks the math but not that the kernels compile: Triton's code
+generator rejects things the interpreter accepts (non-constexpr globals, mistyped
+constexpr branches, unsupported dot shapes). This module runs the real compiler for
+sm_90 (H100/H200) and reports registers and spill bytes per variant, so a CPU-only machine
+catches compile errors and register blow-ups before anyone spends GPU time.
+
+    python3 -m lrkv.kernels.compile_check            # the default variant set
+    python3 -m lrkv.kernels.compile_check --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import asdict, dataclass
+
+from .validate import next_pow2
+
+_TL = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64"}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One compiled specialisation of the decode split kernel."""
+
+    dtype: str = "bfloat16"
+    group: int = 9  # real heads per program
+    d_h: int = 128
+    r: int = 55
+    block_t: int = 16
+    num_warps: int = 4
+    key_scale: bool = False
+    rope_exact: bool = False
+    paged: bool = False
+    dot: str | None = None  # None: what a GPU run picks for the dtype (decode.default_dot)
+    mutant: int = 0
+
+
+DEFAULT_VARIANTS = (
+    Variant(),  # H=18 (2 x 9), r=55, bf16: the benchmark's main case
+    Variant(num_warps=8),
+    Variant(block_t=32, num_warps=8),
+    Variant(group=16, r=54, num_warps=8),  # H=32, r=54
+    Variant(dtype="float16", key_scale=True, paged=True),
+    Variant(dtype="float32", rope_exact=True, num_warps=8),
+    Variant(dtype="bfloat16", rope_exact=True, num_warps=8),
+    Variant(dtype="float32", dot="tf32x3", num_warps=8),
+    Variant(dtype="float64", block_t=16, d_h=32, r=8, group=4),
+)
+
+
+def _signature(fn, ptr_types: dict[str, str], const: dict[str, object]):
+    sig = {}
+    for name in fn.arg_names:
+        if name in const:
+            sig[name] = "constexpr"
+        elif name in ptr_types:
+            sig[name] = ptr_types[name]
+        else:
+            sig[name] = "i32"
+    constexprs = {(fn.arg_names.index(k),): v for k, v in const.items()}
+    return sig, constexprs
+
+
+def _resource_usage(cubin: bytes) -> dict[str, int]:
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    if not os.path.exists(tool):
+        return {}
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(cubin)
+        res = subprocess.run([tool, "-res-usage", path], capture_output=True, text=True, timeout=60)
+    out = {}
+    for line in res.stdout.splitlines():
+        if "REG:" in line:
+            for item in line.split():
+                if ":" in item:
+                    k, v = item.split(":", 1)
+                    if v.isdigit():
+                        out[k.lower()] = int(v)
+    return out
+
+
+def compile_variant(v: Variant, arch: int = 90) -> dict:
+    """Compile the split kernel for `v` (and the combine kernel once); return usage stats."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    import torch
+
+    from . import runtime
+    from .decode import DOT_MODES, default_dot
+
+    K = runtime._load("cuda")
+    dot = v.dot or default_dot(getattr(torch, v.dtype), on_gpu=True)
+    el = _TL[v.dtype]
+    acc = "fp64" if v.dtype == "float64" else "fp32"
+    ptrs = {n: f"*{el}" for n in ("Q", "SK", "SV", "LK", "LV", "BK", "KS")}
+    ptrs.update(COS=f"*{acc}", SIN=f"*{acc}", LENGTHS="*i32", PT="*i32", SCALE=f"*{acc}",
+                M_OUT=f"*{acc}", L_OUT=f"*{acc}", ACC_S=f"*{acc}", ACC_P=f"*{acc}", M2_OUT=f"*{acc}",
+                L2_OUT=f"*{acc}")
+    const = dict(GROUP=v.group, BLOCK_H=next_pow2(v.group, 16), BLOCK_T=v.block_t,
+                 BLOCK_D=next_pow2(v.d_h, 16), BLOCK_R=next_pow2(v.r, 16), HAS_KS=v.key_scale,
+                 ROPE_EXACT=v.rope_exact, PAGED=v.paged, DOT=DOT_MODES[dot],
+                 ACC_FP64=v.dtype == "float64", MUTANT=v.mutant)
+    sig, constexprs = _signature(K.decode_split_kernel, ptrs, const)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():  # triton 3.9's one-time notice about TRITON_DEFAULT_FP_FUSION
+        warnings.filterwarnings("ignore", message=".*TRITON_DEFAULT_FP_FUSION.*")
+        k = triton.compile(ASTSource(K.decode_split_kernel, sig, constexprs),
+                           target=GPUTarget("cuda", arch, 32), options=dict(num_warps=v.num_warps))
+    usage = _resource_usage(k.asm["cubin"])
+    return dict(variant={**asdict(v), "dot": dot}, seconds=round(time.perf_counter() - t0, 2), **usage)
+
+
+def compile_aux(arch: int = 90) -> list[dict]:
+    """The combine and append kernels, once each."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from . import runtime
+
+    K = runtime._load("cuda")
+    out = []
+    ptrs = {n: "*fp32" for n in ("M_IN", "L_IN", "ACC_S", "ACC_P", "M2_IN", "L2_IN", "OUT", "LSE")}
+    ptrs["BV"] = "*bf16"
+    sig, cx = _signature(K.decode_combine_kernel, ptrs,
+                         dict(BLOCK_S=64, BLOCK_D=128, BLOCK_R=64, ACC_FP64=False, MUTANT=0))
+    k = triton.compile(ASTSource(K.decode_combine_kernel, sig, cx), target=GPUTarget("cuda", arch, 32),
+                       options=dict(num_warps=4))
+    out.append(dict(kernel="decode_combine_kernel", **_resource_usage(k.asm["cubin"])))
+    ptrs = {n: "*i16" for n in ("E_SK", "E_SV", "E_LK", "E_LV", "E_KS", "SK", "SV", "LK", "LV", "KS")}
+    ptrs.update(POS="*i32", PT="*i32")
+    sig, cx = _signature(K.append_kernel, ptrs, dict(HAS_KS=True, PAGED=True, BLOCK_D=128, BLOCK_HR=1024))
+    k = triton.compile(ASTSource(K.append_kernel, sig, cx), target=GPUTarget("cuda", arch, 32),
+                       options=dict(num_warps=4))
+    out.append(dict(kernel="append_kernel", **_resource_usage(k.asm["cubin"])))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arch", type=int, default=90, help="compute capability x10 (90 = H100/H200)")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args(argv)
+    results = []
+    for v in DEFAULT_VARIANTS:
+        r = compile_variant(v, args.arch)
+        results.append(r)
+        print(json.dumps(r))
+    for r in compile_aux(args.arch):
+        results.append(r)
+        print(json.dumps(r))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""The paged factored cache (DESIGN §3): fixed-size pages shared by all sequences, and a
+page table [B, max_pages] int32 mapping each sequence's logical pages to physical ones.
+
+Like FlashAttention's kvcache tests, `paginate` scatters a contiguous cache into a random
+permutation of pages and leaves every slot no sequence owns as NaN, so a kernel that reads
+an unused slot or follows the wrong page shows up as NaN or as a wrong answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+
+from ..reference.cache import FactoredCache
+
+
+@dataclass
+class PagedCache:
+    shared_k: torch.Tensor  # [P, page, d_h]
+    shared_v: torch.Tensor  # [P, page, d_h]
+    latent_k: torch.Tensor  # [P, page, H, r]
+    latent_v: torch.Tensor  # [P, page, H, r]
+    page_table: torch.Tensor  # [B, max_pages] int32; entries past a sequence's pages may be -1
+    lengths: torch.Tensor  # [B] int32
+    key_scale: torch.Tensor | None = None  # [P, page, H] (QK-RMSNorm only)
+
+    @property
+    def page_size(self) -> int:
+        return self.shared_k.shape[1]
+
+    @property
+    def num_pages(self) -> int:
+        return self.shared_k.shape[0]
+
+    @property
+    def batch(self) -> int:
+        return self.page_table.shape[0]
+
+    @property
+    def capacity(self) -> int:
+        """Slots one sequence can address: max_pages · page_size."""
+        return self.page_table.shape[1] * self.page_size
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """Payload tensors by name (page_table and lengths are bookkeeping)."""
+        skip = ("page_table", "lengths")
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+        return {k: v for k, v in out.items() if v is not None}
+
+    def clone(self) -> PagedCache:
+        return PagedCache(**{f.name: (None if getattr(self, f.name) is None else getattr(self, f.name).clone())
+                             for f in fields(self)})
+
+
+def paginate(
+    cache: FactoredCache, page_size: int, *, generator: torch.Generator | None = None,
+    extra_pages: int = 3, fill: float = float("nan"),
+) -> PagedCache:
+    """Copy a contiguous cache into randomly permuted pages of `page_size` slots.
+
+    Each sequence gets cdiv(T_max, page_size) pages, so the paged cache can hold as much as
+    the contiguous one; `extra_pages` pages belong to nobody. Slots past each length keep the
+    contiguous cache's content (garbage), and slots no sequence owns are `fill`.
+    """
+    if page_size < 1:
+        raise ValueError(f"page_size must be >= 1, got {page_size}")
+    B, T = cache.batch, cache.t_max
+    max_pages = -(-T // page_size)
+    n_pages = B * max_pages + extra_pages
+    device = cache.shared_k.device
+    perm = torch.randperm(n_pages, generator=generator)[: B * max_pages].to(device)
+    page_table = perm.reshape(B, max_pages).to(torch.int32)
+    out = {}
+    for name, t in cache.tensors().items():
+        paged = torch.full((n_pages, page_size, *t.shape[2:]), fill, dtype=t.dtype, device=device)
+        padded = torch.full((B, max_pages * page_size, *t.shape[2:]), fill, dtype=t.dtype, device=device)
+        padded[:, :T] = t
+        paged[page_table.long()] = padded.reshape(B, max_pages, page_size, *t.shape[2:])
+        out[name] = paged
+    return PagedCache(page_table=page_table, lengths=cache.lengths.clone(), **out)
+
+
+def gather_contiguous(page_table: torch.Tensor, page_size: int, *tensors: torch.Tensor | None):
+    """Each paged tensor [P, page, ...] as a contiguous [B, max_pages·page, ...] one; slots
+    whose page-table entry is outside [0, P) come back NaN. None passes through."""
+    B, max_pages = page_table.shape
+    out = []
+    for t in tensors:
+        if t is None:
+            out.append(None)
+            continue
+        P = t.shape[0]
+        ok = (page_table >= 0) & (page_table < P)  # [B, max_pages]
+        idx = torch.where(ok, page_table, 0).long()
+        g = t[idx]  # [B, max_pages, page, ...]
+        g = torch.where(ok.reshape(B, max_pages, *([1] * (g.dim() - 2))), g, torch.full_like(g, float("nan")))
+        out.append(g.reshape(B, max_pages * page_size, *t.shape[2:]))
+    return out
+
+
+def to_contiguous(cache: PagedCache) -> FactoredCache:
+    """The paged cache as the reference's FactoredCache (T_max = capacity)."""
+    sk, sv, lk, lv, ks = gather_contiguous(cache.page_table, cache.page_size, cache.shared_k, cache.shared_v,
+                                           cache.latent_k, cache.latent_v, cache.key_scale)
+    return FactoredCache(shared_k=sk, shared_v=sv, latent_k=lk, latent_v=lv, lengths=cache.lengths.clone(),
+                         key_scale=ks)

@@ -1,0 +1,108 @@
+"""Where the Triton kernels run: natively on CUDA, in Triton's CPU interpreter, or not at all.
+
+Triton decides at *decoration* time (`@triton.jit`) whether a kernel is compiled for the GPU
+or becomes an interpreter function, by reading TRITON_INTERPRET. So the kernel module is
+loaded lazily, once per mode, with the variable set only for the duration of that import:
+
+    mode()           'cuda' | 'interpreter' | 'fallback' and why
+    kernels()        the kernel module for the current mode (None in fallback)
+    interpreter()    context manager: run the kernels in the interpreter inside the block
+                     (the tests use it on CPU machines; nothing leaks into other tests)
+
+Mode selection, first match wins:
+  1. a forced mode (inside `interpreter()`);
+  2. Triton not importable                       -> 'fallback';
+  3. TRITON_INTERPRET=1 in the environment       -> 'interpreter';
+  4. a CUDA device                               -> 'cuda';
+  5. otherwise                                   -> 'fallback': the public wrappers compute
+     the reference math (Eqs. 6–7 in float64) instead of launching anything, and the
+     `triton` backend reports itself unavailable, so a gate can never mistake the
+     reference for the kernel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import sys
+import threading
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+_KERNEL_FILE = Path(__file__).with_name("_kernels.py")
+_LOCK = threading.RLock()
+_LOADED: dict[str, ModuleType] = {}  # 'cuda' | 'interpreter' -> module
+_FORCED: list[str] = []  # stack of forced modes
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def triton_version() -> str | None:
+    try:
+        import triton
+    except Exception:  # ImportError, or a broken install raising anything at import
+        return None
+    return getattr(triton, "__version__", "unknown")
+
+
+def mode() -> tuple[str, str]:
+    """('cuda' | 'interpreter' | 'fallback', a sentence saying why)."""
+    if _FORCED:
+        return _FORCED[-1], "forced by lrkv.kernels.runtime.interpreter()"
+    if triton_version() is None:
+        return "fallback", "triton is not importable: decode falls back to the float64 reference math"
+    if _truthy(os.environ.get("TRITON_INTERPRET")):
+        return "interpreter", "TRITON_INTERPRET=1: kernels run in Triton's CPU interpreter"
+    if torch.cuda.is_available():
+        return "cuda", f"CUDA device {torch.cuda.get_device_name()}"
+    return "fallback", ("no CUDA device and TRITON_INTERPRET is not set: decode falls back to the "
+                        "float64 reference math (set TRITON_INTERPRET=1 to run the kernels on CPU)")
+
+
+def _load(which: str) -> ModuleType:
+    with _LOCK:
+        if which in _LOADED:
+            return _LOADED[which]
+        name = f"lrkv.kernels._kernels_{which}"
+        old = os.environ.get("TRITON_INTERPRET")
+        os.environ["TRITON_INTERPRET"] = "1" if which == "interpreter" else "0"
+        try:
+            spec = importlib.util.spec_from_file_location(name, _KERNEL_FILE)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[name] = mod  # triton resolves the kernels' globals through the module
+            spec.loader.exec_module(mod)
+        finally:
+            if old is None:
+                os.environ.pop("TRITON_INTERPRET", None)
+            else:
+                os.environ["TRITON_INTERPRET"] = old
+        _LOADED[which] = mod
+        return mod
+
+
+def kernels() -> ModuleType | None:
+    """The kernel module for the current mode, or None in fallback mode."""
+    which, _ = mode()
+    return None if which == "fallback" else _load(which)
+
+
+def is_interpreted() -> bool:
+    return mode()[0] == "interpreter"
+
+
+@contextlib.contextmanager
+def interpreter():
+    """Run the kernels in Triton's interpreter inside the block (CPU tensors welcome)."""
+    if triton_version() is None:
+        raise RuntimeError("triton is not installed; the interpreter needs it")
+    _load("interpreter")
+    _FORCED.append("interpreter")
+    try:
+        yield
+    finally:
+        _FORCED.pop()
