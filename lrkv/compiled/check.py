@@ -1,0 +1,98 @@
+"""`lrkv export --check`: re-verify a released artifact against its manifest.
+
+Four things must hold, in this order (the engine is loaded only once the bytes are known):
+
+1. every file the manifest names (artifact, ONNX external data, report) has its sha256;
+2. the manifest's verification summary is the report's, and the report's summary is its
+   own records' — an edited number in either is caught here;
+3. embedded weights re-initialised from the recorded seed have the recorded sha256;
+4. a fresh run of the recorded grid, under the policy recorded in the report, passes the
+   gate and agrees with the recorded numbers: bit for bit on the same machine and
+   toolchain (the engines are deterministic), within a factor of 2 elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..verify.metrics import parse_float
+from ..verify.tolerance import Policy
+from . import harness
+from .config import ExportConfig
+from .engine import engine_class
+from .export import embedded_weights, verify_engine
+from .manifest import check_hashes, read_manifest, weights_sha256
+from .progress import say, step
+
+
+def _same_machine(old: dict, new: dict) -> bool:
+    """Whether two reports come from the same environment and toolchain (then runs are bit-exact)."""
+    keys = ("python", "torch", "device", "platform", "cpu_count")
+    return all(old["environment"].get(k) == new["environment"].get(k) for k in keys)
+
+
+def _numbers_agree(old: dict, new: dict, exact: bool) -> str:
+    """'' when a re-run record agrees with the recorded one; else why not.
+
+    Same status, and each max|err| equal (same machine and tools: the engines are
+    deterministic) or within a factor of 2 (elsewhere a CPU may round differently). A
+    recorded number edited to look better than the engine is fails either way.
+    """
+    if old["status"] != new["status"]:
+        return f"status {new['status']} != recorded {old['status']}"
+    for path in (("metrics", "max_abs"), ("lse", "metrics", "max_abs")):
+        a, b = old, new
+        for k in path:
+            a, b = (a or {}).get(k), (b or {}).get(k)
+        if a is None and b is None:
+            continue
+        if a is None or b is None:
+            return f"{'.'.join(path)} present in only one of the runs"
+        a, b = parse_float(a), parse_float(b)
+        agree = a == b if exact else abs(a - b) <= max(a, b) / 2
+        if not agree:
+            return f"{'.'.join(path)} {b:.6g} vs recorded {a:.6g}"
+    return ""
+
+
+def check_artifact(artifact: str | Path, policy_path: str | None = None) -> tuple[bool, list[str]]:
+    """(ok, problems). The re-run uses the policy recorded in the report unless `policy_path`
+    says otherwise: the numbers are re-checked against the rule they were verified under."""
+    artifact = Path(artifact)
+    manifest = read_manifest(artifact)
+    problems = check_hashes(artifact, manifest)
+    if problems:
+        return False, problems  # never load a file whose bytes are not the verified ones
+    report = json.loads((artifact.parent / manifest["verification"]["report"]).read_text())
+    v = manifest["verification"]
+    if v["summary"] != report["summary"] or v.get("worst_ratio") != harness.worst_ratio(report):
+        problems.append("manifest's verification summary differs from the report's")
+    if harness.summarize(report["records"]) != report["summary"]:
+        problems.append("report's summary does not match its own records")
+    config = ExportConfig.from_dict(manifest["config"])
+    kind = manifest["engine"]
+    eng = engine_class(kind).load(config, artifact)
+    weights = None
+    if manifest["weights"].get("seed") is not None:
+        weights = embedded_weights(config, manifest["weights"]["seed"])
+        if weights_sha256(weights) != manifest["weights"]["sha256"]:
+            problems.append("re-initialised embedded weights do not match the manifest's weights sha256")
+    with step("re-running the verification grid"):
+        fresh, code, verdict = verify_engine(eng, config, weights, manifest["verification"]["grid"]["seeds"],
+                                              policy_path or Policy.from_dict(report["policy"]))
+    say(verdict)
+    if code != 0:
+        problems.append(f"re-verification failed the gate: {verdict}")
+    old = {r["key"]: r for r in report["records"]}
+    from lrkv import __version__
+
+    exact = _same_machine(report, fresh) and manifest["tools"] == {"lrkv": __version__, **eng.tool_versions()}
+    for r in fresh["records"]:
+        if r["key"] not in old:
+            problems.append(f"{r['key']}: not in the recorded report")
+        elif why := _numbers_agree(old[r["key"]], r, exact):
+            problems.append(f"{r['key']}: {why}")
+    if len(fresh["records"]) != len(old):
+        problems.append(f"re-run has {len(fresh['records'])} records, the report {len(old)}")
+    return not problems, problems

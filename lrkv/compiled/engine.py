@@ -1,0 +1,86 @@
+"""The engine interface shared by ONNX, AOTInductor and TensorRT.
+
+An engine is an artifact on disk (one file, or a model plus its external-data file) plus
+the loaded runtime that executes it. Calls go through `__call__(**named)`, which runs the
+Python-side checks of `signature.check_call` first, so an out-of-range cache length is a
+ValueError and never reaches compiled code.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import torch
+
+from ..reference.weights import LRKVWeights
+from .config import ExportConfig
+from .signature import check_call, output_sigs
+
+# kind -> "module:Class", imported lazily so that `import lrkv.compiled` pulls in neither
+# onnxruntime nor torch_tensorrt.
+ENGINE_CLASSES = {
+    "onnx": "lrkv.compiled.onnx_engine:OnnxEngine",
+    "aoti": "lrkv.compiled.aoti_engine:AOTIEngine",
+    "tensorrt": "lrkv.compiled.tensorrt_engine:TensorRTEngine",
+}
+
+
+class EngineUnavailable(RuntimeError):
+    """The engine's toolchain is missing here; the message is the exact reason."""
+
+
+class Engine:
+    kind: str = "base"
+    suffix: str = ""  # artifact file extension
+
+    def __init__(self, config: ExportConfig, path: Path):
+        self.config = config
+        self.path = Path(path)
+        self.notes: dict = {}  # build facts the manifest records (e.g. TensorRT's float64 truncation)
+
+    # ---------------------------------------------------------------- toolchain
+    @staticmethod
+    def available() -> tuple[bool, str]:
+        return False, "abstract engine"
+
+    @staticmethod
+    def tool_versions() -> dict[str, str]:
+        return {"torch": torch.__version__}
+
+    @classmethod
+    def require(cls) -> None:
+        ok, reason = cls.available()
+        if not ok:
+            raise EngineUnavailable(f"{cls.kind} engine unavailable: {reason}")
+
+    # ---------------------------------------------------------------- build / load
+    @classmethod
+    def build(cls, config: ExportConfig, path: Path, *, weights: LRKVWeights | None = None) -> Engine:
+        """Export, compile, write the artifact at `path`, and load it back."""
+        raise NotImplementedError
+
+    @classmethod
+    def load(cls, config: ExportConfig, path: Path) -> Engine:
+        raise NotImplementedError
+
+    def files(self) -> list[Path]:
+        """Every file of the artifact (the manifest hashes each)."""
+        return [self.path]
+
+    # ---------------------------------------------------------------- run
+    def run_flat(self, flat: list[torch.Tensor]) -> list[torch.Tensor]:
+        raise NotImplementedError
+
+    def __call__(self, **named: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Named inputs (signature.input_sigs) -> named outputs, after the Python-side checks."""
+        flat, _ = check_call(self.config, named)
+        outs = self.run_flat(flat)
+        return dict(zip([s.name for s in output_sigs(self.config)], outs))
+
+
+def engine_class(kind: str) -> type[Engine]:
+    if kind not in ENGINE_CLASSES:
+        raise ValueError(f"unknown engine {kind!r}; known: {', '.join(ENGINE_CLASSES)}")
+    mod, attr = ENGINE_CLASSES[kind].split(":")
+    return getattr(importlib.import_module(mod), attr)

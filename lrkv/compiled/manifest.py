@@ -1,0 +1,134 @@
+"""The engine manifest: what an artifact is, what built it, and the report that verified it.
+
+`<artifact>.manifest.json` sits beside the artifact and its tolerance report
+(`<artifact>.report.json` + `.report.md`). It ties them together by sha256, so editing any
+of the three is detected by `lrkv export --check`:
+
+    schema            "lrkv.engine-manifest/1"
+    created           UTC time of the release
+    engine            onnx | aoti | tensorrt
+    artifact          {"files": [{"name", "sha256", "bytes"}]}   (ONNX external data included)
+    config            ExportConfig.to_dict(): spec, level, dtype, T_max/B ranges, weights mode,
+                      scale, opset, external_data
+    dynamic_ranges    {"B": {"min", "max"}, "T_max": {"min", "max"}}
+    dtypes            {"engine": ..., "inputs": {name: dtype}, "outputs": {name: dtype}}
+    signature         inputs/outputs with symbolic shapes ("B", "T")
+    opset             ONNX opset (null for other engines)
+    weights           {"mode": "inputs"} or {"mode": "embedded", "init": ..., "sha256": ...}
+    tools             versions of lrkv, torch and the engine's toolchain
+    engine_notes      build facts (execution provider, op types, TensorRT precision flags,
+                      "truncated": "float64 -> float32", ...)
+    verification      {"report": name, "report_sha256", "summary", "gate", "grid"}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+from lrkv import __version__
+
+from ..reference.weights import LRKVWeights
+from . import harness
+from .config import ExportConfig
+from .signature import dynamic_ranges, input_sigs, output_sigs
+from .verification import length_grid
+
+MANIFEST_SCHEMA = "lrkv.engine-manifest/1"
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def manifest_path(artifact: Path) -> Path:
+    return artifact.with_name(artifact.name + ".manifest.json")
+
+
+def report_paths(artifact: Path) -> tuple[Path, Path]:
+    return artifact.with_name(artifact.name + ".report.json"), artifact.with_name(artifact.name + ".report.md")
+
+
+def file_entries(files: list[Path]) -> list[dict]:
+    return [{"name": f.name, "sha256": sha256_file(f), "bytes": f.stat().st_size} for f in files]
+
+
+def write_json(path: Path, data: dict) -> None:
+    # Strict JSON: the harness already writes non-finite floats as the strings "inf"/"nan".
+    path.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n")
+
+
+def read_manifest(artifact: Path) -> dict:
+    path = manifest_path(artifact)
+    if not path.exists():
+        raise FileNotFoundError(f"no manifest beside {artifact} (expected {path.name})")
+    data = json.loads(path.read_text())
+    if data.get("schema") != MANIFEST_SCHEMA:
+        raise ValueError(f"{path.name}: schema {data.get('schema')!r} is not {MANIFEST_SCHEMA!r}")
+    return data
+
+
+def check_hashes(artifact: Path, manifest: dict) -> list[str]:
+    """Problems with the files the manifest names (empty list: all hashes match)."""
+    problems = []
+    for entry in manifest["artifact"]["files"]:
+        f = artifact.parent / entry["name"]
+        if not f.exists():
+            problems.append(f"{entry['name']}: missing")
+        elif sha256_file(f) != entry["sha256"]:
+            problems.append(f"{entry['name']}: sha256 {sha256_file(f)[:16]}… != manifest {entry['sha256'][:16]}…")
+    report = artifact.parent / manifest["verification"]["report"]
+    if not report.exists():
+        problems.append(f"{report.name}: missing")
+    elif sha256_file(report) != manifest["verification"]["report_sha256"]:
+        problems.append(f"{report.name}: sha256 differs from the manifest's report_sha256")
+    return problems
+
+
+def weights_sha256(w: LRKVWeights) -> str:
+    """sha256 over the named weight tensors' bytes (what an embedded-weights engine carries)."""
+    h = hashlib.sha256()
+    for name in ("w_q", "w_shared_k", "w_shared_v", "u_k", "u_v", "basis_k", "basis_v", "w_o", "q_gain", "k_gain",
+                 "latent_freqs"):
+        t = getattr(w, name)
+        if t is not None:
+            h.update(name.encode() + t.contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def build_manifest(kind: str, config: ExportConfig, eng, files: list[Path], report_file: Path, report: dict,
+                   verdict: str, *, seeds, weights: LRKVWeights | None, weights_seed: int, notes: dict) -> dict:
+    """The manifest of a verified engine `eng` whose artifact `files` and report now sit in place."""
+    edt = str(config.torch_dtype).removeprefix("torch.")
+    dt = lambda s: edt if s.dtype == "float" else s.dtype  # noqa: E731
+    weights_entry = {"mode": config.weights if config.level == "layer" else "inputs (kernel level: basis_k/v)"}
+    if weights is not None:
+        weights_entry.update(init=f"init_lrkv_weights(spec, seed={weights_seed}).to({edt})",
+                             seed=weights_seed, sha256=weights_sha256(weights),
+                             storage=("external data file" if config.external_data else "inside the artifact")
+                             if kind == "onnx" else "inside the artifact")
+    return {
+        "schema": MANIFEST_SCHEMA,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "engine": kind,
+        "artifact": {"files": file_entries(files)},
+        "config": config.to_dict(),
+        "dynamic_ranges": dynamic_ranges(config),
+        "dtypes": {"engine": edt, "inputs": {s.name: dt(s) for s in input_sigs(config)},
+                   "outputs": {s.name: dt(s) for s in output_sigs(config)}},
+        "signature": {side: [{"name": s.name, "shape": list(s.shape), "dtype": dt(s)} for s in sigs(config)]
+                      for side, sigs in (("inputs", input_sigs), ("outputs", output_sigs))},
+        "opset": config.opset if kind == "onnx" else None,
+        "weights": weights_entry,
+        "tools": {"lrkv": __version__, **eng.tool_versions()},
+        "engine_notes": {**eng.notes, **notes},
+        "verification": {"report": report_file.name, "report_sha256": sha256_file(report_file),
+                         "summary": report["summary"], "worst_ratio": harness.worst_ratio(report), "gate": verdict,
+                         "grid": {"T_max": length_grid(config), "seeds": list(seeds)}},
+    }
