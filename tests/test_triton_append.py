@@ -50,6 +50,10 @@ def setup(spec, dtype, B=3, t_max=9, prefill=(4, 0, 7), seed=0):
     return w, cache, x
 
 
+def _on(entries: dict, device) -> dict:
+    return {k: v.to(device) for k, v in entries.items()}
+
+
 SPECS = [AttentionSpec.lrkv(3, 16, 5), AttentionSpec.lrkv(3, 16, 6, qk_norm=True, rope="exact")]
 
 
@@ -60,7 +64,8 @@ def test_append_bit_exact(spec, dtype):
     ref = cache.clone()
     for step in range(2):  # two appends: positions follow the lengths
         pos = cache.lengths.clone()
-        entries = L.project_token(w.to(torch.float64), x * (step + 1), pos)  # float64 entries: cast inside
+        # the reference projection runs on the CPU (float64 weights); its entries move to the cache's device
+        entries = _on(L.project_token(w.to(torch.float64), (x * (step + 1)).cpu(), pos.cpu()), pos.device)
         append(cache, entries, pos)
         L.append(ref, entries, ref.lengths.clone())
         assert_bit_equal(cache.tensors(), ref.tensors())
@@ -76,7 +81,7 @@ def test_paged_append_bit_exact(page_size, dtype):
     ref = cache.clone()
     for step in range(2):
         pos = paged.lengths.clone()
-        entries = L.project_token(w, x + step, pos)
+        entries = _on(L.project_token(w, (x + step).cpu(), pos.cpu()), pos.device)
         paged_append(paged, entries, pos)
         L.append(ref, entries, ref.lengths.clone())
     back = to_contiguous(paged)
@@ -88,7 +93,7 @@ def test_append_rejects_bad_calls():
     spec = SPECS[0]
     w, cache, x = setup(spec, torch.float32, t_max=8, prefill=(4, 0, 7))
     pos = cache.lengths.clone()
-    entries = L.project_token(w, x, pos)
+    entries = _on(L.project_token(w, x.cpu(), pos.cpu()), pos.device)
     with pytest.raises(ValueError, match="positions must equal"):
         append(cache, entries, pos + 1)
     with pytest.raises(ValueError, match="entries lacks 'latent_v'"):
@@ -110,7 +115,7 @@ def test_paged_append_rejects_missing_and_shared_pages():
     w, cache, x = setup(spec, torch.float32, t_max=8, prefill=(4, 0, 7))
     paged = paginate(cache, 4, generator=torch.Generator().manual_seed(1))
     pos = paged.lengths.clone()
-    entries = L.project_token(w, x, pos)
+    entries = _on(L.project_token(w, x.cpu(), pos.cpu()), pos.device)
     broken = paged.clone()
     broken.page_table[0, 1] = -1  # sequence 0 writes position 4: page 1
     with pytest.raises(ValueError, match=r"page_table\[0, 1\] = -1"):

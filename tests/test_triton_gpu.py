@@ -85,8 +85,10 @@ def test_torch_compile_sees_the_triton_op():
 
     eager = step(*case.args())
     compiled = torch.compile(step, fullgraph=True)(*case.args())
-    torch.testing.assert_close(compiled[0], eager[0], rtol=0, atol=0)
-    torch.testing.assert_close(compiled[1], eager[1], rtol=0, atol=0)
+    # Inductor compiles the user kernel with its own Triton options (e.g. FP fusion), so the
+    # compiled graph may round differently in the last bf16 place: same op, not same bits.
+    torch.testing.assert_close(compiled[0], eager[0], rtol=1.6e-2, atol=1e-2)
+    torch.testing.assert_close(compiled[1], eager[1], rtol=1.6e-2, atol=1e-2)
 
 
 def test_cuda_graph_capture():
