@@ -213,6 +213,29 @@ def check_prefill(x: torch.Tensor, t_max: int | None) -> int:
     return t_max
 
 
+def check_step(weights, x_t: torch.Tensor, cache: LayerCache, positions: torch.Tensor) -> None:
+    """The checks every family's layer_step runs before touching its cache."""
+    check_layer_input(weights, x_t, 2, "x_t")
+    if x_t.shape[0] != cache.batch:
+        raise ValueError(f"x_t must have shape [{cache.batch}, {weights.spec.d_model}], got {list(x_t.shape)}")
+    if not torch.isfinite(x_t).all():
+        raise ValueError("x_t contains NaN or Inf")
+    check_positions(positions, cache.batch)
+
+
+def prefill_with(forward, allocate, project, weights, x: torch.Tensor, lengths, t_max):
+    """Prefill for any family: the training form over the prompt, and a cache holding the
+    projections of its first lengths[b] tokens (the family passes its own three functions)."""
+    check_layer_input(weights, x, 3)
+    B, T, _ = x.shape
+    lengths = check_lengths(lengths, B, T, x.device)
+    t_max = check_prefill(x, t_max)
+    y = forward(weights, x, lengths)
+    cache = allocate(weights.spec, B, t_max, weights.dtype, device=x.device)
+    entries = project(weights, x, torch.arange(T, device=x.device)[None, :].expand(B, T))
+    return y, fill_prefix(cache, entries, lengths)
+
+
 def check_positions(positions: torch.Tensor, batch: int) -> None:
     require_tensor("positions", positions)
     require_shape("positions", positions, (batch,))
@@ -386,14 +409,7 @@ def prefill(
     weights: DenseWeights, x: torch.Tensor, lengths: torch.Tensor | None = None, t_max: int | None = None,
 ) -> tuple[torch.Tensor, DenseCache]:
     """Run the training form over a prompt and fill a cache with its first lengths[b] tokens."""
-    check_layer_input(weights, x, 3)
-    B, T, _ = x.shape
-    lengths = check_lengths(lengths, B, T, x.device)
-    t_max = check_prefill(x, t_max)
-    y = layer_forward(weights, x, lengths)
-    cache = allocate_cache(weights.spec, B, t_max, weights.dtype, device=x.device)
-    entries = project_token(weights, x, torch.arange(T, device=x.device)[None, :].expand(B, T))
-    return y, fill_prefix(cache, entries, lengths)
+    return prefill_with(layer_forward, allocate_cache, project_token, weights, x, lengths, t_max)
 
 
 def layer_step(
@@ -401,12 +417,7 @@ def layer_step(
     *, decode=decode_attention,
 ) -> tuple[torch.Tensor, DenseCache]:
     """One decode step: project, append at slot positions[b], attend, output projection.  y: [B, d]"""
-    check_layer_input(weights, x_t, 2, "x_t")
-    if x_t.shape[0] != cache.batch:
-        raise ValueError(f"x_t must have shape [{cache.batch}, {weights.spec.d_model}], got {list(x_t.shape)}")
-    if not torch.isfinite(x_t).all():
-        raise ValueError("x_t contains NaN or Inf")
-    check_positions(positions, cache.batch)
+    check_step(weights, x_t, cache, positions)
     entries = project_token(weights, x_t, positions)
     append(cache, entries, positions)
     out, _ = decode(entries["q"], cache.k, cache.v, cache.lengths, scale=weights.spec.scale)

@@ -34,6 +34,7 @@ import torch
 
 from ..spec import AttentionSpec
 from .dense import (
+    check_step, prefill_with,
     LayerCache, cast_tensors, check_allocation, check_layer_input, check_lengths, check_positions,
     check_prefill, check_weight_shapes, fill_prefix, gain, require_dims, require_shape, require_tensor,
     validate_common,
@@ -293,14 +294,7 @@ def prefill(
     weights: MLAWeights, x: torch.Tensor, lengths: torch.Tensor | None = None, t_max: int | None = None,
 ) -> tuple[torch.Tensor, MLACache]:
     """Run the training form over a prompt and fill a latent cache with its first lengths[b] tokens."""
-    check_layer_input(weights, x, 3)
-    B, T, _ = x.shape
-    lengths = check_lengths(lengths, B, T, x.device)
-    t_max = check_prefill(x, t_max)
-    y = layer_forward(weights, x, lengths)
-    cache = allocate_cache(weights.spec, B, t_max, weights.dtype, device=x.device)
-    entries = project_token(weights, x, torch.arange(T, device=x.device)[None, :].expand(B, T))
-    return y, fill_prefix(cache, entries, lengths)
+    return prefill_with(layer_forward, allocate_cache, project_token, weights, x, lengths, t_max)
 
 
 def layer_step(
@@ -309,12 +303,7 @@ def layer_step(
 ) -> tuple[torch.Tensor, MLACache]:
     """One decode step: project, append, attend (absorbed by default, naive with absorbed=False),
     output projection.  y: [B, d]"""
-    check_layer_input(weights, x_t, 2, "x_t")
-    if x_t.shape[0] != cache.batch:
-        raise ValueError(f"x_t must have shape [{cache.batch}, {weights.spec.d_model}], got {list(x_t.shape)}")
-    if not torch.isfinite(x_t).all():
-        raise ValueError("x_t contains NaN or Inf")
-    check_positions(positions, cache.batch)
+    check_step(weights, x_t, cache, positions)
     entries = project_token(weights, x_t, positions)
     append(cache, entries, positions)
     decode = absorbed_decode_attention if absorbed else naive_decode_attention
