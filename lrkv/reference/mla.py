@@ -34,10 +34,7 @@ import torch
 
 from ..spec import AttentionSpec
 from .dense import (
-    check_step, prefill_with,
-    LayerCache, cast_tensors, check_allocation, check_layer_input, check_lengths, check_positions,
-    check_prefill, check_weight_shapes, fill_prefix, gain, require_dims, require_shape, require_tensor,
-    validate_common,
+    check_step, prefill_with, LayerCache, cast_tensors, check_allocation, check_layer_input, check_lengths, check_weight_shapes, gain, require_dims, require_shape, require_tensor, validate_common,
 )
 from .lrkv import _softmax_rows, _valid_mask, append
 from .norms import rms_norm
