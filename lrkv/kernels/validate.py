@@ -14,8 +14,9 @@ import math
 
 import torch
 
-from ..reference.contract import FLOAT_DTYPES
-from ..reference.rope import ExactRope
+from ..reference.contract import (
+    check_dtypes_and_device, check_finite_query_and_bases, check_scale_and_rope, check_shape, check_tensors,
+)
 
 MAX_SPLITS = 256  # stage 2 holds all splits of one head in registers
 BLOCK_T_CHOICES = (16, 32, 64, 128)
@@ -95,9 +96,6 @@ def check_kernel_extras(named: dict[str, torch.Tensor], *, d_h: int, H: int, dev
         check_strides(name, t)
 
 
-def _shape(name: str, t: torch.Tensor, expected: tuple) -> None:
-    if tuple(t.shape) != tuple(expected):
-        raise ValueError(f"{name} must have shape {list(expected)}, got {list(t.shape)}")
 
 
 def validate_paged_inputs(
@@ -117,9 +115,7 @@ def validate_paged_inputs(
                  basis_k=basis_k, basis_v=basis_v, lengths=lengths, page_table=page_table)
     if key_scale is not None:
         named["key_scale"] = key_scale
-    for name, t in named.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    check_tensors(named)
     if q.dim() != 3:
         raise ValueError(f"q must be [B, H, d_h], got shape {list(q.shape)}")
     if shared_k.dim() != 3:
@@ -134,29 +130,19 @@ def validate_paged_inputs(
     max_pages = page_table.shape[1]
     if page < 1:
         raise ValueError(f"page_size (shared_k.shape[1]) must be >= 1, got {page}")
-    _shape("shared_k", shared_k, (P, page, d_h))
-    _shape("shared_v", shared_v, (P, page, d_h))
-    _shape("latent_k", latent_k, (P, page, H, r))
-    _shape("latent_v", latent_v, (P, page, H, r))
-    _shape("basis_k", basis_k, (H, d_h, r))
-    _shape("basis_v", basis_v, (H, d_h, r))
-    _shape("lengths", lengths, (B,))
-    _shape("page_table", page_table, (B, max_pages))
+    check_shape("shared_k", shared_k, (P, page, d_h))
+    check_shape("shared_v", shared_v, (P, page, d_h))
+    check_shape("latent_k", latent_k, (P, page, H, r))
+    check_shape("latent_v", latent_v, (P, page, H, r))
+    check_shape("basis_k", basis_k, (H, d_h, r))
+    check_shape("basis_v", basis_v, (H, d_h, r))
+    check_shape("lengths", lengths, (B,))
+    check_shape("page_table", page_table, (B, max_pages))
     if key_scale is not None:
-        _shape("key_scale", key_scale, (P, page, H))
-    if q.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"q has dtype {q.dtype}; supported: {[str(d) for d in FLOAT_DTYPES]}")
-    for name in ("shared_k", "shared_v", "latent_k", "latent_v", "basis_k", "basis_v", "key_scale"):
-        t = named.get(name)
-        if t is not None and t.dtype != q.dtype:
-            raise TypeError(f"{name} has dtype {t.dtype} but q has {q.dtype}: all float inputs must match")
-    if lengths.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"lengths must be int32 or int64, got {lengths.dtype}")
+        check_shape("key_scale", key_scale, (P, page, H))
+    check_dtypes_and_device(named)
     if page_table.dtype != torch.int32:
         raise TypeError(f"page_table must be int32, got {page_table.dtype}")
-    devices = {t.device for t in named.values()}
-    if len(devices) > 1:
-        raise ValueError(f"all inputs must be on one device, got {sorted(map(str, devices))}")
     capacity = max_pages * page
     if B and (int(lengths.min()) < 0 or int(lengths.max()) > capacity):
         raise ValueError(f"lengths must lie in [0, max_pages*page_size={capacity}], got min "
@@ -168,19 +154,9 @@ def validate_paged_inputs(
             b, i = (int(x) for x in bad.nonzero()[0])
             raise ValueError(f"page_table[{b}, {i}] = {int(page_table[b, i])} is outside [0, num_pages={P}) "
                              f"but sequence {b} (length {int(lengths[b])}) reads that page")
-    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not (scale > 0):
-        raise ValueError(f"scale must be a positive float (1/sqrt(d_h)), got {scale!r}")
-    if rope is not None:
-        if not isinstance(rope, ExactRope):
-            raise TypeError(f"rope must be None or ExactRope, got {type(rope).__name__}")
-        if d_h % 2:
-            raise ValueError(f"rope needs an even d_h, got {d_h}")
+    check_scale_and_rope(scale, rope, d_h)
     if check_finite:
-        if not torch.isfinite(q).all():
-            raise ValueError("q contains NaN or Inf")
-        for name in ("basis_k", "basis_v"):
-            if not torch.isfinite(named[name]).all():
-                raise ValueError(f"{name} contains NaN or Inf")
+        check_finite_query_and_bases(named)
         if B and int(lengths.max()) > 0:
             rows, slots = valid_physical_slots(page_table, lengths, page)
             for name in ("shared_k", "shared_v", "latent_k", "latent_v", "key_scale"):

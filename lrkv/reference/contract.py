@@ -14,9 +14,52 @@ from .rope import ExactRope
 FLOAT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 
 
-def _shape(name: str, t: torch.Tensor, expected: tuple) -> None:
+def check_shape(name: str, t: torch.Tensor, expected: tuple) -> None:
     if tuple(t.shape) != tuple(expected):
         raise ValueError(f"{name} must have shape {list(expected)}, got {list(t.shape)}")
+
+
+def check_tensors(named: dict) -> None:
+    for name, t in named.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+
+
+FLOAT_INPUTS = ("shared_k", "shared_v", "latent_k", "latent_v", "basis_k", "basis_v", "key_scale")
+
+
+def check_dtypes_and_device(named: dict) -> None:
+    """One float dtype for every float input, integer lengths, one device."""
+    dtype = named["q"].dtype
+    if dtype not in FLOAT_DTYPES:
+        raise TypeError(f"q has dtype {dtype}; supported: {[str(d) for d in FLOAT_DTYPES]}")
+    for name in FLOAT_INPUTS:
+        t = named.get(name)
+        if t is not None and t.dtype != dtype:
+            raise TypeError(f"{name} has dtype {t.dtype} but q has {dtype}: all float inputs must match")
+    if named["lengths"].dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"lengths must be int32 or int64, got {named['lengths'].dtype}")
+    devices = {t.device for t in named.values()}
+    if len(devices) > 1:
+        raise ValueError(f"all inputs must be on one device, got {sorted(map(str, devices))}")
+
+
+def check_scale_and_rope(scale, rope, d_h: int) -> None:
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not (scale > 0):
+        raise ValueError(f"scale must be a positive float (1/sqrt(d_h)), got {scale!r}")
+    if rope is not None:
+        if not isinstance(rope, ExactRope):
+            raise TypeError(f"rope must be None or ExactRope, got {type(rope).__name__}")
+        if d_h % 2:
+            raise ValueError(f"rope needs an even d_h, got {d_h}")
+
+
+def check_finite_query_and_bases(named: dict) -> None:
+    if not torch.isfinite(named["q"]).all():
+        raise ValueError("q contains NaN or Inf")
+    for name in ("basis_k", "basis_v"):
+        if not torch.isfinite(named[name]).all():
+            raise ValueError(f"{name} contains NaN or Inf")
 
 
 def validate_decode_inputs(
@@ -28,9 +71,7 @@ def validate_decode_inputs(
                  basis_k=basis_k, basis_v=basis_v, lengths=lengths)
     if key_scale is not None:
         named["key_scale"] = key_scale
-    for name, t in named.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    check_tensors(named)
     if q.dim() != 3:
         raise ValueError(f"q must be [B, H, d_h], got {q.dim()} dims {list(q.shape)}")
     if shared_k.dim() != 3:
@@ -40,44 +81,23 @@ def validate_decode_inputs(
     B, H, d_h = q.shape
     T = shared_k.shape[1]
     r = latent_k.shape[3]
-    _shape("shared_k", shared_k, (B, T, d_h))
-    _shape("shared_v", shared_v, (B, T, d_h))
-    _shape("latent_k", latent_k, (B, T, H, r))
-    _shape("latent_v", latent_v, (B, T, H, r))
-    _shape("basis_k", basis_k, (H, d_h, r))
-    _shape("basis_v", basis_v, (H, d_h, r))
-    _shape("lengths", lengths, (B,))
+    check_shape("shared_k", shared_k, (B, T, d_h))
+    check_shape("shared_v", shared_v, (B, T, d_h))
+    check_shape("latent_k", latent_k, (B, T, H, r))
+    check_shape("latent_v", latent_v, (B, T, H, r))
+    check_shape("basis_k", basis_k, (H, d_h, r))
+    check_shape("basis_v", basis_v, (H, d_h, r))
+    check_shape("lengths", lengths, (B,))
     if key_scale is not None:
-        _shape("key_scale", key_scale, (B, T, H))
-    dtype = q.dtype
-    if dtype not in FLOAT_DTYPES:
-        raise TypeError(f"q has dtype {dtype}; supported: {[str(d) for d in FLOAT_DTYPES]}")
-    for name in ("shared_k", "shared_v", "latent_k", "latent_v", "basis_k", "basis_v", "key_scale"):
-        t = named.get(name)
-        if t is not None and t.dtype != dtype:
-            raise TypeError(f"{name} has dtype {t.dtype} but q has {dtype}: all float inputs must match")
-    if lengths.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"lengths must be int32 or int64, got {lengths.dtype}")
-    devices = {t.device for t in named.values()}
-    if len(devices) > 1:
-        raise ValueError(f"all inputs must be on one device, got {sorted(map(str, devices))}")
+        check_shape("key_scale", key_scale, (B, T, H))
+    check_dtypes_and_device(named)
     if B and (lengths.min() < 0 or lengths.max() > T):
         raise ValueError(
             f"lengths must lie in [0, T_max={T}], got min {int(lengths.min())}, max {int(lengths.max())}"
         )
-    if not isinstance(scale, (int, float)) or not (scale > 0):
-        raise ValueError(f"scale must be a positive float (1/sqrt(d_h)), got {scale!r}")
-    if rope is not None:
-        if not isinstance(rope, ExactRope):
-            raise TypeError(f"rope must be None or ExactRope, got {type(rope).__name__}")
-        if d_h % 2:
-            raise ValueError(f"rope needs an even d_h, got {d_h}")
+    check_scale_and_rope(scale, rope, d_h)
     if check_finite:
-        if not torch.isfinite(q).all():
-            raise ValueError("q contains NaN or Inf")
-        for name in ("basis_k", "basis_v"):
-            if not torch.isfinite(named[name]).all():
-                raise ValueError(f"{name} contains NaN or Inf")
+        check_finite_query_and_bases(named)
         valid = torch.arange(T, device=lengths.device)[None, :] < lengths[:, None]  # [B, T]
         for name in ("shared_k", "shared_v", "latent_k", "latent_v", "key_scale"):
             t = named.get(name)
