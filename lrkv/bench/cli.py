@@ -1,0 +1,225 @@
+"""`lrkv bench`: decode cost of LRKV against its peers, measured side by side on this machine.
+
+    lrkv bench                     default grid (both paper scales, B 1/4, T 1K/8K/16K): ~5-10 min on a CPU
+    lrkv bench --quick             CI-sized: H=18/r=55, B=1, T 1K and 8K
+    lrkv bench --full              B up to 16, T to 32K (GPU: to 128K)
+    lrkv bench --roofline          print the roofline note for the H200 and this machine, and exit
+    lrkv bench --from-json FILE    re-render a saved result (table, Markdown, plot) without timing
+
+Writes OUT/bench.json, OUT/bench.md and OUT/bench.png (the plot needs matplotlib).
+Exit 0; 1 if a row errored, or with --check-targets if a performance target was missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+DEFAULT_OUT = "reports/bench"
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    """'1,4' or '1K,8K' -> (1, 4) / (1024, 8192)."""
+    out = []
+    for part in text.split(","):
+        part = part.strip().upper()
+        mult = 1024 if part.endswith("K") else 1
+        out.append(int(part.rstrip("K")) * mult)
+    return tuple(out)
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in text.split(",") if p.strip())
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("bench", help="time one decode step of LRKV and its peers side by side",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="CI-sized grid")
+    size.add_argument("--full", action="store_true", help="the full grid (long)")
+    p.add_argument("--scales", type=_names, help="paper scales, e.g. 2.5B,6.3B (overrides the grid)")
+    p.add_argument("--batch", type=_ints, help="batch sizes, e.g. 1,4,16")
+    p.add_argument("--seq-lens", type=_ints, help="cache lengths, e.g. 1K,8K,32K")
+    p.add_argument("--families", type=_names, help="lrkv,lrkv-mat,mha,gqa,mqa,mla,mlra (mha is always needed)")
+    p.add_argument("--rounds", type=int, help="interleaved timing rounds per shape")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: cuda if present")
+    p.add_argument("--backend", action="append", choices=("inductor", "eager", "triton", "sdpa"),
+                   help="repeatable; default: inductor on CPU, all three on CUDA")
+    p.add_argument("--dtype", help="default: float32 on CPU, bfloat16 on CUDA")
+    p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
+    p.add_argument("--formulation", choices=("bench", "reference"), default="bench",
+                   help="bench: time-major steps (lrkv.bench.steps_*); reference: the references' einsums compiled")
+    p.add_argument("--memory-fraction", type=float, default=0.5, help="of available memory one shape may use")
+    p.add_argument("--out", default=DEFAULT_OUT, help=f"output directory (default: {DEFAULT_OUT})")
+    p.add_argument("--no-plot", action="store_true", help="skip the matplotlib plot")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--roofline", action="store_true", help="print the roofline note (measures this machine) and exit")
+    p.add_argument("--from-json", metavar="FILE", help="render a saved bench.json instead of running")
+    p.add_argument("--check-targets", action="store_true", help="exit 1 when a performance target is missed")
+    p.set_defaults(func=cmd_bench)
+
+
+def _device(args) -> str:
+    import torch
+
+    if args.device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return args.device
+
+
+def build_grid(args):
+    from .grid import GRIDS
+
+    grid = GRIDS["quick" if args.quick else "full" if args.full else "default"]
+    changes = {k: v for k, v in dict(scales=args.scales, batches=args.batch, seq_lens=args.seq_lens,
+                                     families=args.families, rounds=args.rounds).items() if v}
+    if changes.get("families") and "mha" not in changes["families"]:
+        changes["families"] = ("mha", *changes["families"])  # the baseline every ratio needs
+    return replace(grid, name=grid.name + ("+custom" if changes else ""), **changes) if changes else grid
+
+
+def cmd_bench(args) -> int:
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:  # a pipe or CI log reports 80 columns; the table needs ~100
+        console = Console(width=max(console.width, 120))
+    if args.roofline:
+        return _roofline(args, console)
+    if args.from_json:
+        from .result import BenchResult
+
+        result = BenchResult.read_json(args.from_json)
+    else:
+        result = _run(args, console)
+        if result is None:
+            return 2
+    return _emit(result, args, console)
+
+
+def _run(args, console):
+    import torch
+
+    from ..spec import PAPER_SCALES, as_dtype
+    from .runner import RunOptions, run_bench
+
+    device = _device(args)
+    if device == "cuda" and not torch.cuda.is_available():
+        console.print("[red]--device cuda: torch sees no CUDA device[/red]")
+        return None
+    try:
+        grid = build_grid(args)
+        unknown = [s for s in grid.scales if s not in PAPER_SCALES]
+        if unknown:
+            raise ValueError(f"unknown scales {unknown}; known: {', '.join(PAPER_SCALES)}")
+        dtype = as_dtype(args.dtype or ("bfloat16" if device == "cuda" else "float32"))
+    except (ValueError, TypeError) as e:
+        console.print(f"[red]{e}[/red]")
+        return None
+    opts = RunOptions(device=device, dtype=dtype, backends=args.backend, threads=args.threads,
+                      formulation=args.formulation, memory_fraction=args.memory_fraction)
+    _warn_if_busy(console, device, args.threads)
+    console.print(f"lrkv bench: grid {grid.name} on {device} ({dtype}), {len(grid.for_device(device).shapes())} "
+                  f"shapes x {len(grid.families)} families, {grid.rounds} rounds; measuring the machine first")
+    if args.no_progress:
+        return run_bench(grid, opts)
+    with _RichReporter(console) as rep:
+        return run_bench(grid, opts, rep)
+
+
+def _warn_if_busy(console, device: str, threads: int | None) -> None:
+    """Other work on the CPU makes OpenMP kernels wait at every barrier: say so up front."""
+    import os
+
+    import torch
+
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if device == "cpu" and load > 0.5 * cores and (threads or torch.get_num_threads()) > 1:
+        console.print(f"[yellow]note: load average {load:.1f} on {cores} cores — other work is running; "
+                      f"multi-threaded CPU timings will be noisy (try --threads 1, more --rounds)[/yellow]")
+
+
+def _emit(result, args, console) -> int:
+    from .plot import plot_result
+    from .report import footnotes, headline, markdown_table, rich_tables
+    from .roofline import render
+
+    for table in rich_tables(result):
+        console.print(table)
+    for line in footnotes(result):
+        console.print(line, highlight=False)
+    for line in headline(result):
+        console.print(line, highlight=False)
+    out = Path(args.out)
+    if not args.from_json:
+        console.print(f"JSON: {result.write_json(out / 'bench.json')}")
+    md = out / "bench.md"
+    md.parent.mkdir(parents=True, exist_ok=True)
+    md.write_text("\n\n".join([markdown_table(result), "\n".join(headline(result)),
+                               "```\n" + render(result.roofline) + "\n```"]) + "\n")
+    console.print(f"Markdown: {md}")
+    if not args.no_plot:
+        _, message = plot_result(result, out / "bench.png")
+        console.print(message)
+    errors = any(r.status == "error" for r in result.rows)
+    missed = args.check_targets and any(r.target == "MISS" for r in result.rows)
+    return 1 if errors or missed else 0
+
+
+def _roofline(args, console) -> int:
+    import torch
+
+    from ..spec import PAPER_SCALES, as_dtype
+    from .machine import describe_machine, measure
+    from .roofline import H200_SIMT, H200_TENSOR, machine_roof, render, summary
+
+    device = _device(args)
+    dtype = as_dtype(args.dtype or ("bfloat16" if device == "cuda" else "float32"))
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    console.print("measuring this machine (copy bandwidth, GEMM peak) ...")
+    machine = measure(describe_machine(device), dtype)
+    roofs = [H200_TENSOR, H200_SIMT, machine_roof(machine, str(dtype).removeprefix("torch."))]
+    scales = [PAPER_SCALES[s] for s in (args.scales or ("2.5B", "6.3B"))]
+    console.print(render(summary(roofs, scales, list(args.seq_lens or (8192, 131072)))), highlight=False)
+    return 0
+
+
+class _RichReporter:
+    """A rich progress bar over rows, with one summary line per finished shape."""
+
+    def __init__(self, console):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.console = console
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=console, transient=True)
+        self.task = None
+
+    def __enter__(self):
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.progress.__exit__(*exc)
+
+    def start(self, total_rows: int) -> None:
+        self.task = self.progress.add_task("starting", total=total_rows)
+
+    def row_started(self, description: str) -> None:
+        self.progress.update(self.task, description=description)
+
+    def rows_finished(self, rows) -> None:
+        self.progress.advance(self.task, len(rows))
+        ok = [r for r in rows if r.status == "ok" and r.vs_mha is not None]
+        if rows:
+            r0 = rows[0]
+            cells = ", ".join(f"{r.family}{'' if r.backend == 'inductor' else '/' + r.backend} {r.vs_mha:.2f}"
+                              for r in ok if r.family != "mha")
+            self.progress.console.print(f"{r0.scale} B={r0.batch} T={r0.seq_len}: x MHA  {cells}", highlight=False)

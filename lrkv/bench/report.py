@@ -1,0 +1,131 @@
+"""Rendering a result: the rich table for the terminal, Markdown for docs, and the headline.
+
+One table per paper scale; columns (one row per family x backend at each B, T):
+  time        median ms per decode step (one layer), over interleaved rounds
+  MB read     bytes the step must read: cache payload + weights (spec accounting)
+  GB/s        MB read / time;  %copy: of the copy bandwidth measured in the run
+  x MHA       time / MHA's time, the per-round median — the measured headline
+  payload     the cache payload ratio the formulas predict (Eq. 9 for lrkv)
+  target      PASS / MISS where a performance target applies (lrkv.bench.targets)
+"""
+
+from __future__ import annotations
+
+from .result import BenchResult, BenchRow
+
+HEADERS = ("family", "B", "T", "ms", "MB read", "GB/s", "%copy", "x MHA", "payload", "target")
+WARM = "*"  # marks a T whose bytes fit in the last-level cache: timed warm, not from memory
+
+
+def _k(t: int) -> str:
+    return f"{t // 1024}K" if t % 1024 == 0 else str(t)
+
+
+def _f(x: float | None, fmt: str) -> str:
+    return "" if x is None else format(x, fmt)
+
+
+def _scale_title(result: BenchResult, scale: str) -> str:
+    spec = next((r.spec for r in result.rows if r.scale == scale and r.family == "lrkv"), "")
+    return f"{scale} ({spec})" if spec else scale
+
+
+def cells(row: BenchRow, *, show_backend: bool = False) -> list[str]:
+    """The table cells of one row (strings; skipped/error rows say why in the time column)."""
+    name = row.family + (f" / {row.backend}" if show_backend else "")
+    T = _k(row.seq_len) + (WARM if "fits in LLC" in row.note else "")
+    head = [name, str(row.batch), T]
+    if row.status != "ok":
+        return head + [f"{row.status}: {row.reason}"[:70], "", "", "", "", _f(row.payload_ratio, ".3f"), ""]
+    return head + [
+        _f(row.time_s * 1e3, ".3f"), _f(row.bytes_total / 1e6, ".1f"), _f(row.bandwidth / 1e9, ".1f"),
+        _f(row.bandwidth_frac * 100 if row.bandwidth_frac is not None else None, ".0f"),
+        _f(row.vs_mha, ".3f"), _f(row.payload_ratio, ".3f"), row.target or "",
+    ]
+
+
+def caption(result: BenchResult) -> str:
+    g = result.grid
+    backends = ", ".join(g.get("backends", []))
+    return (f"{result.machine.label()} | {g.get('device')} {g.get('dtype')}, backends {backends}, "
+            f"formulation {g.get('formulation')}, {g.get('rounds')} rounds | {result.created}")
+
+
+def _multi_backend(result: BenchResult) -> bool:
+    return len({r.backend for r in result.rows}) > 1
+
+
+def rich_tables(result: BenchResult) -> list:
+    """One rich.table.Table per scale, a rule between shapes."""
+    from rich.table import Table
+
+    show_backend = _multi_backend(result)
+    tables = []
+    for scale in dict.fromkeys(r.scale for r in result.rows):
+        table = Table(title=f"lrkv bench {_scale_title(result, scale)}: one decode step, one layer")
+        for h in HEADERS:
+            table.add_column(h, justify="left" if h == "family" else "right", no_wrap=True)
+        last = None
+        for row in (r for r in result.rows if r.scale == scale):
+            if last is not None and row.key != last:
+                table.add_section()
+            last = row.key
+            c = cells(row, show_backend=show_backend)
+            if row.family == "lrkv" and row.status == "ok":
+                c[0], c[7] = f"[bold]{c[0]}[/bold]", f"[bold]{c[7]}[/bold]"
+            style = {"PASS": "green", "MISS": "bold red"}.get(row.target or "")
+            if style:
+                c[-1] = f"[{style}]{c[-1]}[/{style}]"
+            table.add_row(*c, style="dim" if row.status != "ok" else None)
+        tables.append(table)
+    return tables
+
+
+def footnotes(result: BenchResult) -> list[str]:
+    notes = [caption(result)]
+    if any("fits in LLC" in r.note for r in result.rows):
+        notes.append(f"T marked `{WARM}`: the step's bytes fit in the last-level cache, so it was timed warm "
+                     "(repeated calls), not from DRAM")
+    graph = {r.note.split(";")[0] for r in result.rows if r.device == "cuda" and r.note}
+    if graph:
+        notes.append("GPU rows: " + ", ".join(sorted(graph)))
+    return notes
+
+
+def markdown_table(result: BenchResult, *, families: tuple[str, ...] | None = None) -> str:
+    """The same tables in Markdown, with the machine line (for docs/bench.md, a README)."""
+    show_backend = _multi_backend(result)
+    lines = []
+    for scale in dict.fromkeys(r.scale for r in result.rows):
+        lines += [f"**{_scale_title(result, scale)}**", "", "| " + " | ".join(HEADERS) + " |",
+                  "|" + "|".join("---" if i == 0 else "---:" for i in range(len(HEADERS))) + "|"]
+        for row in (r for r in result.rows if r.scale == scale):
+            if families and row.family not in families:
+                continue
+            c = cells(row, show_backend=show_backend)
+            c[2] = c[2].replace(WARM, "\\" + WARM)  # a lone * must not start emphasis
+            if row.family == "lrkv" and row.status == "ok":
+                c[0], c[7] = f"**{c[0]}**", f"**{c[7]}**"
+            lines.append("| " + " | ".join(c) + " |")
+        lines.append("")
+    return "\n".join(lines + [f"- {n}" for n in footnotes(result)])
+
+
+def headline(result: BenchResult) -> list[str]:
+    """Measured LRKV / MHA against the payload ratio, per scale and backend, and the targets."""
+    out = []
+    lrkv = [r for r in result.ok_rows() if r.family == "lrkv"]
+    for scale in dict.fromkeys(r.scale for r in lrkv):
+        for backend in dict.fromkeys(r.backend for r in lrkv if r.scale == scale):
+            rs = [r for r in lrkv if r.scale == scale and r.backend == backend]
+            parts = ", ".join(f"B={r.batch} T={_k(r.seq_len)}: {r.vs_mha:.2f}" for r in rs if r.vs_mha is not None)
+            out.append(f"LRKV/MHA measured ({scale}, {backend}, payload ratio {rs[0].payload_ratio:.3f}): {parts}")
+    checked = result.targets()
+    if checked:
+        n_pass = sum(r.target == "PASS" for r in checked)
+        out.append(f"targets: {n_pass}/{len(checked)} PASS — {checked[0].target_rule}")
+    bad = [r for r in result.rows if r.status == "error"]
+    if bad:
+        out.append(f"{len(bad)} row(s) failed: " + "; ".join(f"{r.family}/{r.backend} B={r.batch} T={r.seq_len}: "
+                                                          f"{r.reason}" for r in bad[:3]))
+    return out

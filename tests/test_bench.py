@@ -1,0 +1,349 @@
+"""The benchmark's machinery (lrkv.bench), on tiny shapes. No timing is judged here.
+
+What is pinned down:
+  * every benchmark step (time-major formulations) equals the float64 reference of its
+    family — LRKV factored Eqs. 6–7, materialized, MHA/GQA/MQA (stream and GEMM paths), MLA,
+    MLRA — with NaN garbage past the lengths, lengths 0/1/odd, T with and without the
+    chunked time reduction; the inductor-compiled LRKV and MHA steps at float32 agree too,
+    across two cache lengths with one compile;
+  * the bytes a row reports equal the nbytes of the tensors the step reads;
+  * timing: rounds interleave with rotation, ratios are per-round medians;
+  * grids, targets (PASS/MISS logic), the roofline's closed forms, JSON round trip, the
+    table/Markdown/plot renderers and the CLI on a saved result;
+  * an end-to-end run of the runner on a tiny scale with the eager backend.
+The whole file runs in well under a minute on two CPU cores (one compile per compiled test).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from lrkv.bench import roofline, stream
+from lrkv.bench.backends import InductorSteps, SdpaSteps, TritonSteps, step_backends
+from lrkv.bench.families import (
+    CACHE_TENSORS, FAMILIES, make_inputs, payload_ratio, read_bytes, reference_step, step_args, weight_elements,
+)
+from lrkv.bench.grid import GRIDS, BenchGrid
+from lrkv.bench.machine import Machine, cpu_model, describe_machine, measure_copy_bandwidth, measure_gemm_flops
+from lrkv.bench.report import cells, headline, markdown_table, rich_tables
+from lrkv.bench.result import BenchResult, BenchRow
+from lrkv.bench.runner import RunOptions, run_bench
+from lrkv.bench.steps_baselines import GEMM_MIN_HEADS
+from lrkv.bench.targets import check_targets
+from lrkv.bench.timing import Samples, interleave, round_ratios
+from lrkv.spec import PAPER_SCALES, AttentionSpec, PaperScale, cache_ratio
+
+TIGHT = dict(rtol=1e-10, atol=1e-10)  # float64, same sums in another order
+F32 = dict(rtol=2e-5, atol=2e-5)  # float32 step vs float64 oracle, O(1) outputs, T <= 300
+TINY = PaperScale("tiny", 4, 16, 64, None, 3, 2, 12, "test scale")  # H=4, d_h=16, r=3, n_kv=2, d_c=12
+TINY_MQA_GEMM = PaperScale("tiny-g", GEMM_MIN_HEADS, 16, 128, None, 3, 1, 12, "H >= GEMM_MIN_HEADS")
+
+
+def _spec(family, scale=TINY):
+    fam = FAMILIES[family]
+    if fam.spec_family == "mlra":  # a small MLRA-2 (L=4 latent heads of 8, 2 branches, 4-wide k_pe)
+        return AttentionSpec.mlra(scale.n_heads, scale.head_dim, latent_dim=8, n_latent_heads=4, n_branches=2,
+                                  rope_dim=4)
+    return fam.spec(scale)
+
+
+def _garbage_inputs(spec, T, lengths, dtype=torch.float64, seed=0):
+    """Kernel-level inputs with NaN in every slot at or past a sequence's length."""
+    inp = make_inputs(spec, len(lengths), T, dtype=dtype, lengths=lengths, seed=seed)
+    valid = stream.valid_mask(inp["lengths"], T)
+    for name, t in inp.items():
+        if name in CACHE_TENSORS and t is not None:
+            inp[name] = torch.where(valid.reshape(*valid.shape, *([1] * (t.dim() - 2))), t, float("nan"))
+    return inp
+
+
+def _reference(family, inp, spec):
+    fam = FAMILIES[family]
+    args = tuple(t.double() if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+                 for t in step_args(fam, inp))
+    return reference_step(fam)(*args, spec.scale)
+
+
+# ----------------------------------------------------------------------------- steps == oracle
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("T,lengths", [(7, [7, 3, 0]), (16, [16, 1, 9]), (256, [256, 131, 1])])
+def test_step_equals_float64_reference(family, T, lengths):
+    """T=7: no time chunk divides it; 16: one level; 256: two levels (8 x 16)."""
+    spec = _spec(family)
+    inp = _garbage_inputs(spec, T, lengths)
+    out, lse = FAMILIES[family].step(*step_args(FAMILIES[family], inp), spec.scale)
+    ref_out, ref_lse = _reference(family, inp, spec)
+    torch.testing.assert_close(out, ref_out, **TIGHT)
+    torch.testing.assert_close(lse, ref_lse, **TIGHT)  # −inf for the empty sequence, on both sides
+    assert torch.isfinite(out).all(), "NaN garbage past a length leaked into the output"
+
+
+@pytest.mark.parametrize("family", ["mha", "gqa", "mqa"])
+def test_dense_gemm_path_equals_reference(family):
+    """At H >= GEMM_MIN_HEADS the MQA row takes the GEMM path; MHA/GQA still stream."""
+    spec = _spec(family, TINY_MQA_GEMM)
+    inp = _garbage_inputs(spec, 24, [24, 5])
+    out, lse = FAMILIES[family].step(*step_args(FAMILIES[family], inp), spec.scale)
+    ref_out, ref_lse = _reference(family, inp, spec)
+    torch.testing.assert_close(out, ref_out, **TIGHT)
+    torch.testing.assert_close(lse, ref_lse, **TIGHT)
+
+
+@pytest.mark.parametrize("family", ["lrkv", "mha"])
+def test_compiled_step_float32_matches_oracle_across_lengths(family):
+    """The inductor-compiled step (float32, T marked dynamic) against the float64 oracle at two
+    cache lengths — the second must reuse the first compile (no recompile past the limit)."""
+    backend = InductorSteps()
+    spec = _spec(family)
+    fam = FAMILIES[family]
+    for T, lengths in ((256, [256, 77]), (384, [384, 3])):
+        inp = _garbage_inputs(spec, T, lengths, dtype=torch.float32, seed=T)
+        with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True, recompile_limit=1):
+            out, lse = backend.prepare(fam, spec, inp, "cpu").call()
+        ref_out, ref_lse = _reference(family, inp, spec)
+        torch.testing.assert_close(out.double(), ref_out, **F32)
+        torch.testing.assert_close(lse.double(), ref_lse, **F32)
+    assert len(backend._compiled) == 1  # one callable per (family, scale): T is dynamic
+
+
+def test_sum_over_time_and_chunks():
+    assert stream.time_chunks(256) == (8, 16) and stream.time_chunks(24) == (8,) and stream.time_chunks(7) == ()
+    for T in (1, 7, 8, 24, 128, 384):
+        x = torch.randn(2, T, 3, 5, dtype=torch.float64)
+        torch.testing.assert_close(stream.sum_over_time(x), x.sum(1), **TIGHT)
+
+
+def test_softmax_rows_empty_sequence():
+    logits = torch.randn(2, 3, 5, dtype=torch.float64)
+    a, lse = stream.softmax_rows(logits, stream.valid_mask(torch.tensor([5, 0]), 5))
+    torch.testing.assert_close(a[0], torch.softmax(logits[0], -1), **TIGHT)
+    assert (a[1] == 0).all() and torch.isneginf(lse[1]).all()
+
+
+# ----------------------------------------------------------------------------- bytes
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_read_bytes_equal_the_tensors_the_step_reads(family):
+    spec = _spec(family)
+    B, T = 2, 24
+    inp = make_inputs(spec, B, T, dtype=torch.float32)
+    fam = FAMILIES[family]
+    cache = sum(inp[n].nbytes for n in fam.arg_names if n in CACHE_TENSORS and inp[n] is not None)
+    weights = sum(inp[n].nbytes for n in fam.arg_names if n not in CACHE_TENSORS and n not in ("q", "lengths"))
+    nb = read_bytes(spec, B, T, torch.float32)
+    assert nb["payload"] == cache and nb["weights"] == weights == weight_elements(spec) * 4
+    assert nb["total"] == cache + weights
+
+
+def test_payload_ratio_is_eq9_for_lrkv():
+    for label, (H, r) in (("2.5B", (18, 55)), ("6.3B", (32, 54))):
+        spec = FAMILIES["lrkv"].spec(PAPER_SCALES[label])
+        assert (spec.n_heads, spec.rank) == (H, r)
+        assert payload_ratio(spec) == pytest.approx(1 / H + r / 128)
+        assert payload_ratio(spec) == float(cache_ratio(spec))
+
+
+# ----------------------------------------------------------------------------- timing
+def test_interleave_rotates_and_ratios_pair_rounds():
+    calls = []
+    samplers = {k: (lambda k=k: calls.append(k) or {"a": 2.0, "b": 1.0, "c": 4.0}[k]) for k in "abc"}
+    samples = interleave(samplers, 3)
+    assert calls == list("abc" "bca" "cab")
+    assert samples["a"].values == [2.0, 2.0, 2.0]
+    drift = Samples([1.0, 2.0, 4.0]), Samples([2.0, 4.0, 8.0])  # the machine slows down 4x; the ratio holds
+    assert round_ratios(*drift) == 0.5 and drift[0].spread == pytest.approx(1.5)
+    with pytest.raises(ValueError):
+        interleave(samplers, 0)
+
+
+# ----------------------------------------------------------------------------- grids
+def test_grids():
+    assert all(any(t >= 8192 for t in g.seq_lens) for g in GRIDS.values()), "the CPU target is stated at T >= 8K"
+    for g in GRIDS.values():  # the GPU target: T >= 16K at B >= 8
+        gpu = g.for_device("cuda")
+        assert any(t >= 16384 for t in gpu.seq_lens) and any(b >= 8 for b in gpu.batches), g.name
+    assert 131072 in GRIDS["full"].for_device("cuda").seq_lens
+    assert 131072 not in GRIDS["full"].for_device("cpu").seq_lens
+    assert GRIDS["quick"].shapes() == [("2.5B", 1, 1024), ("2.5B", 1, 8192)]
+    with pytest.raises(ValueError, match="mha"):
+        BenchGrid("x", ("2.5B",), (1,), (8,), families=("lrkv",))
+    with pytest.raises(ValueError, match="unknown families"):
+        BenchGrid("x", ("2.5B",), (1,), (8,), families=("mha", "flash"))
+
+
+def test_step_backends():
+    assert [b.name for b in step_backends("cpu")] == ["inductor"]
+    assert [b.name for b in step_backends("cuda")] == ["inductor", "triton", "sdpa"]
+    with pytest.raises(ValueError, match="unknown bench backend"):
+        step_backends("cpu", ["flash"])
+    triton, sdpa = step_backends("cpu", ["triton", "sdpa"])
+    assert not triton.available("cpu")[0] and not sdpa.available("cpu")[0]  # GPU-only, with a reason
+    assert triton.supports(FAMILIES["lrkv"])[0] and not triton.supports(FAMILIES["mha"])[0]
+    assert sdpa.supports(FAMILIES["gqa"])[0] and not sdpa.supports(FAMILIES["mla"])[0]
+
+
+def test_sdpa_step_matches_reference_on_full_caches():
+    for family in ("mha", "gqa", "mqa"):
+        spec = _spec(family)
+        inp = make_inputs(spec, 2, 24, dtype=torch.float64)
+        out = SdpaSteps().prepare(FAMILIES[family], spec, inp, "cpu").call()
+        torch.testing.assert_close(out, _reference(family, inp, spec)[0], **TIGHT)
+    partial = make_inputs(_spec("mha"), 2, 24, dtype=torch.float64, lengths=[24, 5])
+    with pytest.raises(ValueError, match="full caches"):
+        SdpaSteps().prepare(FAMILIES["mha"], _spec("mha"), partial, "cpu")
+
+
+@pytest.mark.triton
+def test_triton_step_runs_the_kernel():
+    """The GPU row's code path, run in Triton's CPU interpreter: validated once, then the
+    kernel with validation off, against the float64 oracle."""
+    pytest.importorskip("triton")
+    from lrkv.kernels import runtime
+
+    spec = _spec("lrkv")
+    inp = _garbage_inputs(spec, 32, [32, 7], dtype=torch.float32)
+    with runtime.interpreter():
+        out, lse = TritonSteps().prepare(FAMILIES["lrkv"], spec, inp, "cpu").call()
+    ref_out, ref_lse = _reference("lrkv", inp, spec)
+    torch.testing.assert_close(out.double(), ref_out, **F32)
+    torch.testing.assert_close(lse.double(), ref_lse, **F32)
+
+
+# ----------------------------------------------------------------------------- targets
+def _machine(**kw):
+    base = dict(device="cpu", name="test CPU", cores=2, threads=1, isa="AVX2", llc_bytes=None, memory_bytes=None,
+                torch="x", triton=None, python="3", platform="p", copy_bandwidth=10e9, peak_flops=50e9,
+                flops_dtype="float32")
+    return Machine(**{**base, **kw})
+
+
+def _row(**kw):
+    base = dict(scale="2.5B", family="lrkv", backend="inductor", device="cpu", dtype="float32", batch=1,
+                seq_len=8192, spec="s", time_s=1e-3, vs_mha=0.5, mha_backend="inductor", payload_ratio=0.485,
+                bytes_total=10**6, bandwidth=1e9, bandwidth_frac=0.1)
+    return BenchRow(**{**base, **kw})
+
+
+def test_cpu_target_pass_miss_and_scope():
+    rows = [_row(vs_mha=0.55), _row(vs_mha=0.56), _row(seq_len=4096), _row(family="gqa"), _row(backend="eager",
+            mha_backend="eager"), _row(status="error", time_s=None)]
+    result = BenchResult(_machine(), {}, rows)
+    check_targets(result)
+    assert [r.target for r in rows] == ["PASS", "MISS", None, None, None, None]  # 1.15 x 0.485 = 0.5578
+    assert "1.15" in rows[0].target_rule
+
+
+def test_gpu_target():
+    rows = [_row(device="cuda", backend="triton", batch=8, seq_len=16384, bandwidth_frac=0.76),
+            _row(device="cuda", backend="triton", batch=8, seq_len=16384, bandwidth_frac=0.74),
+            _row(device="cuda", backend="triton", batch=4, seq_len=16384, bandwidth_frac=0.9)]
+    check_targets(BenchResult(_machine(device="cuda"), {}, rows))
+    assert [r.target for r in rows] == ["PASS", "MISS", None]
+
+
+# ----------------------------------------------------------------------------- roofline
+def test_roofline_closed_forms():
+    sc = PAPER_SCALES["2.5B"]
+    lrkv, mha = FAMILIES["lrkv"].spec(sc), FAMILIES["mha"].spec(sc)
+    T = 1 << 20  # large T: per-step constants vanish
+    rho, alpha = 1 / 18 + 55 / 128, 1 + 55 / 128 + 55 / T
+    ratio = roofline.intensity(lrkv, T, 1, "bfloat16") / roofline.intensity(mha, T, 1, "bfloat16")
+    assert ratio == pytest.approx(alpha / rho, rel=1e-3)
+    assert roofline.intensity(mha, T, 1, "bfloat16") == pytest.approx(1.0)  # 2/b FLOP per byte
+    assert roofline.roofline_time(lrkv, 16384, 8, roofline.H200_TENSOR)[1] == "memory"
+    fast = roofline.Roof("fast", 1e9, 1e15, "float32", "")
+    assert roofline.unfused_ratio(rho, fast) == pytest.approx(rho, abs=1e-5)
+    assert roofline.unfused_ratio(rho, roofline.Roof("cpu", 20e9, 100e9, "float32", "")) == pytest.approx(rho + 0.1)
+    assert roofline.small_t_threshold(lrkv) == int(18 * 128 * 55 / (0.05 * (128 + 18 * 55)))
+    text = roofline.render(roofline.summary([roofline.H200_TENSOR], [sc], [8192]))
+    assert "bandwidth-bound" in text and "LRKV 2.5B (H=18, r=55)" in text
+
+
+# ----------------------------------------------------------------------------- machine
+def test_machine_description_and_measurements():
+    m = describe_machine("cpu", threads=1)
+    assert m.device == "cpu" and m.threads == 1 and m.cores >= 1 and m.torch == torch.__version__
+    assert cpu_model() and m.name in m.label()
+    assert measure_copy_bandwidth("cpu", nbytes=1 << 20, repeats=1) > 0
+    assert measure_gemm_flops("cpu", n=64, repeats=1) > 0
+    assert Machine.from_dict(m.to_dict()) == m
+
+
+# ----------------------------------------------------------------------------- end to end
+@pytest.fixture
+def tiny_scale(monkeypatch):
+    monkeypatch.setitem(PAPER_SCALES, "tiny", TINY)
+    return "tiny"
+
+
+def _tiny_run(tiny_scale):
+    grid = BenchGrid("t", (tiny_scale,), (1,), (16, 256), rounds=2)
+    opts = RunOptions(backends=["eager"], measure_machine=False, min_sample_s=1e-4, threads=1)
+    return run_bench(grid, opts)
+
+
+def test_runner_end_to_end_eager(tiny_scale, tmp_path):
+    result = _tiny_run(tiny_scale)
+    assert len(result.rows) == 2 * len(FAMILIES)
+    assert all(r.status == "ok" for r in result.rows), [(r.family, r.reason) for r in result.rows]
+    for r in result.rows:
+        assert r.time_s > 0 and len(r.samples_s) == 2 and r.bytes_total > 0 and r.vs_mha > 0
+        assert r.mha_backend == "eager" and r.payload_ratio > 0
+    mha = [r for r in result.rows if r.family == "mha"]
+    assert all(r.vs_mha == 1.0 and r.payload_ratio == 1.0 for r in mha)
+    lrkv = next(r for r in result.rows if r.family == "lrkv")
+    assert lrkv.arithmetic_ratio == pytest.approx(1 + 3 / 16 + 3 / 16)  # 1 + r/d_h + r/T at T = 16
+    assert result.targets() == []  # eager rows are not the target's compiled step
+    # JSON round trip
+    path = result.write_json(tmp_path / "bench.json")
+    again = BenchResult.read_json(path)
+    assert again.to_dict() == json.loads(path.read_text()) == json.loads(json.dumps(result.to_dict()))
+    assert again.rows == result.rows and again.machine == result.machine
+
+
+def test_runner_skips_rows_over_the_memory_budget(tiny_scale):
+    grid = BenchGrid("t", (tiny_scale,), (1,), (16,), families=("mha", "lrkv"), rounds=1)
+    result = run_bench(grid, RunOptions(backends=["eager"], measure_machine=False, memory_fraction=1e-12))
+    assert {r.status for r in result.rows} == {"skipped"} and "GiB" in result.rows[0].reason
+
+
+def test_renderers_and_cli_from_json(tiny_scale, tmp_path, monkeypatch):
+    from rich.console import Console
+
+    from lrkv.bench import plot
+    from lrkv.cli import main
+
+    result = _tiny_run(tiny_scale)
+    result.machine = _machine(llc_bytes=1 << 40)  # every row "fits in LLC": the * marker
+    result.rows[0].status, result.rows[0].reason = "error", "RuntimeError: boom"
+    assert cells(result.rows[0])[3].startswith("error: RuntimeError")
+    md = markdown_table(result)
+    assert "| **lrkv** |" in md and "test CPU" in md and "| 16\\* |" in md
+    console = Console(record=True, width=140)
+    for t in rich_tables(result):
+        console.print(t)
+    assert "x MHA" in console.export_text()
+    assert any("LRKV/MHA measured (tiny" in line for line in headline(result))
+    path = result.write_json(tmp_path / "saved.json")
+    out = tmp_path / "out"
+    assert main(["bench", "--from-json", str(path), "--out", str(out), "--no-plot"]) == 1  # the error row
+    assert "| family |" in (out / "bench.md").read_text()
+    if plot.matplotlib_missing() is None:
+        written, msg = plot.plot_result(result, tmp_path / "p.png")
+        assert written and written.stat().st_size > 0, msg
+    monkeypatch.setattr(plot, "matplotlib_missing", lambda: "matplotlib is not installed (test)")
+    assert plot.plot_result(result, tmp_path / "q.png") == (None, "matplotlib is not installed (test)")
+
+
+def test_cli_grid_overrides():
+    import argparse
+
+    from lrkv.bench.cli import _ints, build_grid
+
+    assert _ints("1K,8k,3") == (1024, 8192, 3)
+    ns = argparse.Namespace(quick=True, full=False, scales=None, batch=(2,), seq_lens=None, families=("lrkv",),
+                            rounds=None)
+    grid = build_grid(ns)
+    assert grid.batches == (2,) and grid.families == ("mha", "lrkv") and grid.name == "quick+custom"
