@@ -20,12 +20,13 @@ launch overhead do not count (a decode step at T = 1K is a few microseconds of w
 from __future__ import annotations
 
 import os
-import types
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+# own_code: dynamo's caches are per code object, and dense_step serves 3 families x 2 scales
+from ..verify.inductor import own_code as _own_code
 from .families import CACHE_TENSORS, BenchFamily, reference_step, step_args
 
 FORMULATIONS = ("bench", "reference")  # the time-major steps, or the float64 references' einsums
@@ -37,13 +38,6 @@ COMPILE_OPTIONS = {"compile_threads": 1} if (os.cpu_count() or 1) <= 4 else {}
 class Prepared:
     call: Callable[[], object]  # the timed callable, inputs bound
     note: str = ""  # how it runs (e.g. "cuda graph")
-
-
-def _own_code(fn: Callable, name: str) -> Callable:
-    """fn with its own code object: dynamo's caches and recompile limits are per code object,
-    and dense_step serves three families at two scales."""
-    code = fn.__code__.replace(co_name=name)
-    return types.FunctionType(code, fn.__globals__, name, fn.__defaults__, fn.__closure__)
 
 
 def graphed(fn: Callable[[], object]) -> Callable[[], object]:

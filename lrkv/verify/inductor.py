@@ -23,7 +23,7 @@ COMPILE_OPTIONS = {"compile_threads": 1}  # on small CPU boxes a worker pool cos
 _COMPILED: dict[tuple, Callable] = {}
 
 
-def _own_code(fn: Callable, name: str) -> Callable:
+def own_code(fn: Callable, name: str) -> Callable:
     """A copy of fn with a distinct code object (dynamo caches and limits are per code object)."""
     code = fn.__code__.replace(co_name=name)
     return types.FunctionType(code, fn.__globals__, name, fn.__defaults__, fn.__closure__)
@@ -31,7 +31,7 @@ def _own_code(fn: Callable, name: str) -> Callable:
 
 def _compile(key: tuple, build: Callable[[], Callable]) -> Callable:
     if key not in _COMPILED:
-        fn = _own_code(build(), f"lrkv_compiled_{len(_COMPILED)}")
+        fn = own_code(build(), f"lrkv_compiled_{len(_COMPILED)}")
         _COMPILED[key] = torch.compile(fn, dynamic=False, fullgraph=True, options=COMPILE_OPTIONS)
     return _COMPILED[key]
 
