@@ -8,6 +8,7 @@ ValueError and never reaches compiled code.
 
 from __future__ import annotations
 
+import abc
 import importlib
 from pathlib import Path
 
@@ -30,7 +31,7 @@ class EngineUnavailable(RuntimeError):
     """The engine's toolchain is missing here; the message is the exact reason."""
 
 
-class Engine:
+class Engine(abc.ABC):
     kind: str = "base"
     suffix: str = ""  # artifact file extension
 
@@ -56,21 +57,23 @@ class Engine:
 
     # ---------------------------------------------------------------- build / load
     @classmethod
+    @abc.abstractmethod
     def build(cls, config: ExportConfig, path: Path, *, weights: LRKVWeights | None = None) -> Engine:
         """Export, compile, write the artifact at `path`, and load it back."""
-        raise NotImplementedError
 
     @classmethod
+    @abc.abstractmethod
     def load(cls, config: ExportConfig, path: Path) -> Engine:
-        raise NotImplementedError
+        """Load a previously built artifact."""
 
     def files(self) -> list[Path]:
         """Every file of the artifact (the manifest hashes each)."""
         return [self.path]
 
     # ---------------------------------------------------------------- run
+    @abc.abstractmethod
     def run_flat(self, flat: list[torch.Tensor]) -> list[torch.Tensor]:
-        raise NotImplementedError
+        """Run the engine on inputs in signature order; outputs in signature order."""
 
     def __call__(self, **named: torch.Tensor) -> dict[str, torch.Tensor]:
         """Named inputs (signature.input_sigs) -> named outputs, after the Python-side checks."""
