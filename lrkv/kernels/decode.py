@@ -271,6 +271,18 @@ def _fallback(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengt
     return out.to(q.dtype), lse.to(q.dtype)
 
 
+def _check_launch(q: torch.Tensor, tensors: dict, *, num_splits, group_size, block_t, num_warps, dot,
+                  mutant) -> None:
+    """The kernel-side checks both layouts share, after the layout's own contract check:
+    launch options, the mutant name, and (when a kernel will run) device placement and strides."""
+    check_launch_options(num_splits=num_splits, group_size=group_size, block_t=block_t,
+                         num_warps=num_warps, H=q.shape[1], dot=dot, dtype=q.dtype,
+                         interpreted=runtime.is_interpreted())
+    mutant_code(mutant)
+    if runtime.mode()[0] != "fallback":
+        check_kernel_extras(dict(q=q, **tensors), d_h=q.shape[2], H=q.shape[1], device_ok=_device_ok)
+
+
 def decode_attention(
     q: torch.Tensor,  # [B, H, d_h]  rotated/normed, k-gain folded in
     shared_k: torch.Tensor,  # [B, T_max, d_h]
@@ -300,14 +312,10 @@ def decode_attention(
     if check:
         validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
                                scale=scale, key_scale=key_scale, rope=rope)
-        check_launch_options(num_splits=num_splits, group_size=group_size, block_t=block_t,
-                             num_warps=num_warps, H=q.shape[1], dot=dot, dtype=q.dtype,
-                             interpreted=runtime.is_interpreted())
-        mutant_code(mutant)
-        if runtime.mode()[0] != "fallback":
-            check_kernel_extras(dict(q=q, shared_k=shared_k, shared_v=shared_v, latent_k=latent_k,
-                                     latent_v=latent_v, basis_k=basis_k, basis_v=basis_v, lengths=lengths,
-                                     key_scale=key_scale), d_h=q.shape[2], H=q.shape[1], device_ok=_device_ok)
+        _check_launch(q, dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v,
+                              basis_k=basis_k, basis_v=basis_v, lengths=lengths, key_scale=key_scale),
+                      num_splits=num_splits, group_size=group_size, block_t=block_t, num_warps=num_warps,
+                      dot=dot, mutant=mutant)
     if runtime.mode()[0] == "fallback":
         if mutant_code(mutant):
             raise RuntimeError("kernel mutants need the kernel: no GPU and TRITON_INTERPRET unset")
@@ -346,15 +354,11 @@ def paged_decode_attention(
     if check:
         validate_paged_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
                               page_table, scale=scale, key_scale=key_scale, rope=rope)
-        check_launch_options(num_splits=num_splits, group_size=group_size, block_t=block_t,
-                             num_warps=num_warps, H=q.shape[1], dot=dot, dtype=q.dtype,
-                             interpreted=runtime.is_interpreted())
-        mutant_code(mutant)
-        if runtime.mode()[0] != "fallback":
-            check_kernel_extras(dict(q=q, shared_k=shared_k, shared_v=shared_v, latent_k=latent_k,
-                                     latent_v=latent_v, basis_k=basis_k, basis_v=basis_v, lengths=lengths,
-                                     page_table=page_table, key_scale=key_scale),
-                                d_h=q.shape[2], H=q.shape[1], device_ok=_device_ok)
+        _check_launch(q, dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v,
+                              basis_k=basis_k, basis_v=basis_v, lengths=lengths, page_table=page_table,
+                              key_scale=key_scale),
+                      num_splits=num_splits, group_size=group_size, block_t=block_t, num_warps=num_warps,
+                      dot=dot, mutant=mutant)
     page = shared_k.shape[1]
     if runtime.mode()[0] == "fallback":
         if mutant_code(mutant):

@@ -38,9 +38,11 @@ import torch
 
 from ..spec import AttentionSpec
 from .dense import (
-    check_step, prefill_with, LayerCache, cast_tensors, check_allocation, check_layer_input, check_lengths, check_weight_shapes, gain, require_dims, require_shape, require_tensor, validate_common,
+    LayerCache, cast_tensors, check_allocation, check_layer_input, check_lengths, check_weight_shapes, gain,
+    prefill_with, require_dims, require_shape, require_tensor, validate_common,
 )
-from .lrkv import _softmax_rows, _valid_mask, append
+from .lrkv import _softmax_rows, _valid_mask
+from .mla import latent_layer_step
 from .norms import rms_norm
 from .rope import apply_rope, rope_freqs
 
@@ -342,10 +344,5 @@ def layer_step(
 ) -> tuple[torch.Tensor, MLRACache]:
     """One decode step: project, append, attend (absorbed by default, naive with absorbed=False),
     output projection.  y: [B, d]"""
-    check_step(weights, x_t, cache, positions)
-    entries = project_token(weights, x_t, positions)
-    append(cache, entries, positions)
-    decode = absorbed_decode_attention if absorbed else naive_decode_attention
-    out, _ = decode(entries["q"], cache.latent, cache.k_rope, weights.w_uk, weights.w_uv, cache.lengths,
-                    scale=weights.spec.scale)
-    return torch.einsum("bhd,hde->be", out, weights.w_o), cache
+    return latent_layer_step(project_token, absorbed_decode_attention if absorbed else naive_decode_attention,
+                             weights, x_t, cache, positions)
