@@ -31,7 +31,8 @@ from dataclasses import dataclass
 import torch
 from torch.library import triton_op, wrap_triton
 
-from ..reference.contract import lse_dtype, validate_decode_inputs
+from ..reference.contract import validate_decode_inputs
+from ..reference.lrkv import accumulation_dtype
 from ..reference.lrkv import decode_attention as reference_decode_attention
 from ..reference.rope import ExactRope, rope_freqs
 from . import runtime
@@ -269,7 +270,7 @@ def _fallback(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengt
     out, lse = reference_decode_attention(
         f(q), f(shared_k), f(shared_v), f(latent_k), f(latent_v), f(basis_k), f(basis_v), lengths,
         scale=scale, key_scale=f(key_scale), rope=rope, check=False)
-    return out.to(q.dtype), lse.to(lse_dtype(q.dtype))
+    return out.to(q.dtype), lse.to(accumulation_dtype(q.dtype))
 
 
 def _check_launch(q: torch.Tensor, tensors: dict, *, num_splits, group_size, block_t, num_warps, dot,

@@ -23,8 +23,8 @@ from __future__ import annotations
 import torch
 from torch.library import triton_op, wrap_triton
 
-from ..reference.contract import lse_dtype
 from ..reference.extend import extend_attention as reference_extend_attention
+from ..reference.lrkv import accumulation_dtype
 from ..reference.rope import ExactRope
 from . import runtime
 from .decode import DOT_MODES, _check_launch, _strides, pick_launch, rope_tables
@@ -126,7 +126,7 @@ def extend_attention(
         out, lse = reference_extend_attention(
             f(q), cu_seqlens_q, f(shared_k), f(shared_v), f(latent_k), f(latent_v), f(basis_k), f(basis_v),
             lengths, scale=scale, key_scale=f(key_scale), rope=rope, page_table=page_table, check=False)
-        return out.to(q.dtype), lse.to(lse_dtype(q.dtype))
+        return out.to(q.dtype), lse.to(accumulation_dtype(q.dtype))
     N, H, d_h = q.shape
     slots = page_table.shape[1] * shared_k.shape[1] if page_table is not None else shared_k.shape[1]
     cfg = pick_launch(B=max(N, 1), H=H, d_h=d_h, r=latent_k.shape[3], slots=slots, dtype=q.dtype, device=q.device,

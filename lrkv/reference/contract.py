@@ -14,12 +14,6 @@ from .rope import ExactRope
 FLOAT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 
 
-def lse_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype of the returned lse (DESIGN §4): float64 for float64 inputs, else float32 —
-    as FlashAttention returns it, because merging partial states needs the extra bits."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def check_shape(name: str, t: torch.Tensor, expected: tuple) -> None:
     if tuple(t.shape) != tuple(expected):
         raise ValueError(f"{name} must have shape {list(expected)}, got {list(t.shape)}")

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from .contract import lse_dtype, validate_extend_inputs
-from .lrkv import decode_attention, materialized_decode_attention
+from .contract import validate_extend_inputs
+from .lrkv import accumulation_dtype, decode_attention, materialized_decode_attention
 from .paged import gather_cache
 from .rope import ExactRope
 
@@ -54,7 +54,7 @@ def _extend(decode, q, cu_seqlens_q, cache: list, basis_k, basis_v, lengths, *, 
             lse = l_.new_empty(N, H)
         out[lo:hi], lse[lo:hi] = o, l_
     if lse is None:  # no query at all (every n_b = 0)
-        lse = torch.empty(N, H, dtype=lse_dtype(q.dtype), device=q.device)
+        lse = torch.empty(N, H, dtype=accumulation_dtype(q.dtype), device=q.device)
     return out, lse
 
 
