@@ -121,3 +121,14 @@ def test_oracle_paths_pass_random_paged_cases(case):
 def test_oracle_paths_pass_random_extend_cases(case):
     rec = _judge(case, "materialized" if case.dtype == "float64" else "eager")
     assert rec["status"] == "pass", (rec["reason"], rec["repro"])
+
+
+@pytest.mark.parametrize("label,level", [("examples.my_paged_backend:backend", "kernel-paged"),
+                                         ("examples.my_extend_backend:backend", "kernel-extend")])
+def test_readme_example_backends_pass_their_level(label, level):
+    grid = [c for c in default_grid() if c.level == level]
+    recs = run(grid, [(label, get_backend(label))], POLICY)
+    assert len(recs) == len(grid)
+    judged = [r for r in recs if r["status"] != "skip"]
+    assert judged and all(r["status"] == "pass" for r in judged), [(r["id"], r["reason"]) for r in judged]
+    assert all(r["reason"].startswith("dtype") for r in recs if r["status"] == "skip")  # float64 only
