@@ -154,6 +154,19 @@ def test_backend_declares_and_runs_the_new_levels():
     assert ok, f"{err:.3g} > {bound:.3g}"
 
 
+def test_paged_and_extend_levels_pass_through_the_harness():
+    from lrkv.verify.grid import default_grid
+    from lrkv.verify.runner import run
+    from lrkv.verify.tolerance import load_policy
+
+    # two small default-grid cases: page size 1 with a shared prefix, and a paged ragged extend
+    grid = default_grid()
+    cases = [next(c for c in grid if c.level == "kernel-paged" and c.page_size == 1 and c.dtype == "float32"),
+             next(c for c in grid if c.level == "kernel-extend" and c.page_size == 1)]
+    recs = run(cases, [("triton", TritonBackend())], load_policy())
+    assert [r["status"] for r in recs] == ["pass", "pass"], [(r["id"], r["reason"]) for r in recs]
+
+
 def test_custom_op_is_registered():
     assert hasattr(torch.ops.lrkv, "factored_extend")
     assert runtime.mode()[0] in ("cuda", "interpreter")

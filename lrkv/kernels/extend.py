@@ -129,6 +129,10 @@ def extend_attention(
         return out.to(q.dtype), lse.to(accumulation_dtype(q.dtype))
     N, H, d_h = q.shape
     slots = page_table.shape[1] * shared_k.shape[1] if page_table is not None else shared_k.shape[1]
+    if block_t is None and runtime.is_interpreted():
+        # the interpreter pays per operation and runs one program per query token: two tiles
+        # at most (still an online rescale between them), where decode's rule allows eight
+        block_t = min(128, next_pow2(-(-slots // 2), 32))
     cfg = pick_launch(B=max(N, 1), H=H, d_h=d_h, r=latent_k.shape[3], slots=slots, dtype=q.dtype, device=q.device,
                       num_splits=1, group_size=group_size, block_t=block_t, num_warps=num_warps, dot=dot)
     cos = sin = None
