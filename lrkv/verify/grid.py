@@ -160,17 +160,20 @@ def quick_grid() -> list[Case]:
 
 def mutant_grid() -> list[Case]:
     """Small cases that every deliberately broken backend must fail on at least one of
-    (tiles smaller than T, NaN garbage, distinct heads, r < d_h, and one long float16 case;
-    shuffled pages, ragged chunks with exact RoPE for the paged and extend mutants)."""
+    (tiles smaller than T, NaN garbage, distinct heads, r < d_h, one long float16 case, a
+    non-default RoPE base and a non-contiguous cache; shuffled pages and ragged chunks with
+    exact RoPE for the paged and extend mutants)."""
     s = AttentionSpec.lrkv(3, 16, 5)
     s_exact = AttentionSpec.lrkv(3, 16, 5, rope="exact")
     return [
-        Case("kernel-paged", s, "float64", (9, 40, 23), 48, page_size=8),
-        Case("kernel-paged", s_exact, "float32", (16, 33, 7), 40, page_size=16, seed=1),
-        Case("kernel-extend", s_exact, "float64", (12, 40, 23), 48, n_new=(6, 3, 1)),
-        Case("kernel-extend", s, "float32", (9, 20, 16), 24, n_new=(2, 8, 0), page_size=4, seed=1),
         Case("kernel", s, "float64", (9, 40, 23), 48, tile=8, splits=2),
         Case("kernel", s, "float32", (9, 40, 23), 48, tile=8, splits=2, seed=1),
         Case("kernel", AttentionSpec.lrkv(3, 16, 5, rope="exact"), "float64", (5, 1, 8), 10, tile=4),
         Case("kernel", AttentionSpec.lrkv(2, 16, 4), "float16", (4099, 3001), 4099),
+        Case("kernel", AttentionSpec.lrkv(3, 16, 4, rope="exact", rope_theta=LONG_THETA), "float64", (9, 30), 32),
+        Case("kernel", s, "float32", (9, 40, 23), 48, layout="strided", seed=2),
+        Case("kernel-paged", s, "float64", (9, 40, 23), 48, page_size=8),
+        Case("kernel-paged", s_exact, "float32", (16, 33, 7), 40, page_size=16, seed=1),
+        Case("kernel-extend", s_exact, "float64", (12, 40, 23), 48, n_new=(6, 3, 1)),
+        Case("kernel-extend", s, "float32", (9, 20, 16), 24, n_new=(2, 8, 0), page_size=4, seed=1),
     ]
