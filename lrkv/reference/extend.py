@@ -37,7 +37,7 @@ def query_positions(cu_seqlens_q: torch.Tensor, lengths: torch.Tensor) -> tuple[
 def _extend(decode, q, cu_seqlens_q, cache: list, basis_k, basis_v, lengths, *, scale, rope):
     sk, sv, lk, lv, ks = cache
     N, H, d_h = q.shape
-    seq, pos = query_positions(cu_seqlens_q, lengths)
+    _, pos = query_positions(cu_seqlens_q, lengths)
     out = q.new_zeros(N, H, d_h)
     lse = None
     cu = cu_seqlens_q.long().tolist()

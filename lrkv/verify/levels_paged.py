@@ -152,7 +152,7 @@ def paginate(case: Case, cache: dict[str, torch.Tensor]) -> tuple[dict[str, torc
         else:
             pool = FINITE_GARBAGE * torch.randn((n_pages, page, *tail), generator=_generator(case, 41 + i),
                                                 dtype=t.dtype)
-        padded = torch.cat([t, pool[:1, :1].expand(B, max_pages * page - T, *tail)], dim=1)
+        padded = torch.cat([t, pool[:1, :1].expand(B, max_pages * page - T, *tail)], dim=1)  # garbage to whole pages
         blocks = padded.reshape(B, max_pages, page, *tail)
         for b in reversed(range(B)):  # sequence 0 writes its (shared) pages last
             pool[table[b].long()] = blocks[b]

@@ -120,11 +120,10 @@ class ExtendMutant(BaseBackend):
             cache = gather_cache(page_table, lengths, *cache)
         seq, _ = query_positions(cu_seqlens_q, lengths)
         per_query = [None if t is None else t[seq] for t in cache]  # [N, T, ...] each query's sequence
-        vis = self.visible(cu_seqlens_q, lengths).clamp(0, shared_k.shape[1] if page_table is None
-                                                        else per_query[0].shape[1])
         sk, sv, lk, lv, ks = per_query
         return decode_attention(self.queries(q, cu_seqlens_q, lengths, rope), sk, sv, lk, lv, basis_k, basis_v,
-                                vis, scale=scale, key_scale=ks, rope=rope, check=False)
+                                self.visible(cu_seqlens_q, lengths), scale=scale, key_scale=ks, rope=rope,
+                                check=False)
 
 
 class CausalOffByOne(ExtendMutant):
