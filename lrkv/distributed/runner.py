@@ -59,7 +59,11 @@ class TPJob:
         check_int("batch", self.batch, minimum=1)
         check_int("steps", self.steps, minimum=1)
         check_int("seed", self.seed, minimum=0)
-        object.__setattr__(self, "dtype", check_choice("dtype", dtype_name(self.dtype), DTYPES))
+        try:
+            name = dtype_name(self.dtype)
+        except TypeError:
+            raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {self.dtype!r}") from None
+        object.__setattr__(self, "dtype", check_choice("dtype", name, DTYPES))
         chosen = [f for f in ("mutant", "backend", "step") if getattr(self, f) is not None]
         if len(chosen) > 1:
             raise ValueError(f"give at most one of mutant, backend, step; got {chosen}")
