@@ -11,6 +11,9 @@ Each is a plausible bug of a hand-written TP layer, built from the reference ste
                          returns only its partial sum
     double-count-shared  the shared-value part a_h S_V W_O is all-reduced on its own and then
                          again inside the final all-reduce: P copies of it reach y
+
+Each is also a backend for the harness level `tp` (name `tp-<mutant>`), e.g.
+`lrkv verify --tp 2 --backend lrkv.distributed.mutants:foreign_basis` must fail.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from ..reference.cache import FactoredCache
+from ..verify.backend import BaseBackend
 from ..reference.lrkv import append, decode_attention, decode_rope, project_token
 from .partition import plan_rank, split_blocks
 from .shard import Shard, shard_lrkv
@@ -101,3 +105,21 @@ class DoubleCountShared(TPLayer):
 MUTANTS: dict[str, type[TPLayer]] = {
     m.name: m for m in (ForeignBasis, ShardedShared, MissingAllReduce, DoubleCountShared)
 }
+
+
+class MutantBackend(BaseBackend):
+    """A harness backend whose TP layer is one of the mutants (it has no single-device kernel)."""
+
+    levels = frozenset({"kernel"})  # the level the `tp` case level needs
+    dtypes = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
+
+    def __init__(self, mutant: str):
+        self.name = f"tp-{mutant}"
+        self.description = f"TP mutant: {mutant} (must be rejected)"
+        self.tp_layer = MUTANTS[mutant]()
+
+
+foreign_basis = MutantBackend("foreign-basis")
+sharded_shared = MutantBackend("sharded-shared")
+missing_allreduce = MutantBackend("missing-allreduce")
+double_count_shared = MutantBackend("double-count-shared")

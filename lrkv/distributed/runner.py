@@ -50,8 +50,9 @@ class TPJob:
     seed: int = 0  # seeds weights (seed) and inputs (seed + 1)
     dtype: str = "float64"  # τ of weights, inputs, cache and all-reduce
     mutant: str | None = None  # a name in mutants.MUTANTS
-    backend: str | None = None  # a backend name or 'module:attribute' (steps.tp_layer_for)
+    backend: object = None  # a backend: name, 'module:attribute' or the object (steps.tp_layer_for)
     step: str | None = None  # 'module:attribute' of a TP layer or step function (steps.as_tp_layer)
+    case: dict | None = None  # a harness Case (as a dict): draw the inputs as its level does
 
     def __post_init__(self) -> None:
         if not isinstance(self.spec, AttentionSpec):
@@ -76,18 +77,19 @@ class TPJob:
 
     @property
     def label(self) -> str:
-        who = self.mutant or self.backend or self.step or "reference"
+        backend = self.backend if self.backend is None or isinstance(self.backend, str) else self.backend.name
+        who = self.mutant or backend or self.step or "reference"
         return f"{who}/{self.spec.short()}/B{self.batch}-T{self.steps}-s{self.seed}/{self.dtype}"
-
-    def to_dict(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["spec"] = self.spec.to_dict()
-        return d
 
 
 def job_inputs(job: TPJob) -> tuple[object, torch.Tensor]:
     """The float64 weights and inputs x [B, T, d], both rounded to τ (DESIGN §6: the oracle then
     runs on the rounded values upcast). Every rank and the parent build the same tensors."""
+    if job.case is not None:
+        from ..verify.cases import Case, make_model_inputs
+
+        inp = make_model_inputs(Case.from_dict(job.case).replace(level="layer-model", tp=1))
+        return inp.weights, inp.x
     tau = as_dtype(job.dtype)
     weights = layer_module(job.spec).init_weights(job.spec, seed=job.seed).to(tau)
     g = torch.Generator().manual_seed(job.seed + 1)
@@ -105,7 +107,8 @@ def tp_layer(job: TPJob):
     if job.backend is not None:
         from ..verify.backend import get_backend
 
-        return tp_layer_for(get_backend(job.backend), job.spec)
+        backend = get_backend(job.backend) if isinstance(job.backend, str) else job.backend
+        return tp_layer_for(backend, job.spec)
     if job.step is not None:
         from ..verify.backend import _resolve
 
