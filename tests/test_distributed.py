@@ -199,6 +199,48 @@ def test_a_rank_that_never_exits_hits_the_deadline():
     assert judge_job(TPJob(LRKV), 2, out[0]).status == "error"
 
 
+# ----------------------------------------------------------------------------- harness level tp
+TP_MUTANT_BACKENDS = ("foreign_basis", "sharded_shared", "missing_allreduce", "double_count_shared")
+
+
+def test_harness_tp_level_and_gate_reject_every_mutant(tmp_path):
+    """`lrkv verify --tp 2` with the reference and the four mutants as backends (one spawn), then
+    `lrkv gate`: the reference passes, each mutant FAILs on the evidence the gate re-judges."""
+    from lrkv.cli import main
+    from lrkv.verify.gate import classify, load_baseline
+    from lrkv.verify.report import load_report
+
+    out = tmp_path / "tp"
+    argv = ["verify", "--tp", "2", "--filter", "rope_none:float64:T5", "--out", str(out), "--no-progress",
+            "--backend", "reference"]
+    for m in TP_MUTANT_BACKENDS:
+        argv += ["--backend", f"lrkv.distributed.mutants:{m}"]
+    assert main(argv) == 1  # a case failed
+    report = load_report(out / "report.json")
+    recs = {r["backend"]: r for r in report["records"]}
+    assert recs["reference"]["status"] == "pass" and recs["reference"]["level"] == "tp"
+    assert recs["reference"]["outputs"]["cache_excess"]["metrics"]["max_abs"] == 0.0
+    why = {name: recs[name]["reason"] for name in recs if name != "reference"}
+    assert all(recs[n]["status"] == "fail" and "y: max|err|" in r for n, r in why.items()), why
+    assert "cache_excess" in why["tp-sharded-shared"] and "rank_disagreement" in why["tp-missing-allreduce"]
+    entries = classify(report, load_baseline(out / "report.json"))
+    klass = {e.backend: e.klass for e in entries if e.case_id != "*"}
+    assert klass == {"reference": "PASS", **{f"tp-{m.replace('_', '-')}": "FAIL" for m in TP_MUTANT_BACKENDS}}
+    assert main(["gate", str(out / "report.json"), "--baseline", str(out / "report.json")]) == 1
+
+
+def test_tp_cases_are_validated():
+    from lrkv.verify.cases import Case
+
+    with pytest.raises(ValueError, match="tp"):
+        Case("layer-model", LRKV, "float64", (3,), 3, tp=2)
+    with pytest.raises(ValueError, match="t_max"):
+        Case("tp", LRKV, "float64", (2, 3), 3, tp=2)
+    with pytest.raises(ValueError, match="tp"):
+        Case("tp", LRKV, "float64", (3,), 3, tp=0)
+    assert Case("tp", LRKV, "float64", (3,), 3, tp=4).id.endswith("+tp4")
+
+
 # ----------------------------------------------------------------------------- NCCL
 @pytest.mark.gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2,
