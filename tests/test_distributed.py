@@ -193,8 +193,9 @@ def test_a_rank_that_fails_or_hangs_is_an_error(tp_run):
 
 
 def test_a_rank_that_never_exits_hits_the_deadline():
-    out = run_jobs([TPJob(LRKV, step="tests._tp_steps:hang_after_last_step")], 2, timeout_s=15, pg_timeout_s=5)
+    out = run_jobs([TPJob(LRKV, step="tests._tp_steps:hang_after_last_step")], 2, timeout_s=20, pg_timeout_s=5)
     assert isinstance(out[0], str) and "timed out" in out[0]
+    assert "ranks [1] returned no result" in out[0]  # rank 0 finished: the deadline, not start-up, ended it
     assert judge_job(TPJob(LRKV), 2, out[0]).status == "error"
 
 
