@@ -148,6 +148,7 @@ def cmd_verify(args) -> int:
     from ..distributed import harness as tp_harness  # registers the `tp` case level
 
     console = Console(stderr=True)
+    clear_report(args.out)  # first: no later failure (even a usage error) may leave a stale green report
     try:
         backends = _load_backends(args, console)
         cases = _cases(args)
@@ -160,7 +161,6 @@ def cmd_verify(args) -> int:
     except (ValueError, TypeError, OSError) as e:
         _say(console, f"lrkv verify: {e}", "red")
         return EXIT_USAGE
-    clear_report(args.out)  # a run that dies must not leave the previous (green) report behind
     infos = [backend_info(b, label) for label, b in backends]
     for info in infos:
         if not info["available"]:
