@@ -164,6 +164,17 @@ register_level(Level(
 
 
 # ----------------------------------------------------------------------------- backends
+def distributed_unavailable() -> str:
+    """Why `tp` cases cannot run here ('' when they can): torch.distributed with gloo is needed."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return "this torch build has no torch.distributed"
+    if not dist.is_gloo_available():
+        return "this torch build has no gloo backend for torch.distributed"
+    return ""
+
+
 class TPBackend:
     """A backend as the `tp` level runs it: same name, dtypes and levels, role 'verified' (see
     the module docstring), pickled whole into every rank."""
@@ -176,7 +187,8 @@ class TPBackend:
         self.description = f"{getattr(inner, 'description', '')} — on tensor-parallel ranks".strip(" —")
 
     def available(self):
-        return self.inner.available()
+        why = distributed_unavailable()
+        return (False, why) if why else self.inner.available()
 
     def __getattr__(self, name):  # decode_attention, layer_step, tp_layer, supports, configure …
         if name == "inner":

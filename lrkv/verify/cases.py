@@ -127,8 +127,8 @@ class Case:
             f"+tile{self.tile}" if self.tile else "",
             f"+theta{self.spec.rope_theta:g}" if self.spec.rope_theta != DEFAULT_ROPE_THETA else "",
             "+strided" if self.layout != "contiguous" else "",
-            "+differ" if self.expect != "match" else "",
-            f"+tp{self.tp}" if self.level == "tp" else "",  # part of the id: a pass can't turn into an xfail
+            "+differ" if self.expect != "match" else "",  # part of the id: a pass can't turn into an xfail
+            f"+tp{self.tp}" if self.level == "tp" else "",  # P in the id: --tp 2 and --tp 4 records differ
         ))
         return f"{self.level}:{self.spec.short()}:{self.dtype}:T{self.t_max}:L{lens}:s{self.seed}{flags}"
 

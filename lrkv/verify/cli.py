@@ -69,8 +69,8 @@ def register(subparsers) -> None:
                    help="exit 0 even if a backend verified nothing (skips, unavailable, only baselines)")
     v.add_argument("--no-progress", action="store_true", help="no progress bar")
     v.add_argument("--tp", type=arg_int(minimum=1, maximum=64), metavar="P",
-                   help="tensor parallelism: decode the `tp` grid on P gloo ranks and judge the gathered output "
-                        "and each rank's cache bytes (default backends: reference, eager)")
+                   help="tensor parallelism: decode the `tp` grid (instead of --grid) on P gloo ranks and judge the "
+                        "gathered output and each rank's cache bytes (default backends: reference, eager)")
     v.set_defaults(func=cmd_verify)
 
     g = subparsers.add_parser("gate", help="gate a tolerance report against the accepted baseline",
