@@ -190,10 +190,25 @@ class TPBackend:
         why = distributed_unavailable()
         return (False, why) if why else self.inner.available()
 
-    def __getattr__(self, name):  # decode_attention, layer_step, tp_layer, supports, configure …
+    def supports(self, case: Case) -> tuple[bool, str]:
+        """The inner backend asked about what each rank runs: its kernel on the case's shapes."""
+        inner = getattr(self.inner, "supports", None)
+        return (True, "") if inner is None else inner(per_rank_case(case))
+
+    def configure(self, case: Case) -> None:
+        inner = getattr(self.inner, "configure", None)
+        if inner is not None:
+            inner(per_rank_case(case))
+
+    def __getattr__(self, name):  # decode_attention, layer_step, tp_layer …
         if name == "inner":
             raise AttributeError(name)
         return getattr(self.inner, name)
+
+
+def per_rank_case(case: Case) -> Case:
+    """A `tp` case as the kernel-level case each rank's decode is (hints such as splits kept)."""
+    return case.replace(level="kernel", tp=1) if case.level == "tp" else case
 
 
 def tp_backends(backends: list[tuple[str, object]]) -> list[tuple[str, object]]:

@@ -109,6 +109,10 @@ def tp_layer(job: TPJob):
         from ..verify.backend import get_backend
 
         backend = get_backend(job.backend) if isinstance(job.backend, str) else job.backend
+        if job.case is not None and hasattr(backend, "configure"):  # the harness's per-case hints, on this rank
+            from ..verify.cases import Case
+
+            backend.configure(Case.from_dict(job.case))
         return tp_layer_for(backend, job.spec)
     if job.step is not None:
         from ..verify.backend import _resolve
