@@ -18,7 +18,6 @@ from lrkv.distributed import (
     verify_tp,
 )
 from lrkv.distributed.check import bytes_check
-from lrkv.reference.layers import layer_module
 from lrkv.spec import AttentionSpec as S
 from lrkv.spec import per_device_cache_elements, tp_cache_ratio
 from lrkv.verify.metrics import error_metrics

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..checks import check_int
+from ..reference.mlra import latent_of_head
 from ..spec import AttentionSpec
 
 
@@ -85,8 +86,6 @@ def _dense_plan(spec: AttentionSpec, tp: int, rank: int) -> RankPlan:
 
 
 def _mlra_plan(spec: AttentionSpec, tp: int, rank: int) -> RankPlan:
-    from ..reference.mlra import latent_of_head
-
     L, nb, H = spec.n_latent_heads, spec.n_branches, spec.n_heads
     owner = latent_of_head(L, nb, H)  # [n_b, H]
     readers = {latent: [(b, h) for b in range(nb) for h in range(H) if int(owner[b, h]) == latent]

@@ -18,6 +18,7 @@ import torch
 
 from ..reference.dense import DenseWeights
 from ..reference.mla import MLAWeights
+from ..reference.mlra import MLRAWeights, latent_of_head
 from ..reference.weights import LRKVWeights
 from ..spec import AttentionSpec
 from .partition import RankPlan
@@ -94,11 +95,9 @@ def shard_dense(weights: DenseWeights, plan: RankPlan) -> DenseWeights:
                         weights.w_o[hs].clone(), _opt(weights.q_gain, hs), _opt(weights.k_gain, kv))
 
 
-def shard_mlra(weights, plan: RankPlan) -> MLRAShard:
+def shard_mlra(weights: MLRAWeights, plan: RankPlan) -> MLRAShard:
     spec = weights.spec
     d_c, L = spec.latent_dim, spec.n_latent_heads
-    from ..reference.mlra import latent_of_head
-
     owner = latent_of_head(L, spec.n_branches, spec.n_heads)  # [n_b, H]
     cols = [c for latent in plan.latent_heads for c in range(latent * d_c, (latent + 1) * d_c)]
     cols += list(range(L * d_c, L * d_c + spec.rope_dim))  # k_pe: replicated
