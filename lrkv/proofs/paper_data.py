@@ -148,11 +148,15 @@ TABLE3 = {
                 "2.5B": {"MHA": "94.0", "LRKV": "93.5", "MQA": "91.0", "MLA": "91.6", "GQA": "91.7"}},
 }
 
-# Fig. 9 (p. 17): captioned as centred effective rank for six heads.
+# Fig. 9 (App. C): captioned as centred effective rank for six heads. The sources describe the
+# plot; neither gives plotted values. What they state and what is inferred are kept apart.
 FIG9 = {
     "source": "Fig. 9 (App. C); English review Sec. 6 ('several plotted values appear above five'); "
-              "Chinese review §4.5 ('the curves come close to 6')",
+              "Chinese review §4.5 ('纵轴曲线接近 6': the curves come close to 6)",
     "heads": 6, "caption": "centred (PCA)",
-    "plotted_exceeds": "5",  # values strictly above this appear in the plot
-    "plotted_at_most": "6",  # and none above this
+    "plotted_exceeds": "5",  # stated: values strictly above this appear in the plot (English review)
+    "described_near": "6",  # stated: the curves come close to this (Chinese review)
+    # inferred, not stated: no plotted value above 6 ("close to 6" read as an upper bound)
+    "inferred_at_most": "6",
+    "inferred_basis": "read from 'close to 6'; no source states an upper bound or any exact value",
 }

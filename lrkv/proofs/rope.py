@@ -33,10 +33,35 @@ RK_ = sp.Symbol("r", positive=True, integer=True)
 
 
 # ----------------------------------------------------------------------------- (a) the condition
+def _inv(M):
+    """Inverse of an explicit matrix, or the symbolic Inverse of a matrix expression."""
+    return M.inv() if isinstance(M, sp.MatrixBase) else sp.Inverse(M)
+
+
 def least_squares_latent_map(B, R):
     """The only E that can satisfy E B^T = B^T R when B has full column rank:
-    multiply on the right by B (B^T B)^{-1}."""
-    return B.T * R * B * sp.Inverse(B.T * B)
+    multiply the condition on the right by B (B^T B)^{-1}."""
+    return B.T * R * B * _inv(B.T * B)
+
+
+def latent_mismatch(E, B, R):
+    """M with z E B^T − z B^T R = z M: the coefficient matrix of the mismatch."""
+    return E * B.T - B.T * R
+
+
+def orthogonal_complement(B, n):
+    """Π⊥ = I − B (B^T B)^{-1} B^T, the projector onto the complement of col(B)."""
+    I = sp.Identity(n) if not isinstance(B, sp.MatrixBase) else sp.eye(n)
+    return I - B * _inv(B.T * B) * B.T
+
+
+def invariant_instance():
+    """d_h = 2, r = 2 is trivially invariant; d_h = 4, r = 2 with B = one whole rotary plane
+    (columns e_0, e_2 scaled by a block [[a, b], [-b, a]]) is the smallest non-trivial one."""
+    a, b, phi0, phi1 = sp.symbols("a b phi_0 phi_1", real=True)
+    B = sp.zeros(4, 2)
+    B[0, 0], B[2, 0], B[0, 1], B[2, 1] = a, b, -b, a
+    return B, rope_matrix([phi0, phi1])
 
 
 @proof(
@@ -46,45 +71,75 @@ def least_squares_latent_map(B, R):
     source="Sec. 3, p. 4 (RoPE paragraph); English review Sec. 8; Chinese review §2.7",
     expected="proved",
 )
-def rope_commutation_condition(*, latent_map=least_squares_latent_map) -> Verdict:
+def rope_commutation_condition(*, latent_map=least_squares_latent_map, mismatch=latent_mismatch,
+                               complement=orthogonal_complement, instance=invariant_instance) -> Verdict:
+    """Four sub-checks, each of which a wrong input makes fail (tests/test_proofs.py):
+
+    for_all_z   the mismatch z E B^T − z B^T R is z·M(E, B, R) (value and Jacobian in z), so it
+                vanishes for every latent iff M = 0;
+    forced      E B^T = B^T R, multiplied on the right by B (B^T B)^{-1}, forces
+                E = B^T R B (B^T B)^{-1}: the candidate must equal it (a latent map of twice the
+                right one fails here — the earlier form E·B^T·B·(B^T B)^{-1} − E was 0 for every E);
+    gap         with that E, M = −B^T R Π⊥: zero iff R^T maps col(B) into itself;
+    instance    at a B whose column space IS invariant (one whole rotary plane, symbolic angles)
+                the candidate E satisfies M = 0 exactly.
+    """
     evidence: dict = {}
+    checks: dict[str, bool] = {}
     # (1) For all z ⇔ for the matrix: the residual is linear in z with coefficient matrix M.
     d_h, r = 4, 2
     z, B, E = row("z", r), matrix("b", d_h, r), matrix("e", r, r)
     phi = sp.symbols("phi_0 phi_1", real=True)
     R = rope_matrix(phi)
     res_z = z * E * B.T - z * B.T * R
-    M = E * B.T - B.T * R
-    linear = is_zero(residual(res_z, z * M))
-    jac = is_zero(residual(res_z.jacobian(list(z)).T, M))  # d res_j / d z_i = M[i, j]
+    try:
+        M = mismatch(E, B, R)
+        linear = is_zero(residual(res_z, z * M))
+        jac = is_zero(residual(res_z.jacobian(list(z)).T, M))  # d res_j / d z_i = M[i, j]
+    except (sp.ShapeError, ValueError, TypeError):
+        linear = jac = False
+    checks["for_all_z"] = linear and jac
     evidence["for_all_z_iff_matrix_identity"] = {
         "d_h": d_h, "r": r, "entries": "all symbols, symbolic angles phi_0, phi_1",
         "residual_equals_z_times_M": linear, "jacobian_equals_M": jac,
     }
-    # (2) General sizes: E is forced, and the condition is invariance of col(B).
+    # (2)–(3) General sizes: E is forced, and the condition is invariance of col(B).
     Bg, Rg = sp.MatrixSymbol("B", N_, RK_), sp.MatrixSymbol("R", N_, N_)
-    proj = Bg * sp.Inverse(Bg.T * Bg) * Bg.T  # orthogonal projector onto col(B)
     try:
         Eg = latent_map(Bg, Rg)
-        forced = general_residual(Eg * Bg.T * Bg * sp.Inverse(Bg.T * Bg), Eg)  # E B^T = B^T R ⇒ this E
-        gap = general_residual(Eg * Bg.T - Bg.T * Rg, -(Bg.T * Rg * (sp.Identity(N_) - proj)))
-        forced_ok, gap_ok = general_is_zero(forced), general_is_zero(gap)
+        # E B^T = B^T R  ⇒  E = E (B^T B)(B^T B)^{-1} = (E B^T) B (B^T B)^{-1} = (B^T R) B (B^T B)^{-1}
+        forced = general_residual(Eg, (Bg.T * Rg) * Bg * sp.Inverse(Bg.T * Bg))
+        gap = general_residual(Eg * Bg.T - Bg.T * Rg, -(Bg.T * Rg * complement(Bg, N_)))
+        checks["forced"], checks["gap"] = general_is_zero(forced), general_is_zero(gap)
         evidence["general_sizes"] = {
-            "E": str(Eg), "E_consistent_residual": jsonable(forced),
+            "E": str(Eg), "E_minus_BtR_B_inv_BtB": jsonable(forced),
             "E_Bt_minus_Bt_R_plus_Bt_R_Piperp": jsonable(gap),
             "reading": "E B^T − B^T R = −B^T R Π⊥, Π⊥ = I − B(B^T B)^{-1}B^T: zero iff Π⊥ R^T B = 0, "
                        "i.e. R^T (and, over all t, every rotation) maps col(B) into col(B)",
         }
     except (sp.ShapeError, ValueError, TypeError) as e:
-        forced_ok = gap_ok = False
+        checks["forced"] = checks["gap"] = False
         evidence["general_sizes"] = {"error": f"{type(e).__name__}: {e}"}
-    if linear and jac and forced_ok and gap_ok:
+    # (4) An invariant instance: the candidate must make the mismatch vanish identically.
+    try:
+        Bi, Ri = instance()
+        Mi = residual(latent_map(Bi, Ri) * Bi.T, Bi.T * Ri, how="trig").applyfunc(sp.simplify)
+        checks["instance"] = is_zero(Mi)
+        evidence["invariant_instance"] = {"B": short(Bi), "M": "0" if checks["instance"] else nonzero_evidence(Mi)}
+    except (sp.ShapeError, ValueError, TypeError, ZeroDivisionError) as e:
+        checks["instance"] = False
+        evidence["invariant_instance"] = {"error": f"{type(e).__name__}: {e}"}
+    evidence["checks"] = checks
+    if all(checks.values()):
         return Verdict("proved", "The mismatch z E B^T − z B^T R is z·M with M = E B^T − B^T R, so it "
-                       "vanishes for every latent iff M = 0. For full-column-rank B the only candidate "
-                       "is E = B^T R B (B^T B)^{-1}, and then M = −B^T R Π⊥: zero iff the rotation keeps "
-                       "the column space of B invariant. Proved for symbolic sizes (MatrixSymbol) and "
-                       "fully symbolic 4×2 B with symbolic angles.", evidence)
-    return Verdict("refuted", "The candidate latent map does not satisfy the derivation.", evidence)
+                       "vanishes for every latent iff M = 0. Right-multiplying E B^T = B^T R by "
+                       "B (B^T B)^{-1} forces E = B^T R B (B^T B)^{-1} (full column rank), and then "
+                       "M = −B^T R Π⊥: zero iff the rotation keeps the column space of B invariant. "
+                       "Proved for symbolic sizes (MatrixSymbol) and fully symbolic 4×2 B with symbolic "
+                       "angles; at a one-plane basis the forced E gives M = 0 exactly.", evidence)
+    failed = [k for k, v in checks.items() if not v]
+    return Verdict("refuted", f"Sub-check(s) {failed} fail for the candidate latent map / mismatch / "
+                   "projector.", evidence)
 
 
 # ----------------------------------------------------------------------------- (b) refutation
