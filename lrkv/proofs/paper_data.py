@@ -160,3 +160,51 @@ FIG9 = {
     "inferred_at_most": "6",
     "inferred_basis": "read from 'close to 6'; no source states an upper bound or any exact value",
 }
+
+# Table 8 (p. 25) final CE per configuration, and the prose's frontier claim.
+TABLE8_CE = {
+    "source": "Table 8, p. 25 (Chinese review §4.4; English review Sec. 5)",
+    "lrkv_ce": {8: "2.908", 16: "2.905", 32: "2.896", 64: "2.888", 128: "2.877"},
+    "mla_ce": {128: "2.901", 192: "2.898", 384: "2.894"},
+    "mha_ce": "2.903",
+    "prose": "LRKV dominates MLA's performance–memory frontier across the range (Sec. 4.3, as the Chinese "
+             "review §4.4 reports it: '全面支配 MLA 前沿')",
+}
+
+# Sec. 4.3: 'CE = 2.877 ... 4.156 BPB' (Chinese review §4.4), against Table 8's r = 128 row.
+BPB_LABEL = {
+    "source": "Sec. 4.3 (Chinese review §4.4: 'Sec. 4.3 另把 CE=2.877 对应的 4.156 标成 BPB')",
+    "ce": "2.877", "labelled_bpb": "4.156", "table8_bpb_same_model": "0.873",
+}
+
+# The v1 summary (seed 002, arXiv 2601.11471v1): claims none of the other sources check.
+V1_SUMMARY = {
+    "source": "v1 summary (seed 002_f21a33665827dac0.txt)",
+    "full_rank_endpoint": "r = d_model (equivalent to standard multi-head attention)",
+    "gqa_special_case": "MQA and GQA are special cases of LRKV",
+    "flops_reduction_pct": ("20", "25"),  # 'reduces total FLOPs by 20–25%' at 2.5B
+    "flops_scale": "2.5B",
+    "fewer_steps_pct": "15",  # 'reaches the same loss about 15% earlier in training steps'
+}
+
+# The paper body's 'reduces the KV cache by 45%–53%' against the abstract's 'uses 45%–53%'.
+CACHE_REDUCTION = {
+    "source": "Sec. 4 prose ('减少 45%–53%') vs abstract ('使用 45%–53%'), Chinese review §2.5",
+    "printed_range_pct": ("45", "53"),
+    "main_scales": ("128M", "1.2B", "2.5B", "6.3B"),
+}
+
+# Table 3 (p. 16) centring drops as the Chinese review states them (§4.5: 'about 4.8–4.9 points').
+CENTRING_DROP = {
+    "source": "Table 3, p. 16; Chinese review §4.5 ('MHA/LRKV 的约 4.8–4.9 个百分点下降')",
+    "scale": "2.5B", "families": ("MHA", "LRKV"), "printed_range": ("4.8", "4.9"),
+}
+
+# MLRA summary (seed 003): 4-way TP decoding, 2.8x decode speed-up over MLA.
+MLRA_SPEEDUP = {
+    "source": "MLRA summary (seed 003_4b971f0e7afb0179.txt: '相比 MLA 2.8 倍的解码加速', 4-way TP)",
+    "tp": 4, "speedup": "2.8",
+    # sizes: DeepSeek-V3 inference/model.py ModelArgs (kv_lora_rank 512, qk_rope_head_dim 64),
+    # split into 4 latent heads as in SongtaoLiu0823/MLRA model/mlra_4_gen.py
+    "kv_lora_rank": 512, "rope_dim": 64, "n_latent_heads": 4,
+}

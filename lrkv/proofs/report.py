@@ -28,7 +28,7 @@ ITEMS = {
     3: "RoPE and the factored cache",
     4: "QK-RMSNorm on the factored key",
     5: "Cache, parameter and decode-cost formulas (Eqs. 8–10)",
-    6: "Endpoints of the rank knob",
+    6: "Endpoints of the rank knob and what the factorisation contains",
     7: "Gradients of the factors",
     8: "Split-K online softmax",
     9: "MLA absorption and head-diversity geometry",
