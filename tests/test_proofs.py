@@ -217,6 +217,13 @@ WRONG = [
     ("mlra_decode_speedup", dict(printed=_tampered(data.MLRA_SPEEDUP, ("speedup",), "3.5")), "above the bound"),
     ("mlra_decode_speedup", dict(per_device=lambda spec, P: formulas.per_device_cache_elements(spec, 1)),
      "no sharding: bound 1x"),
+    ("paper_table1_ranking", dict(printed=_tampered(data.TABLE1_FULL, ("ce", "MQA"), ("2.929", "2.573", "2.408", "2.280"))),
+     "MQA best at 6.3B"),
+    ("paper_table2_task_deltas", dict(printed=_tampered(data.TABLE2_DELTAS, ("printed_delta",),
+                                                        ("+4.1", "+6.7", "+2.9", "+1.1", "+1.7"))), "HumanEval sign"),
+    ("review_hand_example", dict(printed=_tampered(data.HAND_EXAMPLE, ("printed", "score"), 7)), "score 7"),
+    ("paper_cross_table_ordering", dict(printed=_tampered(data.CROSS_TABLE, ("table8_r64", "bpb"), "0.870")),
+     "BPB agrees with CE"),
 ]
 
 
@@ -254,6 +261,14 @@ SUBCHECKS = [
     ("paper_centring_drop", dict(centring=lambda n: sp.eye(n)), "orthogonal_drop_is_100_over_H"),
     ("paper_centring_drop", dict(table3=_tampered(data.TABLE3, ("centred", "2.5B", "MHA"), "90.0")),
      "drop_within_orthogonal"),
+    ("paper_table1_ranking", dict(printed=_tampered(data.TABLE1_FULL, ("gap_2p5b_vs_mha",), "0.010")),
+     "gap_2p5b_vs_mha"),
+    ("paper_table1_ranking", dict(printed=_tampered(data.TABLE1_FULL, ("nearest_6p3b",), "MHA")), "nearest_6p3b"),
+    ("paper_table1_ranking", dict(printed=_tampered(data.TABLE1_FULL, ("ce", "MQA"), ("2.929", "2.573", "2.408", "2.330"))),
+     "mqa_beats_mha_6p3b"),
+    ("review_hand_example", dict(printed=_tampered(data.HAND_EXAMPLE, ("basis_column",), (1, 1))), "materialized_key"),
+    ("review_hand_example", dict(printed=_tampered(data.HAND_EXAMPLE, ("printed", "weighted_private"), 4)),
+     "weighted_private"),
 ]
 
 

@@ -208,3 +208,37 @@ MLRA_SPEEDUP = {
     # split into 4 latent heads as in SongtaoLiu0823/MLRA model/mlra_4_gen.py
     "kv_lora_rank": 512, "rope_dim": 64, "n_latent_heads": 4,
 }
+
+# Table 1 (p. 5), all five rows, and the reviews' readings of it.
+TABLE1_FULL = {
+    "source": "Table 1, p. 5 (Chinese review §4.1; English review Sec. 5)",
+    "scales": ("128M", "1.2B", "2.5B", "6.3B"),
+    "ce": {"MHA": ("2.903", "2.530", "2.389", "2.319"), "GQA": ("2.918", "2.536", "2.397", "2.354"),
+           "MQA": ("2.929", "2.573", "2.408", "2.304"), "MLA": ("2.901", "2.564", "2.392", "2.377"),
+           "LRKV": ("2.893", "2.509", "2.376", "2.288")},
+    # English review Sec. 5: 'absolute CE difference from MHA is 0.013' (2.5B); 'at 6.3B the nearest
+    # baseline by CE is MQA, with a difference of 0.016'; Chinese review: 6.3B MQA beats MHA
+    "gap_2p5b_vs_mha": "0.013", "nearest_6p3b": "MQA", "gap_6p3b_nearest": "0.016",
+}
+
+# Table 2 (p. 6), 2.5B per-task change LRKV − MHA (Chinese review §4.3; English review Fig. 6).
+TABLE2_DELTAS = {
+    "source": "Table 2, p. 6 (Chinese review §4.3 table; English review Sec. 5, Fig. 6)",
+    "printed_delta": ("+4.1", "+6.7", "+2.9", "+1.1", "-1.7"),
+}
+
+# English review Sec. 3: the hand calculation of Eqs. 6–7.
+HAND_EXAMPLE = {
+    "source": "English review Sec. 3 ('For a small hand calculation ...')",
+    "q": (2, 1), "shared_key": (1, 3), "latent": 4, "basis_column": (1, -1),
+    "printed": {"materialized_key": (5, -1), "score": 9, "shared_score": 5, "projected_query": 1,
+                "weights": ("1/4", "3/4"), "private_values": (2, 6), "weighted_private": 5,
+                "private_contribution": (5, -5)},
+}
+
+# Chinese review §4.4: Table 1's 128M LRKV (r = 46) against Table 8's r = 64 — CE and BPB rank them
+# in opposite orders.
+CROSS_TABLE = {
+    "source": "Table 1, p. 5 and Table 8, p. 25 (Chinese review §4.4)",
+    "table1_r46": {"ce": "2.893", "bpb": "0.872"}, "table8_r64": {"ce": "2.888", "bpb": "0.875"},
+}
