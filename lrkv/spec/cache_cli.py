@@ -108,11 +108,11 @@ def run_cli(args: argparse.Namespace) -> int:
         return 0
     out = Console(width=None if sys.stdout.isatty() else 160)
     title = (f"{scale.label}: N={n_layers}, H={scale.n_heads}, d_h={scale.head_dim} · B={args.batch} × "
-             f"T={args.seq_len:,} · {result.dtype} · TP={args.tp}")
+             f"T={args.seq_len:,} · {result.dtype} · TP={args.tp} · padding to {args.align}")
     t = Table(title=title)
     for col, just in (("family", "left"), ("spec", "left"), ("B/token/layer", "right"), ("of MHA", "right"),
-                      ("model GiB", "right"), (f"per device GiB (TP {args.tp})", "right"),
-                      ("tokens fit/device", "right"), (f"padded GiB (align {args.align})", "right")):
+                      ("model GiB", "right"), ("GiB/device", "right"), ("tokens/device", "right"),
+                      ("padded GiB", "right")):
         t.add_column(col, justify=just)
     for r in result.rows:
         t.add_row(r.family, r.spec, f"{r.bytes_per_token_layer:,}", f"{float(r.fraction_of_mha):.2%}",
