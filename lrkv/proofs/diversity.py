@@ -46,6 +46,19 @@ def plane_mixing_change(alpha, beta):
     return _embed(rotation2(alpha), (0, 1), 4)
 
 
+def linear_gauges(alpha):
+    """(label, change of query coordinates, change of key coordinates) that must keep A_h."""
+    M = matrix("m", 2, 2)
+    return [("rotation", rotation2(alpha), rotation2(alpha)),
+            ("reflection_rotation", sp.diag(1, -1) * rotation2(alpha), sp.diag(1, -1) * rotation2(alpha)),
+            ("invertible_M", M, M.inv().T)]
+
+
+def relative_rotation(Ri, Rj):
+    """R_i R_j^T: the rotation a query at i and a key at j contribute (should be R_{i−j})."""
+    return Ri * Rj.T
+
+
 @proof(
     "bilinear_map_gauge",
     item=9,
@@ -53,23 +66,25 @@ def plane_mixing_change(alpha, beta):
     source="Sec. 4.3 (bilinear form, pp. 7–9); Appendix C.1 (p. 15); English review Sec. 6 and Sec. 8 (gauge caveat)",
     expected="proved",
 )
-def bilinear_map_gauge(*, change=plane_aligned_change) -> Verdict:
+def bilinear_map_gauge(*, change=plane_aligned_change, breaking_change=plane_mixing_change,
+                       gauges=linear_gauges, compose=relative_rotation) -> Verdict:
     ev: dict = {}
     WQ, WK = matrix("q", 3, 2), matrix("k", 3, 2)
     al, be = sp.symbols("alpha beta", real=True)
     A = WQ * WK.T
-    lin_ok = True
-    for label, Rm in (("rotation", rotation2(al)), ("reflection_rotation", sp.diag(1, -1) * rotation2(al))):
-        ok, e = check_identity(lambda Rm=Rm: (WQ * Rm) * (WK * Rm).T, lambda: A, how="trig")
+    lin_ok, ok_inv = True, True
+    for label, Mq, Mk in gauges(al):
+        how = "rational" if label == "invertible_M" else "trig"
+        ok, e = check_identity(lambda Mq=Mq, Mk=Mk: (WQ * Mq) * (WK * Mk).T, lambda: A, how=how)
         ev[f"linear_{label}"] = e
-        lin_ok &= ok
-    M = matrix("m", 2, 2)
-    ok_inv, e_inv = check_identity(lambda: (WQ * M) * (WK * M.inv().T).T, lambda: A, how="rational")
-    ev["linear_invertible_M"] = e_inv
+        if label == "invertible_M":
+            ok_inv = ok
+        else:
+            lin_ok &= ok
     # RoPE composes: R_i R_j^T = R_{i−j} plane by plane (d_h = 4, frequencies w0, w1).
     i, j, w0, w1 = sp.symbols("i j omega_0 omega_1", real=True)
     Rt = lambda t: rope_matrix([t * w0, t * w1])  # noqa: E731
-    ok_rel, e_rel = check_identity(lambda: Rt(i) * Rt(j).T, lambda: Rt(i - j), how="trig")
+    ok_rel, e_rel = check_identity(lambda: compose(Rt(i), Rt(j)), lambda: Rt(i - j), how="trig")
     ev["relative_position"] = e_rel
     # Invariance of W_Q M R_Δ M^T W_K^T for all W_Q, W_K ⇔ M R_Δ M^T = R_Δ.
     d = sp.Symbol("Delta", real=True)
@@ -78,10 +93,12 @@ def bilinear_map_gauge(*, change=plane_aligned_change) -> Verdict:
     res_c = residual(Mc * RD * Mc.T, RD, how="trig")
     commutes = is_zero(res_c)
     ev["candidate_change"] = {"M": str(Mc.tolist()), "M_RΔ_MT_minus_RΔ": "0" if commutes else nonzero_evidence(res_c)}
-    Mm = plane_mixing_change(al, be)
+    Mm = breaking_change(al, be)
     res_m = residual(Mm * RD * Mm.T, RD, how="trig")
     mixing_breaks = not is_zero(res_m)
     ev["plane_mixing_change"] = nonzero_evidence(res_m) if mixing_breaks else "0"
+    ev["checks"] = {"linear_orthogonal": lin_ok, "linear_invertible": ok_inv, "relative_position": ok_rel,
+                    "candidate_commutes": commutes, "plane_mixing_breaks": mixing_breaks}
     if lin_ok and ok_inv and ok_rel and commutes and mixing_breaks:
         return Verdict("proved", "For symbolic 3×2 W_Q, W_K: (W_Q R)(W_K R)^T = W_Q W_K^T for rotations and "
                        "reflections (R R^T = I) and for any invertible M with M^{-T} on keys. With RoPE, "

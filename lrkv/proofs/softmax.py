@@ -61,6 +61,12 @@ def _example_inputs():
     return q, SK, RK, BK
 
 
+def renormalised_product(sa, sb):
+    """How two normalised branches combine into softmax(l + m): the renormalised product."""
+    prod = [sa[i] * sb[i] for i in range(sa.cols)]
+    return sp.Matrix([[p / sum(prod) for p in prod]])
+
+
 @proof(
     "single_softmax",
     item=2,
@@ -68,7 +74,8 @@ def _example_inputs():
     source="Eqs. 6–7 (Sec. 3, p. 4); the (2,0)/(0,2) example of the English review, Sec. 2",
     expected="proved",
 )
-def single_softmax(*, decode=factored_decode, sizes=(2, 2, 1)) -> Verdict:
+def single_softmax(*, decode=factored_decode, sizes=(2, 2, 1), demo=separate_softmax_decode,
+                   combine=renormalised_product) -> Verdict:
     T, d_h, r = sizes
     q, SK, RK, BK = row("q", d_h), matrix("s", T, d_h), matrix("z", T, r), matrix("b", d_h, r)
     SV, RV, BV = matrix("v", T, d_h), matrix("y", T, r), matrix("c", d_h, r)
@@ -81,7 +88,7 @@ def single_softmax(*, decode=factored_decode, sizes=(2, 2, 1)) -> Verdict:
     qe, SKe, RKe, BKe = _example_inputs()
     SV2, RV2, BV2 = matrix("v", 2, 2), matrix("y", 2, 1), matrix("c", 2, 1)
     ref = materialized_decode(qe, SKe, RKe, BKe, SV2, RV2, BV2, d_h=2, r=1)
-    sep = separate_softmax_decode(qe, SKe, RKe, BKe, SV2, RV2, BV2, d_h=2, r=1)
+    sep = demo(qe, SKe, RKe, BKe, SV2, RV2, BV2, d_h=2, r=1)
     sep_res = residual(ref, sep, how="rational")
     e2 = sp.exp(2)
     evidence["example_2_0__0_2"] = {
@@ -95,12 +102,13 @@ def single_softmax(*, decode=factored_decode, sizes=(2, 2, 1)) -> Verdict:
     # What two normalised branches WOULD have to be combined by: a renormalised product.
     a, b = row("l", 3), row("m", 3)
     sa, sb = softmax_row(a), softmax_row(b)
-    prod = [sa[i] * sb[i] for i in range(3)]
-    combo = sp.Matrix([[p / sum(prod) for p in prod]])
+    combo = combine(sa, sb)
     holds, ev_prod = check_identity(lambda: softmax_row(a + b), lambda: combo, how="rational")
     evidence["product_rule"] = {"identity": "softmax(l+m)_i = softmax(l)_i softmax(m)_i / Σ_j softmax(l)_j softmax(m)_j",
                                 "T": 3, "holds": holds, **ev_prod}
     separate_differs = not is_zero(sep_res)
+    evidence["checks"] = {"candidate_equals_materialized": ok, "separate_branches_differ": separate_differs,
+                          "product_rule": holds}
     if ok and separate_differs and holds:
         return Verdict("proved", "The candidate equals softmax(q K_h^T/√d_h) V_h for fully symbolic "
                        "2×2 inputs. Separate branches fail at logits (2,0)/(0,2): the sum gives "

@@ -51,7 +51,7 @@ def sufficient_rank(d_model: int, d_h: int) -> int:
     source="v1 summary (seed 002: 'r = d_model, equivalent to standard MHA'); Sec. 3 endpoints, Eq. 9; Chinese review §2.1",
     expected="proved",
 )
-def v1_full_rank_recovers_mha(*, min_rank=sufficient_rank) -> Verdict:
+def v1_full_rank_recovers_mha(*, min_rank=sufficient_rank, construct=full_rank_construction, ratio=cache_ratio) -> Verdict:
     """Sub-checks: at_d_model (the construction reproduces symbolic heads at r = d = H d_h),
     at_min_rank (it also does at min_rank), below_min_rank_fails (at min_rank − 1 the product
     U B^T has generic rank < d_h, so a rank-d_h head difference is out of reach), cache (Eq. 9
@@ -62,7 +62,7 @@ def v1_full_rank_recovers_mha(*, min_rank=sufficient_rank) -> Verdict:
     checks = {}
     ev: dict = {"H": H, "d_h": d_h, "d_model": d}
     for label, r in (("at_d_model", d), ("at_min_rank", min_rank(d, d_h))):
-        U, B = full_rank_construction(W_S, W_h, r)
+        U, B = construct(W_S, W_h, r)
         ok, e = check_identity(lambda: head_projection(W_S, U, B), lambda: W_h)
         checks[label] = ok and r >= 1
         ev[label] = {"r": r, **e}
@@ -72,8 +72,8 @@ def v1_full_rank_recovers_mha(*, min_rank=sufficient_rank) -> Verdict:
     ev["below_min_rank"] = {"r": r_below, "generic_rank_of_UBt": reach, "needed": d_h}
     Hs, dh = sp.symbols("H d_h", positive=True)
     at_dh, at_d = 1 / Hs + dh / dh, 1 / Hs + (Hs * dh) / dh
-    grid_ok = all(cache_ratio(AttentionSpec.lrkv(h, k, k)) == sp.Rational(1, h) + 1
-                  and cache_ratio(AttentionSpec.lrkv(h, k, h * k)) == sp.Rational(1, h) + h
+    grid_ok = all(ratio(AttentionSpec.lrkv(h, k, k)) == sp.Rational(1, h) + 1
+                  and ratio(AttentionSpec.lrkv(h, k, h * k)) == sp.Rational(1, h) + h
                   for h in (2, 6, 18, 32) for k in (2, 64, 128))
     checks["cache"] = grid_ok and sp.simplify(at_dh - (1 + 1 / Hs)) == 0 and sp.simplify(at_d - (Hs + 1 / Hs)) == 0
     ev["cache"] = {"ratio_at_r_d_h": str(sp.simplify(at_dh)), "ratio_at_r_d_model": str(sp.simplify(at_d)),
@@ -106,7 +106,7 @@ def two_group_split(W_1, W_2, r):
     source="v1 summary (seed 002: 'MQA and GQA are special cases of LRKV'); Sec. 3; Eq. 9; Table 7",
     expected="proved",
 )
-def v1_gqa_special_case(*, split=two_group_split, construct=full_rank_construction) -> Verdict:
+def v1_gqa_special_case(*, split=two_group_split, construct=full_rank_construction, generic_rank=max_minor_rank) -> Verdict:
     d, d_h, G = 3, 2, 3
     W_S = matrix("w", d, d_h)
     groups = [matrix(f"g{k}", d, d_h) for k in range(G)]
@@ -118,15 +118,15 @@ def v1_gqa_special_case(*, split=two_group_split, construct=full_rank_constructi
         ok &= U.shape[1] <= d_h and check_identity(lambda: head_projection(W_S, U, B), lambda: W_g)[0]
     checks["r_d_h_suffices"] = ok
     # (2) generic rank of W_g − W_S is d_h: a fixed shared block forces r = d_h.
-    checks["difference_generic_rank_d_h"] = max_minor_rank(groups[0] - W_S) == d_h
+    checks["difference_generic_rank_d_h"] = generic_rank(groups[0] - W_S) == d_h
     # (3) two groups: the split reaches both at r = ceil(d_h/2); necessity by subadditivity.
     r2 = math.ceil(d_h / 2)
     Ws2 = split(groups[0], groups[1], r2)
-    reach = [max_minor_rank(g - Ws2) for g in groups[:2]]
+    reach = [generic_rank(g - Ws2) for g in groups[:2]]
     checks["two_groups_at_half"] = all(k <= r2 for k in reach)
-    checks["two_groups_need_half"] = max_minor_rank(groups[0] - groups[1]) == d_h  # ≤ 2r ⇒ r ≥ d_h/2
+    checks["two_groups_need_half"] = generic_rank(groups[0] - groups[1]) == d_h  # ≤ 2r ⇒ r ≥ d_h/2
     ev["two_groups"] = {"r": r2, "rank_of_W_g_minus_W_S": reach,
-                        "rank_W1_minus_W2": max_minor_rank(groups[0] - groups[1])}
+                        "rank_W1_minus_W2": generic_rank(groups[0] - groups[1])}
     # (4) the cache it needs, at the paper's scales.
     cache = {}
     for k, s in PAPER_SCALES.items():
