@@ -21,7 +21,6 @@ import sympy as sp
 
 from lrkv.spec import PAPER_SCALES, AttentionSpec, cache_ratio
 
-from . import paper_data as data
 from .endpoints import full_rank_construction, head_projection
 from .paper_numbers import pct, show
 from .record import Verdict
