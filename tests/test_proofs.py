@@ -24,6 +24,7 @@ from lrkv.proofs.record import STATUSES, Proof, Verdict
 from lrkv.proofs.registry import EXPECTED, REGISTRY, load_all
 from lrkv.proofs.report import SCHEMA, validate_report
 from lrkv.proofs.symbolic import matrix, rope_matrix
+from lrkv.spec import PAPER_SCALES
 
 pytestmark = pytest.mark.proofs
 
@@ -344,6 +345,14 @@ SUBCHECKS += [
     ("centred_gram_ceiling", dict(centring=lambda n: sp.eye(n)), "explicit_rank_deficient"),
     ("centred_gram_ceiling", dict(entropy_term=lambda x: x * sp.log(2 * x)), "gibbs"),
     ("centred_gram_ceiling", dict(ceiling=lambda H: Fraction(1)), "ceilings"),
+]
+SUBCHECKS += [
+    ("paper_table7_cache_fractions", dict(scales={**PAPER_SCALES, "2.5B": dataclasses.replace(
+        PAPER_SCALES["2.5B"], rank=64)}), "presets_match_table7"),
+    ("paper_table7_cache_fractions", dict(printed=_tampered(data.TABLE7, ("reported_range_pct",), ("45", "48"))),
+     "inside_reported_range"),
+    ("paper_table7_cache_fractions", dict(printed=_tampered(data.TABLE7, ("review_recomputed_pct", "6.3B"), "45.13")),
+     "review_recomputation"),
 ]
 SUBCHECKS += [("factor_gradients", dict(gradients=lambda G, U, B: {**gradients.paper_gradients(G, U, B),
                                                                   "W_S": (G[0] + G[1]) / 2}), c)
