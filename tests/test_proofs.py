@@ -354,6 +354,29 @@ SUBCHECKS += [
     ("paper_table7_cache_fractions", dict(printed=_tampered(data.TABLE7, ("review_recomputed_pct", "6.3B"), "45.13")),
      "review_recomputation"),
 ]
+_R = formulas.lrkv_cache_ratio
+SUBCHECKS += [
+    ("cache_ratio_eq9", dict(formula=lambda H, d_h, r, **_: r / d_h), "derivation"),
+    ("cache_ratio_eq9", dict(spec_impls={"off by one": lambda H, d_h, r: _R(H, d_h, r + 1)}), "spec_on_grid"),
+    ("cache_ratio_eq9", dict(bytes_fn=lambda spec, N, **kw: formulas.model_cache_bytes(spec, N, **kw) // 2), "eq8_bytes"),
+    ("break_even_rank", dict(bound=lambda H, d_h, **_: d_h), "derivation"),
+    ("break_even_rank", dict(spec_fn=lambda H, d_h: formulas.break_even_rank(H, d_h) + 1),
+     "brute_force_closed_form_spec_agree"),
+    ("full_rank_ratio", dict(formula=lambda H, d_h, **_: sp.Integer(1)), "derivation"),
+    ("full_rank_ratio", dict(spec_impls={"no shared block": lambda H, d_h: Fraction(1)}), "spec_on_grid"),
+    ("rank_ceiling", dict(bound=lambda H, d_h, c, **_: d_h * c), "derivation"),
+    ("rank_ceiling", dict(spec_fn=lambda H, d_h, c: max(0, formulas.rank_ceiling(H, d_h, max(c, Fraction(1, H)))) + 1),
+     "brute_force_closed_form_spec_agree"),
+    ("rank_ceiling", dict(spec_fn=lambda H, d_h, c: formulas.rank_ceiling(H, d_h, max(c, Fraction(1, H)))),
+     "below_floor_raises"),
+    ("tp_replication", dict(formula=lambda H, d_h, r, P, **_: 1 / H + r / d_h), "derivation"),
+    ("tp_replication", dict(spec_impls={"unreplicated": lambda H, d_h, r, P: _R(H, d_h, r)}), "spec_on_grid"),
+    ("param_ratio_eq10", dict(formula=lambda H, d_h, r, d, **_: 1 / H + (r / d_h) * (1 + 1 / H)), "derivation"),
+    ("param_ratio_eq10", dict(spec_impls={"cache ratio": lambda H, d_h, r, d: _R(H, d_h, r)}), "spec_on_grid"),
+    ("param_ratio_eq10", dict(formula=lambda H, d_h, r, d, **_: 1 / H + r / d_h), "d_equals_H_d_h"),
+    ("decode_arithmetic", dict(formula=lambda d_h, r, T, **_: 1 + r / d_h), "derivation"),
+    ("decode_arithmetic", dict(spec_impls={"no r/T": lambda H, d_h, r, T: 1 + Fraction(r, d_h)}), "spec_on_grid"),
+]
 SUBCHECKS += [("factor_gradients", dict(gradients=lambda G, U, B: {**gradients.paper_gradients(G, U, B),
                                                                   "W_S": (G[0] + G[1]) / 2}), c)
               for c in ("general", "explicit_linear", "explicit_nonlinear")]

@@ -66,6 +66,7 @@ def check_formula(*, derived: sp.Expr, formula: Callable, impls: dict[str, Calla
         "derived": str(derived), "formula": str(formula(**symbols)), "residual": str(res),
         "grid_points": len(points), "impls": list(impls), "mismatches": mismatches[:10],
         "mismatch_count": len(mismatches),
+        "checks": {"derivation": res == 0, "spec_on_grid": not mismatches},
     }
     return res == 0 and not mismatches, evidence
 
@@ -89,7 +90,7 @@ def eq9_ratio(H, d_h, r, **_):
     source="Eqs. 8–9 (Sec. 3, p. 4); lrkv.spec.lrkv_cache_ratio, cache_ratio, model_cache_bytes",
     expected="proved",
 )
-def cache_ratio_eq9(*, formula=eq9_ratio) -> Verdict:
+def cache_ratio_eq9(*, formula=eq9_ratio, spec_impls=None, bytes_fn=model_cache_bytes) -> Verdict:
     derived = (2 * b_ * N_ * BT_ * (DH + H * R)) / (2 * b_ * N_ * BT_ * H * DH)
     pts = grid(H=HEADS, d_h=HEAD_DIMS, r=RANKS)
     impls = {
@@ -98,17 +99,18 @@ def cache_ratio_eq9(*, formula=eq9_ratio) -> Verdict:
         "cache_elements/mha_cache_elements": lambda H, d_h, r: Fraction(
             cache_elements(AttentionSpec.lrkv(H, d_h, r)), mha_cache_elements(AttentionSpec.lrkv(H, d_h, r))),
     }
-    ok, ev = check_formula(derived=derived, formula=formula, impls=impls, points=pts,
+    ok, ev = check_formula(derived=derived, formula=formula, impls=spec_impls or impls, points=pts,
                            symbols=dict(H=H, d_h=DH, r=R))
     # Eq. 8 in bytes against model_cache_bytes (bf16 = 2 bytes), including uneven lengths.
     eq8_bad = []
     for Hv, dh, rv, Nv, lengths in ((18, 128, 55, 18, (2048,)), (6, 64, 7, 3, (5, 0, 11)), (1, 2, 0, 1, (1,))):
         spec = AttentionSpec.lrkv(Hv, dh, rv)
         want = 2 * 2 * Nv * sum(lengths) * (dh + Hv * rv)
-        got = model_cache_bytes(spec, Nv, dtype="bfloat16", lengths=lengths)
+        got = bytes_fn(spec, Nv, dtype="bfloat16", lengths=lengths)
         if got != want:
             eq8_bad.append({"H": Hv, "d_h": dh, "r": rv, "N": Nv, "lengths": list(lengths), "got": got, "want": want})
     ev["eq8_bytes_mismatches"] = eq8_bad
+    ev["checks"]["eq8_bytes"] = not eq8_bad
     return _verdict(ok and not eq8_bad, ev, "(2bNBT(d_h + Hr)) / (2bNBT·H d_h) simplifies to 1/H + r/d_h with "
                     "b, N, B·T symbolic; lrkv_cache_ratio, cache_ratio and the element counts equal it on "
                     f"{len(pts)} grid points, and model_cache_bytes equals 2bN(ΣT)(d_h + Hr).")
@@ -126,7 +128,7 @@ def break_even_bound(H, d_h, **_):
     source="Eq. 9 and the break-even remark (Sec. 3, p. 4); Chinese review §2.5; lrkv.spec.break_even_rank",
     expected="proved",
 )
-def break_even_rank_proof(*, bound=break_even_bound) -> Verdict:
+def break_even_rank_proof(*, bound=break_even_bound, spec_fn=break_even_rank) -> Verdict:
     # ratio < 1 ⇔ d_h(ratio − 1) < 0 (d_h > 0), and d_h(ratio − 1) = r − bound identically.
     res = sp.simplify(sp.expand(DH * (eq9_ratio(H, DH, R) - 1) - (R - bound(H=H, d_h=DH))))
     mismatches = []
@@ -135,12 +137,13 @@ def break_even_rank_proof(*, bound=break_even_bound) -> Verdict:
             brute = max((rv for rv in range(0, 2 * dh + 1) if lrkv_cache_ratio(Hv, dh, rv) < 1), default=-1)
             b = exact(bound(H=sp.Integer(Hv), d_h=sp.Integer(dh)))
             closed = math.ceil(b) - 1
-            code = break_even_rank(Hv, dh)
+            code = spec_fn(Hv, dh)
             if not (brute == closed == code):
                 mismatches.append({"H": Hv, "d_h": dh, "brute_force": brute, "closed_form": closed, "spec": code})
     ev = {"identity": "d_h·(1/H + r/d_h − 1) − (r − bound)", "residual": str(res),
           "grid_points": len(HEADS) * len(HEAD_DIMS), "mismatches": mismatches,
-          "examples": {"H=18,d_h=128": break_even_rank(18, 128), "H=6,d_h=128": break_even_rank(6, 128)}}
+          "examples": {"H=18,d_h=128": break_even_rank(18, 128), "H=6,d_h=128": break_even_rank(6, 128)},
+          "checks": {"derivation": res == 0, "brute_force_closed_form_spec_agree": not mismatches}}
     return _verdict(res == 0 and not mismatches, ev, "Multiplying 1/H + r/d_h < 1 by d_h > 0 gives exactly "
                     "r < d_h(1 − 1/H); break_even_rank equals both ceil(bound) − 1 and a brute-force "
                     "search over r on the grid (e.g. 120 at H = 18, d_h = 128).")
@@ -158,10 +161,10 @@ def full_rank_ratio_formula(H, d_h, **_):
     source="Sec. 3 (endpoints), Chinese review §2.1; lrkv.spec.lrkv_cache_ratio",
     expected="proved",
 )
-def full_rank_ratio(*, formula=full_rank_ratio_formula) -> Verdict:
+def full_rank_ratio(*, formula=full_rank_ratio_formula, spec_impls=None) -> Verdict:
     ok, ev = check_formula(
         derived=eq9_ratio(H, DH, DH), formula=formula,
-        impls={"lrkv_cache_ratio(H, d_h, d_h)": lambda H, d_h: lrkv_cache_ratio(H, d_h, d_h)},
+        impls=spec_impls or {"lrkv_cache_ratio(H, d_h, d_h)": lambda H, d_h: lrkv_cache_ratio(H, d_h, d_h)},
         points=grid(H=HEADS, d_h=HEAD_DIMS), symbols=dict(H=H, d_h=DH))
     return _verdict(ok, ev, "Substituting r = d_h in 1/H + r/d_h gives 1 + 1/H > 1; the spec agrees.")
 
@@ -178,7 +181,7 @@ def rank_ceiling_bound(H, d_h, c, **_):
     source="Eq. 9 solved for r (English review Sec. 4); lrkv.spec.rank_ceiling",
     expected="proved",
 )
-def rank_ceiling_proof(*, bound=rank_ceiling_bound) -> Verdict:
+def rank_ceiling_proof(*, bound=rank_ceiling_bound, spec_fn=rank_ceiling) -> Verdict:
     res = sp.simplify(sp.expand(DH * (eq9_ratio(H, DH, R) - C) - (R - bound(H=H, d_h=DH, c=C))))
     budgets = (Fraction(1, 8), Fraction(1, 4), Fraction(1, 3), Fraction(1, 2), Fraction(2, 3), Fraction(1))
     mismatches, below_floor_ok = [], True
@@ -188,14 +191,14 @@ def rank_ceiling_proof(*, bound=rank_ceiling_bound) -> Verdict:
                 b = exact(bound(H=sp.Integer(Hv), d_h=sp.Integer(dh), c=sp.Rational(c.numerator, c.denominator)))
                 if b < 0:
                     try:
-                        rank_ceiling(Hv, dh, c)
+                        spec_fn(Hv, dh, c)
                         below_floor_ok = False
                     except ValueError:
                         pass
                     continue
                 brute = max((rv for rv in range(0, 2 * dh + 1) if lrkv_cache_ratio(Hv, dh, rv) <= c), default=None)
                 try:
-                    code = rank_ceiling(Hv, dh, c)
+                    code = spec_fn(Hv, dh, c)
                 except ValueError as e:  # the spec says no rank fits where the bound says one does
                     code = f"ValueError: {e}"
                 if not (brute == math.floor(b) == code):
@@ -204,7 +207,9 @@ def rank_ceiling_proof(*, bound=rank_ceiling_bound) -> Verdict:
     ev = {"identity": "d_h·(1/H + r/d_h − c) − (r − bound)", "residual": str(res), "mismatches": mismatches[:10],
           "below_floor_raises": below_floor_ok,
           "examples": {"H=18,d_h=128,c=1/2": rank_ceiling(18, 128, Fraction(1, 2)),
-                       "H=18,d_h=128,c=1/3": rank_ceiling(18, 128, Fraction(1, 3))}}
+                       "H=18,d_h=128,c=1/3": rank_ceiling(18, 128, Fraction(1, 3))},
+          "checks": {"derivation": res == 0, "brute_force_closed_form_spec_agree": not mismatches,
+                     "below_floor_raises": below_floor_ok}}
     return _verdict(res == 0 and not mismatches and below_floor_ok, ev,
                     "1/H + r/d_h ≤ c ⇔ r ≤ d_h(c − 1/H) (d_h > 0); rank_ceiling equals the floor and a "
                     "brute-force search on the grid, and raises when c < 1/H.")
@@ -222,7 +227,7 @@ def tp_ratio_formula(H, d_h, r, P, **_):
     source="English review Sec. 4 (tensor parallelism); lrkv.spec.tp_cache_ratio, per_device_cache_elements",
     expected="proved",
 )
-def tp_replication(*, formula=tp_ratio_formula) -> Verdict:
+def tp_replication(*, formula=tp_ratio_formula, spec_impls=None) -> Verdict:
     derived = P * 2 * (DH + (H / P) * R) / (2 * H * DH)
     pts = [pt for pt in grid(H=(4, 8, 12, 18, 32), d_h=(2, 64, 128), r=(0, 7, 54, 55), P=(1, 2, 4, 8))
            if pt["H"] % pt["P"] == 0]
@@ -231,7 +236,7 @@ def tp_replication(*, formula=tp_ratio_formula) -> Verdict:
         "P·per_device/mha": lambda H, d_h, r, P: Fraction(
             P * per_device_cache_elements(AttentionSpec.lrkv(H, d_h, r), P), 2 * H * d_h),
     }
-    ok, ev = check_formula(derived=derived, formula=formula, impls=impls, points=pts,
+    ok, ev = check_formula(derived=derived, formula=formula, impls=spec_impls or impls, points=pts,
                            symbols=dict(H=H, d_h=DH, r=R, P=P))
     return _verdict(ok, ev, "Each shard holds 2(d_h + (H/P) r); P of them over 2H d_h is P/H + r/d_h. "
                     f"tp_cache_ratio agrees on {len(pts)} grid points (P | H).")
@@ -249,7 +254,7 @@ def eq10_ratio(H, d_h, r, d, **_):
     source="Eq. 10 (Sec. 3, p. 4); English review Sec. 4; lrkv.spec.kv_param_ratio, lrkv_param_ratio",
     expected="proved",
 )
-def param_ratio_eq10(*, formula=eq10_ratio) -> Verdict:
+def param_ratio_eq10(*, formula=eq10_ratio, spec_impls=None) -> Verdict:
     derived = (2 * D * DH + 2 * H * R * (D + DH)) / (2 * H * D * DH)
     pts = grid(H=(1, 6, 12, 18, 32), d_h=(2, 64, 128), r=(0, 7, 55), d=(64, 768, 2304, 4096))
     impls = {
@@ -258,10 +263,11 @@ def param_ratio_eq10(*, formula=eq10_ratio) -> Verdict:
         "kv_param_count/2dHd_h": lambda H, d_h, r, d: Fraction(
             kv_param_count(AttentionSpec.lrkv(H, d_h, r, d_model=d)), 2 * d * H * d_h),
     }
-    ok, ev = check_formula(derived=derived, formula=formula, impls=impls, points=pts,
+    ok, ev = check_formula(derived=derived, formula=formula, impls=spec_impls or impls, points=pts,
                            symbols=dict(H=H, d_h=DH, r=R, d=D))
     square = sp.simplify(formula(H=H, d_h=DH, r=R, d=H * DH) - (1 / H + (R / DH) * (1 + 1 / H)))
     ev["d_equals_H_d_h_residual"] = str(square)
+    ev["checks"]["d_equals_H_d_h"] = square == 0
     return _verdict(ok and square == 0, ev, "Shared K and V weights 2 d d_h plus 2H r(d + d_h) for the factors, "
                     "over MHA's 2 H d d_h, simplify to the stated form (and to 1/H + (r/d_h)(1 + 1/H) at "
                     "d = H d_h); the spec functions agree on the grid.")
@@ -279,11 +285,11 @@ def arithmetic_formula(d_h, r, T, **_):
     source="Sec. 3 (O(Lr + r d_h), p. 4); English review Sec. 4; lrkv.spec.decode_arithmetic_ratio",
     expected="proved",
 )
-def decode_arithmetic(*, formula=arithmetic_formula) -> Verdict:
+def decode_arithmetic(*, formula=arithmetic_formula, spec_impls=None) -> Verdict:
     derived = (2 * T * DH + 2 * T * R + 2 * R * DH) / (2 * T * DH)
     pts = grid(H=(1, 18), d_h=(2, 64, 128), r=(0, 7, 55), T=(1, 3, 2048, 8192))
     impls = {"decode_arithmetic_ratio": lambda H, d_h, r, T: decode_arithmetic_ratio(AttentionSpec.lrkv(H, d_h, r), T)}
-    ok, ev = check_formula(derived=derived, formula=formula, impls=impls, points=pts,
+    ok, ev = check_formula(derived=derived, formula=formula, impls=spec_impls or impls, points=pts,
                            symbols=dict(d_h=DH, r=R, T=T))
     ev["limit_T_to_infinity"] = str(sp.limit(formula(d_h=DH, r=R, T=T), T, sp.oo))
     return _verdict(ok, ev, "(2T d_h + 2T r + 2 r d_h)/(2T d_h) = 1 + r/d_h + r/T; "
