@@ -144,6 +144,7 @@ WRONG = [
                                  else formulas.shard_by_head_axis(shape, P)), "head-free tensors sharded"),
     ("tp_payload_mla_mlra", dict(shard=lambda shape, P: shape[2] if len(shape) == 3 else shape[2] * shape[3]),
      "head axis never sharded"),
+    ("planner_formulas", dict(tokens_that_fit=lambda s, N, bud, dt, P: -(-bud // (N * 2 * 1000))), "tokens rounded up"),
     # item 6
     ("endpoint_rank0_mqa", dict(cache=lambda H, d_h: 2 * d_h + 2 * H), "per-head slot at r = 0"),
     ("endpoint_rank0_mqa", dict(projection=lambda W_S, U, B: W_S + sp.ones(*W_S.shape)), "heads differ at r = 0"),
@@ -376,6 +377,16 @@ SUBCHECKS += [
     ("param_ratio_eq10", dict(formula=lambda H, d_h, r, d, **_: 1 / H + r / d_h), "d_equals_H_d_h"),
     ("decode_arithmetic", dict(formula=lambda d_h, r, T, **_: 1 + r / d_h), "derivation"),
     ("decode_arithmetic", dict(spec_impls={"no r/T": lambda H, d_h, r, T: 1 + Fraction(r, d_h)}), "spec_on_grid"),
+]
+from lrkv.spec import planner as _planner  # noqa: E402
+
+SUBCHECKS += [
+    ("planner_formulas", dict(model_bytes=lambda s, N, T, dt: _planner.model_bytes(s, N, T + 1, dt)), "model_bytes"),
+    ("planner_formulas", dict(per_device_bytes=lambda s, N, T, dt, P: _planner.model_bytes(s, N, T, dt)),
+     "per_device_bytes"),
+    ("planner_formulas", dict(tokens_that_fit=lambda s, N, bud, dt, P: _planner.tokens_that_fit(s, N, bud, dt, P) + 1),
+     "tokens_that_fit"),
+    ("planner_formulas", dict(padded_elements=lambda s, align: _planner.padded_elements(s, 1)), "padded"),
 ]
 SUBCHECKS += [("factor_gradients", dict(gradients=lambda G, U, B: {**gradients.paper_gradients(G, U, B),
                                                                   "W_S": (G[0] + G[1]) / 2}), c)
