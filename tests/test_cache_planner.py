@@ -82,7 +82,8 @@ def test_unshardable_layout_is_reported_not_hidden():
 @pytest.mark.parametrize("kw,field", [
     (dict(n_layers=0), "n_layers"), (dict(batch=1.5), "batch"), (dict(seq_len=-1), "seq_len"),
     (dict(tp=4), "tp"), (dict(align=0), "align"), (dict(budget_bytes=0), "budget_bytes"),
-    (dict(families=("mha", "xyz")), "family"),
+    (dict(families=("mha", "xyz")), "family"), (dict(rank=-1), "rank"), (dict(rank=5.0), "rank"),
+    (dict(dtype="int3"), "dtype"),
 ])
 def test_plan_refuses_bad_input_naming_the_field(kw, field):
     args = dict(n_layers=18, batch=1, seq_len=8) | kw

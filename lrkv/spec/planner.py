@@ -144,6 +144,8 @@ def plan(scale: PaperScale, *, n_layers: int, batch: int, seq_len: int, dtype="b
     check_int("align", align, minimum=1)
     if budget_bytes is not None:
         check_int("budget_bytes", budget_bytes, minimum=1)
+    if rank is not None:
+        check_int("rank", rank, minimum=0)
     for f in families:
         check_choice("family", f, PEERS)
     if scale.n_heads % tp:
