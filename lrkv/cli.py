@@ -13,6 +13,7 @@ VERB_MODULES = (
     "lrkv.proofs.cli",
     "lrkv.compiled.cli",
     "lrkv.bench.cli",
+    "lrkv.spec.cache_cli",
 )
 
 

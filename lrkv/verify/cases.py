@@ -16,6 +16,8 @@ Levels:
                sharing their first `shared_prefix` tokens' pages; unused pages garbage)
   kernel-extend the extend contract: `n_new[b]` new tokens per sequence (ragged, causal),
                over a contiguous cache, or a paged one when page_size > 0
+  tp           the same incremental decode on `tp` tensor-parallel ranks (torch.distributed)
+               against the single-process float64 decode; its plug-in is lrkv.distributed.harness
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from ..spec import AttentionSpec, as_dtype, dtype_name
 
 DEFAULT_ROPE_THETA = 10000.0
 
-CASE_LEVELS = ("kernel", "layer", "layer-model", "kernel-paged", "kernel-extend")
+CASE_LEVELS = ("kernel", "layer", "layer-model", "tp", "kernel-paged", "kernel-extend")
 KERNEL_LEVELS = ("kernel", "kernel-paged", "kernel-extend")  # the kernel contracts of DESIGN §4
 MAX_PAGE_SIZE = 1 << 16
 EXPECTATIONS = ("match", "differ")
@@ -48,13 +50,14 @@ NEAR_CANCEL_RESIDUAL = 1.0e-3  # ... and the shared key set to −(head 0's priv
 MAX_T = 1 << 20  # t_max limit: a case is drawn in float64 on the CPU
 MAX_SEED = 2**32 - 1  # seeds feed torch.Generator streams (seed·1_000_003 + stream must fit in 64 bits)
 MAX_Q_SCALE = 1.0e6
+MAX_TP = 64  # ranks of a tp case: each is a process on this machine
 
 
 @dataclass(frozen=True)
 class Case:
     """One check. `id` is derived from the other fields when left empty."""
 
-    level: str  # kernel | layer | layer-model (levels.py has the plug-in of each)
+    level: str  # one of CASE_LEVELS (levels.py has the plug-in of each)
     spec: AttentionSpec  # the LRKV layer (family 'lrkv')
     dtype: str  # τ: dtype of every float input the backend receives
     lengths: tuple[int, ...]  # valid cache length per sequence (after the new token); batch = len
@@ -67,6 +70,7 @@ class Case:
     tile: int = 0  # tile-size hint for tiled backends (0: backend's choice)
     expect: str = "match"  # 'differ': known to deviate (latent RoPE vs the model); recorded, not gated
     layout: str = "contiguous"  # kernel cache layout: 'strided' hands the backend non-contiguous views
+    tp: int = 1  # tensor-parallel ranks P (level 'tp' only)
     page_size: int = 0  # kernel-paged (>= 1), kernel-extend (0: contiguous cache): slots per page
     page_shuffle: bool = True  # physical pages in a random order (False: sequence-major order)
     shared_prefix: int = 0  # sequences 0 and 1 share their first shared_prefix tokens' pages (whole pages)
@@ -102,8 +106,11 @@ class Case:
         check_choice("layout", self.layout, LAYOUTS)
         if self.level not in KERNEL_LEVELS and min(self.lengths) < 1:
             raise ValueError(f"level {self.level!r} appends a token, so every length must be >= 1")
-        if self.level == "layer-model" and set(self.lengths) != {self.t_max}:
-            raise ValueError("layer-model cases run whole sequences: every length must equal t_max")
+        check_int("tp", self.tp, minimum=1, maximum=MAX_TP)
+        if (self.tp != 1) and self.level != "tp":
+            raise ValueError(f"tp applies to level 'tp' only, got tp={self.tp} at level {self.level!r}")
+        if self.level in ("layer-model", "tp") and set(self.lengths) != {self.t_max}:
+            raise ValueError(f"{self.level} cases run whole sequences: every length must equal t_max")
         if self.level not in KERNEL_LEVELS and (self.q_scale != 1.0 or self.near_cancel):
             raise ValueError("q_scale and near_cancel are kernel-level adversarial inputs")
         if self.level != "kernel" and self.layout != "contiguous":
@@ -175,6 +182,7 @@ class Case:
             f"+prefix{self.shared_prefix}" if self.shared_prefix else "",
             "+new" + "-".join(map(str, self.n_new)) if self.n_new else "",
             "+differ" if self.expect != "match" else "",  # part of the id: a pass can't turn into an xfail
+            f"+tp{self.tp}" if self.level == "tp" else "",  # P in the id: --tp 2 and --tp 4 records differ
         ))
         return f"{self.level}:{self.spec.short()}:{self.dtype}:T{self.t_max}:L{lens}:s{self.seed}{flags}"
 
