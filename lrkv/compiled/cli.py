@@ -98,7 +98,10 @@ def parse_spec(text: str | None, preset_label: str | None) -> AttentionSpec:
                 raise ValueError(f"--spec {name}: given twice")
             data[name] = _parse_field(name, v)
     data.setdefault("family", "lrkv")
-    return AttentionSpec.from_dict(data)
+    try:
+        return AttentionSpec.from_dict(data)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"--spec {e}") from None
 
 
 def _seeds(text: str) -> tuple[int, ...]:
