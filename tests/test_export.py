@@ -356,10 +356,22 @@ def test_check_refuses_ranges_the_report_did_not_verify(released, tmp_path, caps
 def test_check_of_a_malformed_manifest_is_exit_2(released, tmp_path, capsys):
     artifact = _edit_manifest(released, tmp_path, lambda m: m.pop("dynamic_ranges"))
     assert lrkv_main(["export", "--check", str(artifact), "--quiet"]) == 2
-    assert "missing field 'dynamic_ranges'" in capsys.readouterr().out
+    assert "field dynamic_ranges is missing" in capsys.readouterr().out
     manifest_path(artifact).write_text("{not json")
     assert lrkv_main(["export", "--check", str(artifact), "--quiet"]) == 2
     assert "not valid JSON" in capsys.readouterr().out
+    # A report that lost a field, re-hashed into the manifest: exit 2 naming the report and the field.
+    artifact = _copy_release(released, tmp_path / "report")
+    m = json.loads(manifest_path(artifact).read_text())
+    rpath = artifact.parent / m["verification"]["report"]
+    report = json.loads(rpath.read_text())
+    del report["records"][0]["status"]
+    rpath.write_text(json.dumps(report))
+    m["verification"]["report_sha256"] = sha256_file(rpath)
+    manifest_path(artifact).write_text(json.dumps(m))
+    assert lrkv_main(["export", "--check", str(artifact), "--quiet"]) == 2
+    out = capsys.readouterr().out
+    assert rpath.name in out and "records.0" in out and "status" in out
 
 
 def test_failed_verification_writes_no_artifact(tmp_path, monkeypatch):

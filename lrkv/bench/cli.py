@@ -12,7 +12,6 @@ Writes OUT/bench.json, OUT/bench.md and OUT/bench.png (the plot needs matplotlib
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import replace
 from pathlib import Path
 

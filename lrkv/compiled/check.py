@@ -24,12 +24,13 @@ import json
 from pathlib import Path
 
 from ..verify.metrics import parse_float
+from ..verify.report import validate_report
 from ..verify.tolerance import Policy
 from . import harness
 from .config import ExportConfig
 from .engine import engine_class
 from .export import embedded_weights, verify_engine
-from .manifest import check_hashes, manifest_path, read_manifest, weights_sha256
+from .manifest import check_hashes, read_manifest, weights_sha256
 from .progress import say, step
 from .signature import dynamic_ranges
 from .verification import grid_cases, grid_name, length_grid
@@ -63,6 +64,21 @@ def _numbers_agree(old: dict, new: dict, exact: bool) -> str:
         if not agree:
             return f"{'.'.join(path)} {b:.6g} vs recorded {a:.6g}"
     return ""
+
+
+def _read_report(path: Path) -> dict:
+    """The recorded tolerance report, checked against the harness's published schema."""
+    import jsonschema
+
+    try:
+        report = json.loads(path.read_text())
+        validate_report(report)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path.name}: not valid JSON ({e})") from None
+    except jsonschema.ValidationError as e:
+        where = ".".join(map(str, e.absolute_path)) or "(top level)"
+        raise ValueError(f"{path.name}: field {where}: {e.message}") from None
+    return report
 
 
 def range_problems(manifest: dict, report: dict) -> tuple[ExportConfig | None, list[str]]:
@@ -103,20 +119,14 @@ def check_artifact(artifact: str | Path, policy_path: str | None = None) -> tupl
     says otherwise: the numbers are re-checked against the rule they were verified under.
 
     A manifest that is not JSON, has another schema or lacks a field is a ValueError naming
-    the file (bad input); everything else that does not hold is a problem (check failed)."""
+    the file and the field (bad input); everything else that does not hold is a problem
+    (check failed)."""
     artifact = Path(artifact)
     manifest = read_manifest(artifact)
-    try:
-        return _check(artifact, manifest, policy_path)
-    except KeyError as e:
-        raise ValueError(f"{manifest_path(artifact).name} (or the report it names): missing field {e.args[0]!r}") from None
-
-
-def _check(artifact: Path, manifest: dict, policy_path: str | None) -> tuple[bool, list[str]]:
     problems = check_hashes(artifact, manifest)
     if problems:
         return False, problems  # never load a file whose bytes are not the verified ones
-    report = json.loads((artifact.parent / manifest["verification"]["report"]).read_text())
+    report = _read_report(artifact.parent / manifest["verification"]["report"])
     config, problems = range_problems(manifest, report)
     if problems:
         return False, problems  # never re-run (or trust) a range the report did not verify

@@ -75,7 +75,24 @@ def read_manifest(artifact: Path) -> dict:
     schema = data.get("schema") if isinstance(data, dict) else None
     if schema != MANIFEST_SCHEMA:
         raise ValueError(f"{path.name}: schema {schema!r} is not {MANIFEST_SCHEMA!r}")
+    for field, kind in REQUIRED_FIELDS.items():
+        value = data
+        for part in field.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if not isinstance(value, kind):
+            raise ValueError(f"{path.name}: field {field} is missing or not a {kind.__name__}")
+    if not all(isinstance(f, dict) and isinstance(f.get("name"), str) and isinstance(f.get("sha256"), str)
+               for f in data["artifact"]["files"]):
+        raise ValueError(f"{path.name}: field artifact.files must list objects with a name and a sha256")
     return data
+
+
+# What `lrkv export --check` reads from a manifest, and the JSON type each must have.
+REQUIRED_FIELDS = {
+    "engine": str, "config": dict, "dynamic_ranges": dict, "weights": dict, "tools": dict,
+    "artifact.files": list, "verification.report": str, "verification.report_sha256": str,
+    "verification.summary": dict, "verification.grid.T_max": list, "verification.grid.seeds": list,
+}
 
 
 def check_hashes(artifact: Path, manifest: dict) -> list[str]:
