@@ -290,3 +290,19 @@ def test_help_documents_every_exit_code(verb, capsys):
     assert code == 0 and "exit codes:" in out
     for c in ("0", "1", "2", "3", "4", "130"):
         assert f"\n  {c} " in out, f"{verb} --help does not document exit {c}"
+
+
+# ----------------------------------------------------------------------------- Ctrl-C
+def _interrupt(*_a, **_k):
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("argv, target", [
+    (["export", "--engine", "onnx", "--out", "{tmp}/engines", "--quiet"], "lrkv.compiled.export.export_engine"),
+    (["bench", "--quick", "--out", "{tmp}/bench", "--no-progress"], "lrkv.bench.cli._run"),
+    (["proofs", "--only", "break_even_rank"], "lrkv.proofs.registry.run"),
+])
+def test_ctrl_c_is_exit_130_without_a_traceback(argv, target, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(target, _interrupt)
+    code, out = _cli_exit([a.format(tmp=tmp_path) for a in argv], capsys)
+    assert code == 130 and "interrupted" in out and "Traceback" not in out

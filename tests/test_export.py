@@ -441,6 +441,17 @@ def test_tensorrt_float64_is_truncated_and_says_so(tmp_path):
     assert get_backend("tensorrt").supports(Case("kernel", SPEC, "float64", (3,), 4))[0] is False
 
 
+def test_release_gate_says_nothing_verified_when_every_case_skipped():
+    """A grid the engine skipped entirely is exit 4 (DESIGN §7), not a release and not a FAIL."""
+    backend = get_backend("tensorrt")
+    if backend.available()[0]:
+        pytest.skip("torch_tensorrt and CUDA are available: its cases would run, not skip")
+    report = harness.verify_cases(backend, [Case("kernel", SPEC, "float32", (3,), 4)], grid="test")
+    assert report["summary"]["total"]["skip"] == 1
+    code, verdict = harness.gate(report)
+    assert code == 4 and verdict.startswith("NOTHING VERIFIED")
+
+
 @pytest.mark.tensorrt
 def test_tensorrt_refuses_without_toolchain(tmp_path, capsys):
     ok, reason = engine_class("tensorrt").available()
