@@ -298,6 +298,82 @@ def test_check_detects_edited_numbers(released, tmp_path):
     assert not ok and any("max_abs" in p and "recorded" in p for p in problems), problems
 
 
+def test_check_hashes_the_artifact_it_was_given(released, tmp_path, capsys):
+    """A manifest naming an untouched copy must not vouch for an edited artifact beside it."""
+    artifact = _copy_release(released, tmp_path)  # the untouched copy stays in place
+    edited = tmp_path / ("edited-" + artifact.name)
+    data = bytearray(artifact.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    edited.write_bytes(bytes(data))
+    shutil.copy(manifest_path(artifact), manifest_path(edited))  # still names (and hashes) the copy
+    assert lrkv_main(["export", "--check", str(edited), "--quiet"]) == 1
+    out = capsys.readouterr().out
+    assert f"{edited.name}: sha256" in out and "not the file given" in out
+    # Renamed in the manifest too: the bytes of the file given still decide.
+    m = json.loads(manifest_path(edited).read_text())
+    m["artifact"]["files"][0]["name"] = edited.name
+    manifest_path(edited).write_text(json.dumps(m))
+    ok, problems = check_artifact(edited)
+    assert not ok and problems == [f"{edited.name}: sha256 {sha256_file(edited)[:16]}… != manifest "
+                                   f"{m['artifact']['files'][0]['sha256'][:16]}…"]
+
+
+def _edit_manifest(released: Path, dest: Path, edit) -> Path:
+    artifact = _copy_release(released, dest)
+    m = json.loads(manifest_path(artifact).read_text())
+    edit(m)
+    manifest_path(artifact).write_text(json.dumps(m))
+    return artifact
+
+
+@pytest.mark.parametrize("what", ["dynamic_ranges", "config_t_max", "config_b_max", "config_t_min"])
+def test_check_refuses_ranges_the_report_did_not_verify(released, tmp_path, capsys, what):
+    """The release verified T_max in [2, 16] and B <= 16: a manifest claiming more fails the check,
+    before any engine is loaded or re-run."""
+    def edit(m):
+        if what == "dynamic_ranges":  # the record a user reads, alone
+            m["dynamic_ranges"]["T_max"]["max"] = 10**6
+        elif what == "config_t_max":  # what the engine enforces, with the ranges and grid to match
+            m["config"]["t_max"] = m["dynamic_ranges"]["T_max"]["max"] = 10**6
+            m["verification"]["grid"]["T_max"][-1] = 10**6
+        elif what == "config_b_max":
+            m["config"]["b_max"] = m["dynamic_ranges"]["B"]["max"] = 10**6
+        else:
+            m["config"]["t_min"] = m["dynamic_ranges"]["T_max"]["min"] = 1
+
+    artifact = _edit_manifest(released, tmp_path, edit)
+    ok, problems = check_artifact(artifact)
+    assert not ok, problems
+    text = "\n".join(problems)
+    if what == "dynamic_ranges":
+        assert "dynamic_ranges" in text and "1000000" in text
+    else:
+        assert "the report verified grid" in text, text
+    assert lrkv_main(["export", "--check", str(artifact), "--quiet"]) == 1
+    assert "CHECK FAIL" in capsys.readouterr().out
+
+
+def test_check_of_a_malformed_manifest_is_exit_2(released, tmp_path, capsys):
+    artifact = _edit_manifest(released, tmp_path, lambda m: m.pop("dynamic_ranges"))
+    assert lrkv_main(["export", "--check", str(artifact), "--quiet"]) == 2
+    assert "field dynamic_ranges is missing" in capsys.readouterr().out
+    manifest_path(artifact).write_text("{not json")
+    assert lrkv_main(["export", "--check", str(artifact), "--quiet"]) == 2
+    assert "not valid JSON" in capsys.readouterr().out
+    # A report that lost a field, re-hashed into the manifest: exit 2 naming the report and the field.
+    artifact = _copy_release(released, tmp_path / "report")
+    m = json.loads(manifest_path(artifact).read_text())
+    rpath = artifact.parent / m["verification"]["report"]
+    report = json.loads(rpath.read_text())
+    del report["records"][0]["status"]
+    rpath.write_text(json.dumps(report))
+    m["verification"]["report_sha256"] = sha256_file(rpath)
+    manifest_path(artifact).write_text(json.dumps(m))
+    assert lrkv_main(["export", "--check", str(artifact), "--quiet"]) == 2
+    out = capsys.readouterr().out
+    assert rpath.name in out and "records.0" in out and "status" in out
+
+
 def test_failed_verification_writes_no_artifact(tmp_path, monkeypatch):
     _skip_unless_available("onnx")
     cls = engine_class("onnx")
@@ -363,6 +439,17 @@ def test_tensorrt_float64_is_truncated_and_says_so(tmp_path):
     m = json.loads(result.manifest.read_text())
     assert m["dtypes"]["engine"] == "float32" and m["engine_notes"]["truncated"] == "float64 -> float32"
     assert get_backend("tensorrt").supports(Case("kernel", SPEC, "float64", (3,), 4))[0] is False
+
+
+def test_release_gate_says_nothing_verified_when_every_case_skipped():
+    """A grid the engine skipped entirely is exit 4 (DESIGN §7), not a release and not a FAIL."""
+    backend = get_backend("tensorrt")
+    if backend.available()[0]:
+        pytest.skip("torch_tensorrt and CUDA are available: its cases would run, not skip")
+    report = harness.verify_cases(backend, [Case("kernel", SPEC, "float32", (3,), 4)], grid="test")
+    assert report["summary"]["total"]["skip"] == 1
+    code, verdict = harness.gate(report)
+    assert code == 4 and verdict.startswith("NOTHING VERIFIED")
 
 
 @pytest.mark.tensorrt

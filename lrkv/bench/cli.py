@@ -7,7 +7,6 @@
     lrkv bench --from-json FILE    re-render a saved result (table, Markdown, plot) without timing
 
 Writes OUT/bench.json, OUT/bench.md and OUT/bench.png (the plot needs matplotlib).
-Exit 0; 1 if a row errored, or with --check-targets if a performance target was missed.
 """
 
 from __future__ import annotations
@@ -16,26 +15,48 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
+from ..checks import arg_float, arg_in_file, arg_int, arg_out_dir
+
 DEFAULT_OUT = "reports/bench"
+EXIT_CODES = """exit codes:
+  0    every row timed (and, with --check-targets, every performance target met)
+  1    a row errored, or with --check-targets a performance target was missed
+  2    bad input: an option or the --from-json file, named in the message
+  3    --device cuda, but torch sees no CUDA device here
+  4    not used: a timing run has nothing to verify (rows that do not fit memory are
+       reported as skipped rows in the table)
+  130  interrupted (Ctrl-C); nothing is written
+"""
 
 
 def _ints(text: str) -> tuple[int, ...]:
-    """'1,4' or '1K,8K' -> (1, 4) / (1024, 8192)."""
+    """'1,4' or '1K,8K' -> (1, 4) / (1024, 8192); every value a positive integer."""
     out = []
-    for part in text.split(","):
-        part = part.strip().upper()
+    for raw in text.split(","):
+        part = raw.strip().upper()
         mult = 1024 if part.endswith("K") else 1
-        out.append(int(part.rstrip("K")) * mult)
+        try:
+            value = int(part.removesuffix("K")) * mult
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected comma-separated integers such as 1,4 or 1K,8K; "
+                                             f"got {raw.strip()!r}") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"values must be >= 1, got {value}")
+        out.append(value)
     return tuple(out)
 
 
 def _names(text: str) -> tuple[str, ...]:
-    return tuple(p.strip() for p in text.split(",") if p.strip())
+    names = tuple(p.strip() for p in text.split(",") if p.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {text!r}")
+    return names
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("bench", help="time one decode step of LRKV and its peers side by side",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=__doc__, epilog=EXIT_CODES,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     size = p.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="CI-sized grid")
     size.add_argument("--full", action="store_true", help="the full grid (long)")
@@ -43,20 +64,21 @@ def register(subparsers) -> None:
     p.add_argument("--batch", type=_ints, help="batch sizes, e.g. 1,4,16")
     p.add_argument("--seq-lens", type=_ints, help="cache lengths, e.g. 1K,8K,32K")
     p.add_argument("--families", type=_names, help="lrkv,lrkv-mat,mha,gqa,mqa,mla,mlra (mha is always needed)")
-    p.add_argument("--rounds", type=int, help="interleaved timing rounds per shape")
+    p.add_argument("--rounds", type=arg_int(minimum=1), help="interleaved timing rounds per shape (>= 1)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: cuda if present")
     p.add_argument("--backend", action="append", choices=("inductor", "eager", "triton", "sdpa"),
                    help="repeatable; default: inductor on CPU, all three on CUDA")
     p.add_argument("--dtype", help="default: float32 on CPU, bfloat16 on CUDA")
-    p.add_argument("--threads", type=int, help="torch intra-op threads (default: torch's choice)")
+    p.add_argument("--threads", type=arg_int(minimum=1), help="torch intra-op threads (default: torch's choice)")
     p.add_argument("--formulation", choices=("bench", "reference"), default="bench",
                    help="bench: time-major steps (lrkv.bench.steps_*); reference: the references' einsums compiled")
-    p.add_argument("--memory-fraction", type=float, default=0.5, help="of available memory one shape may use")
-    p.add_argument("--out", default=DEFAULT_OUT, help=f"output directory (default: {DEFAULT_OUT})")
+    p.add_argument("--memory-fraction", type=arg_float(minimum=0.0, maximum=1.0, exclusive_minimum=True),
+                   default=0.5, help="of available memory one shape may use, in (0, 1] (default 0.5)")
+    p.add_argument("--out", type=arg_out_dir(), default=DEFAULT_OUT, help=f"output directory (default: {DEFAULT_OUT})")
     p.add_argument("--no-plot", action="store_true", help="skip the matplotlib plot")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--roofline", action="store_true", help="print the roofline note (measures this machine) and exit")
-    p.add_argument("--from-json", metavar="FILE", help="render a saved bench.json instead of running")
+    p.add_argument("--from-json", metavar="FILE", type=arg_in_file(), help="render a saved bench.json instead of running")
     p.add_argument("--check-targets", action="store_true", help="exit 1 when a performance target is missed")
     p.set_defaults(func=cmd_bench)
 
@@ -74,13 +96,21 @@ def build_grid(args):
 
     grid = GRIDS["quick" if args.quick else "full" if args.full else "default"]
     changes = {k: v for k, v in dict(scales=args.scales, batches=args.batch, seq_lens=args.seq_lens,
-                                     families=args.families, rounds=args.rounds).items() if v}
+                                     families=args.families, rounds=args.rounds).items() if v is not None}
     if changes.get("families") and "mha" not in changes["families"]:
         changes["families"] = ("mha", *changes["families"])  # the baseline every ratio needs
     return replace(grid, name=grid.name + ("+custom" if changes else ""), **changes) if changes else grid
 
 
 def cmd_bench(args) -> int:
+    try:
+        return _bench(args)
+    except KeyboardInterrupt:
+        print("lrkv bench: interrupted")
+        return 130
+
+
+def _bench(args) -> int:
     from rich.console import Console
 
     console = Console()
@@ -91,11 +121,16 @@ def cmd_bench(args) -> int:
     if args.from_json:
         from .result import BenchResult
 
-        result = BenchResult.read_json(args.from_json)
+        try:
+            result = BenchResult.read_json(args.from_json)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:  # not JSON or an object, another schema, a missing field
+            what = f"missing field {e}" if isinstance(e, KeyError) else str(e)
+            console.print(f"[red]--from-json {args.from_json}: {what}[/red]", highlight=False)
+            return 2
     else:
         result = _run(args, console)
-        if result is None:
-            return 2
+        if isinstance(result, int):
+            return result
     return _emit(result, args, console)
 
 
@@ -108,16 +143,16 @@ def _run(args, console):
     device = _device(args)
     if device == "cuda" and not torch.cuda.is_available():
         console.print("[red]--device cuda: torch sees no CUDA device[/red]")
-        return None
+        return 3
     try:
         grid = build_grid(args)
         unknown = [s for s in grid.scales if s not in PAPER_SCALES]
         if unknown:
-            raise ValueError(f"unknown scales {unknown}; known: {', '.join(PAPER_SCALES)}")
+            raise ValueError(f"--scales: unknown {unknown}; known: {', '.join(PAPER_SCALES)}")
         dtype = as_dtype(args.dtype or ("bfloat16" if device == "cuda" else "float32"))
     except (ValueError, TypeError) as e:
         console.print(f"[red]{e}[/red]")
-        return None
+        return 2
     opts = RunOptions(device=device, dtype=dtype, backends=args.backend, threads=args.threads,
                       formulation=args.formulation, memory_fraction=args.memory_fraction)
     _warn_if_busy(console, device, args.threads)
@@ -180,7 +215,17 @@ def _roofline(args, console) -> int:
     from .roofline import H200_SIMT, H200_TENSOR, machine_roof, render, summary
 
     device = _device(args)
-    dtype = as_dtype(args.dtype or ("bfloat16" if device == "cuda" else "float32"))
+    if device == "cuda" and not torch.cuda.is_available():
+        console.print("[red]--device cuda: torch sees no CUDA device[/red]")
+        return 3
+    try:
+        dtype = as_dtype(args.dtype or ("bfloat16" if device == "cuda" else "float32"))
+        unknown = [s for s in args.scales or () if s not in PAPER_SCALES]
+        if unknown:
+            raise ValueError(f"--scales: unknown {unknown}; known: {', '.join(PAPER_SCALES)}")
+    except (ValueError, TypeError) as e:
+        console.print(f"[red]{e}[/red]")
+        return 2
     if args.threads:
         torch.set_num_threads(args.threads)
     console.print("measuring this machine (copy bandwidth, GEMM peak) ...")

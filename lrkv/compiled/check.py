@@ -1,12 +1,19 @@
 """`lrkv export --check`: re-verify a released artifact against its manifest.
 
-Four things must hold, in this order (the engine is loaded only once the bytes are known):
+Five things must hold, in this order (the engine is loaded only once the bytes and the
+ranges are known to be the verified ones):
 
-1. every file the manifest names (artifact, ONNX external data, report) has its sha256;
-2. the manifest's verification summary is the report's, and the report's summary is its
+1. the artifact given — the file that will be loaded — has the sha256 the manifest records
+   for the artifact, and every other file it names (ONNX external data, the report) has its
+   own sha256;
+2. the ranges the manifest claims are the ones the recorded report verified: its
+   `dynamic_ranges` are its config's, and the config's release grid (T_max at both ends of
+   the range and inside it, the batches, level, dtype, spec, seeds) is exactly the set of
+   cases in the report — a T_max or B range widened after release fails here;
+3. the manifest's verification summary is the report's, and the report's summary is its
    own records' — an edited number in either is caught here;
-3. embedded weights re-initialised from the recorded seed have the recorded sha256;
-4. a fresh run of the recorded grid, under the policy recorded in the report, passes the
+4. embedded weights re-initialised from the recorded seed have the recorded sha256;
+5. a fresh run of the recorded grid, under the policy recorded in the report, passes the
    gate and agrees with the recorded numbers: bit for bit on the same machine and
    toolchain (the engines are deterministic), within a factor of 2 elsewhere.
 """
@@ -17,6 +24,7 @@ import json
 from pathlib import Path
 
 from ..verify.metrics import parse_float
+from ..verify.report import validate_report
 from ..verify.tolerance import Policy
 from . import harness
 from .config import ExportConfig
@@ -24,6 +32,8 @@ from .engine import engine_class
 from .export import embedded_weights, verify_engine
 from .manifest import check_hashes, read_manifest, weights_sha256
 from .progress import say, step
+from .signature import dynamic_ranges
+from .verification import grid_cases, grid_name, length_grid
 
 
 def _same_machine(old: dict, new: dict) -> bool:
@@ -56,21 +66,75 @@ def _numbers_agree(old: dict, new: dict, exact: bool) -> str:
     return ""
 
 
+def _read_report(path: Path) -> dict:
+    """The recorded tolerance report, checked against the harness's published schema."""
+    import jsonschema
+
+    try:
+        report = json.loads(path.read_text())
+        validate_report(report)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path.name}: not valid JSON ({e})") from None
+    except jsonschema.ValidationError as e:
+        where = ".".join(map(str, e.absolute_path)) or "(top level)"
+        raise ValueError(f"{path.name}: field {where}: {e.message}") from None
+    return report
+
+
+def range_problems(manifest: dict, report: dict) -> tuple[ExportConfig | None, list[str]]:
+    """(config, problems): whether the manifest's config and ranges are what `report` verified."""
+    try:
+        config = ExportConfig.from_dict(manifest["config"])
+    except (TypeError, ValueError) as e:
+        return None, [f"manifest config is not a valid export config: {e}"]
+    problems = []
+    if manifest["dynamic_ranges"] != dynamic_ranges(config):
+        problems.append(f"manifest dynamic_ranges {manifest['dynamic_ranges']} are not its config's "
+                        f"{dynamic_ranges(config)}")
+    grid = manifest["verification"]["grid"]
+    seeds = grid["seeds"]
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(x, int) and x >= 0 for x in seeds):
+        return config, problems + [f"manifest verification.grid.seeds {seeds!r} is not a list of seeds"]
+    if grid["T_max"] != length_grid(config):
+        problems.append(f"manifest verification.grid.T_max {grid['T_max']} is not the release grid of its "
+                        f"T_max range [{config.t_min}, {config.t_max}]: {length_grid(config)}")
+    if report.get("grid") != grid_name(config, tuple(seeds)):
+        problems.append(f"the report verified grid {report.get('grid')!r}; the manifest's config and seeds "
+                        f"claim {grid_name(config, tuple(seeds))!r}")
+    verified = {r.get("id") for r in report["records"]}
+    try:
+        claimed = {c.id for c in grid_cases(config, tuple(seeds))}
+    except (TypeError, ValueError) as e:
+        return config, problems + [f"the manifest's release grid cannot be built: {e}"]
+    if unverified := sorted(claimed - verified):
+        problems.append(f"{len(unverified)} case(s) of the manifest's release grid are not in the report, "
+                        f"e.g. {unverified[0]}")
+    if extra := sorted(verified - claimed):
+        problems.append(f"{len(extra)} case(s) of the report are not in the manifest's release grid, e.g. {extra[0]}")
+    return config, problems
+
+
 def check_artifact(artifact: str | Path, policy_path: str | None = None) -> tuple[bool, list[str]]:
     """(ok, problems). The re-run uses the policy recorded in the report unless `policy_path`
-    says otherwise: the numbers are re-checked against the rule they were verified under."""
+    says otherwise: the numbers are re-checked against the rule they were verified under.
+
+    A manifest that is not JSON, has another schema or lacks a field is a ValueError naming
+    the file and the field (bad input); everything else that does not hold is a problem
+    (check failed)."""
     artifact = Path(artifact)
     manifest = read_manifest(artifact)
     problems = check_hashes(artifact, manifest)
     if problems:
         return False, problems  # never load a file whose bytes are not the verified ones
-    report = json.loads((artifact.parent / manifest["verification"]["report"]).read_text())
+    report = _read_report(artifact.parent / manifest["verification"]["report"])
+    config, problems = range_problems(manifest, report)
+    if problems:
+        return False, problems  # never re-run (or trust) a range the report did not verify
     v = manifest["verification"]
     if v["summary"] != report["summary"] or v.get("worst_ratio") != harness.worst_ratio(report):
         problems.append("manifest's verification summary differs from the report's")
     if harness.summarize(report["records"]) != report["summary"]:
         problems.append("report's summary does not match its own records")
-    config = ExportConfig.from_dict(manifest["config"])
     kind = manifest["engine"]
     eng = engine_class(kind).load(config, artifact)
     weights = None

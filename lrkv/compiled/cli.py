@@ -4,28 +4,70 @@
                 [--dtype float32|float64] [--t-min N] [--t-max N] [--b-max N] [--opset 18]
                 [--weights inputs|embedded] [--weights-seed N] [--external-data] --out DIR
     lrkv export --check ARTIFACT
-
-Exit codes: 0 released / check passed, 1 verification or check failed (nothing released),
-2 bad arguments, 3 the engine's toolchain is missing here (the message says what).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
+from ..checks import arg_in_file, arg_int, arg_out_dir
 from ..spec import AttentionSpec, preset
 from . import progress
-from .config import DEFAULT_OPSET, ENGINES, LEVELS, WEIGHT_MODES, ExportConfig
+from .config import DEFAULT_OPSET, ENGINES, LEVELS, MAX_LENGTH, WEIGHT_MODES, ExportConfig
 from .engine import EngineUnavailable
+
+EXIT_CODES = """exit codes:
+  0    released (artifact + manifest + report written) / --check passed
+  1    verification or --check failed (nothing released; the reason is printed)
+  2    bad input: an option, a --spec field or a file, named in the message
+  3    the engine's toolchain is missing here (the message says what)
+  4    nothing was verified: every case of the release grid was skipped (nothing released)
+  130  interrupted (Ctrl-C); nothing released
+"""
 
 DEFAULT_SPEC = dict(n_heads=4, head_dim=32, rank=8)  # small enough to verify in seconds on a laptop
 _ALIASES = {"H": "n_heads", "d_h": "head_dim", "r": "rank", "d": "d_model", "theta": "rope_theta"}
+MAX_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit seed
+
+# The kind of each spec field, so a value written as text is parsed strictly: "1.5" is not an
+# int, "inf" reaches the spec (which refuses it as not finite), and a bool is one of these
+# words — never "anything but true means false".
+_FIELD_KINDS = {f.name: f.type for f in dataclasses.fields(AttentionSpec)}
+_BOOL_WORDS = {"true": True, "1": True, "on": True, "yes": True,
+               "false": False, "0": False, "off": False, "no": False}
+
+
+def _parse_field(name: str, text: str):
+    kind = _FIELD_KINDS.get(name, "str")
+    word = text.strip()
+    if kind == "bool":
+        try:
+            return _BOOL_WORDS[word.lower()]
+        except KeyError:
+            raise ValueError(f"--spec {name}: expected one of {', '.join(_BOOL_WORDS)}; got {text!r}") from None
+    if kind.startswith("int"):
+        if word.lower() in ("none", "null") and "None" in kind:
+            return None
+        try:
+            return int(word)
+        except ValueError:
+            raise ValueError(f"--spec {name}: expected an integer, got {text!r}") from None
+    if kind == "float":
+        try:
+            return float(word)
+        except ValueError:
+            raise ValueError(f"--spec {name}: expected a number, got {text!r}") from None
+    return word
 
 
 def parse_spec(text: str | None, preset_label: str | None) -> AttentionSpec:
-    """--spec as JSON (or @file.json) or as 'H=4,d_h=32,r=8,rope=exact,qk_norm=1'; --preset a paper scale."""
+    """--spec as JSON (or @file.json) or as 'H=4,d_h=32,r=8,rope=exact,qk_norm=on'; --preset a paper scale.
+
+    Text values are converted by the field's kind (`_parse_field`); JSON values keep their
+    JSON types and the spec checks them (qk_norm must be a JSON true/false)."""
     if text and preset_label:
         raise ValueError("give --spec or --preset, not both")
     if preset_label:
@@ -33,50 +75,73 @@ def parse_spec(text: str | None, preset_label: str | None) -> AttentionSpec:
     if not text:
         return AttentionSpec.lrkv(**DEFAULT_SPEC)
     if text.startswith("@"):
-        text = Path(text[1:]).read_text()
+        try:
+            text = Path(text[1:]).read_text()
+        except OSError as e:
+            raise ValueError(f"--spec {text}: cannot read the file ({e.strerror})") from None
     if text.lstrip().startswith("{"):
-        data = json.loads(text)
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--spec: not valid JSON ({e})") from None
+        if not isinstance(data, dict):
+            raise ValueError("--spec: the JSON must be an object of AttentionSpec fields")
+        data = {_ALIASES.get(k, k): v for k, v in data.items()}
     else:
         data = {}
         for item in filter(None, (p.strip() for p in text.split(","))):
             k, sep, v = item.partition("=")
             if not sep:
                 raise ValueError(f"--spec item {item!r} is not key=value")
-            data[_ALIASES.get(k.strip(), k.strip())] = v.strip()
+            name = _ALIASES.get(k.strip(), k.strip())
+            if name in data:
+                raise ValueError(f"--spec {name}: given twice")
+            data[name] = _parse_field(name, v)
     data.setdefault("family", "lrkv")
-    for k in ("n_heads", "head_dim", "rank", "d_model"):
-        if k in data and isinstance(data[k], str):
-            data[k] = int(data[k])
-    for k in ("rope_theta", "norm_eps"):
-        if k in data and isinstance(data[k], str):
-            data[k] = float(data[k])
-    if isinstance(data.get("qk_norm"), str):
-        data["qk_norm"] = data["qk_norm"].lower() in ("1", "true", "yes")
-    return AttentionSpec.from_dict(data)
+    try:
+        return AttentionSpec.from_dict(data)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"--spec {e}") from None
+
+
+def _seeds(text: str) -> tuple[int, ...]:
+    """argparse type of --seeds: comma-separated integers in [0, 2**63 - 1]."""
+    one = arg_int(minimum=0, maximum=MAX_SEED)
+    seeds = tuple(one(part) for part in text.split(",") if part.strip())
+    if not seeds:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+    return seeds
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("export", help="export a verified ONNX / AOTInductor / TensorRT engine",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=__doc__, epilog=EXIT_CODES,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--engine", choices=ENGINES, help="engine to build")
-    p.add_argument("--check", metavar="ARTIFACT", help="re-verify an exported artifact against its manifest")
-    p.add_argument("--spec", help="LRKV spec: JSON, @file.json, or 'H=4,d_h=32,r=8,rope=exact,qk_norm=1'")
+    p.add_argument("--check", metavar="ARTIFACT", type=arg_in_file(),
+                   help="re-verify an exported artifact against its manifest")
+    p.add_argument("--spec", help="LRKV spec: JSON, @file.json, or 'H=4,d_h=32,r=8,rope=exact,qk_norm=on' "
+                                  "(bools: true/false, 1/0, on/off, yes/no)")
     p.add_argument("--preset", help="a paper scale (128M, 512M, 1.2B, 2.5B, 6.3B)")
     p.add_argument("--level", choices=LEVELS, default="layer", help="layer_step (default) or decode_attention")
     p.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    p.add_argument("--t-min", type=int, default=1, help="smallest cache length T_max accepted (default 1)")
-    p.add_argument("--t-max", type=int, default=256, help="largest cache length T_max accepted (default 256)")
-    p.add_argument("--b-max", type=int, default=16, help="largest batch accepted (default 16)")
-    p.add_argument("--opset", type=int, default=DEFAULT_OPSET,
+    p.add_argument("--t-min", type=arg_int(minimum=1, maximum=MAX_LENGTH), default=1,
+                   help="smallest cache length T_max accepted (default 1)")
+    p.add_argument("--t-max", type=arg_int(minimum=2, maximum=MAX_LENGTH), default=256,
+                   help="largest cache length T_max accepted (default 256)")
+    p.add_argument("--b-max", type=arg_int(minimum=1, maximum=MAX_LENGTH), default=16,
+                   help="largest batch accepted (default 16)")
+    p.add_argument("--opset", type=arg_int(minimum=18), default=DEFAULT_OPSET,
                    help="ONNX opset (default 18, decomposed; 23 uses native RMSNormalization for the q norm)")
     p.add_argument("--weights", choices=WEIGHT_MODES, default="inputs",
                    help="layer level: weights as engine inputs (default) or embedded as constants")
-    p.add_argument("--weights-seed", type=int, default=0, help="seed of init_lrkv_weights for --weights embedded")
+    p.add_argument("--weights-seed", type=arg_int(minimum=0, maximum=MAX_SEED), default=0, help="seed of init_lrkv_weights for --weights embedded")
     p.add_argument("--external-data", action="store_true",
                    help="ONNX with embedded weights: store them in <artifact>.data beside the model")
-    p.add_argument("--seeds", default="0", help="comma-separated verification seeds (default 0)")
-    p.add_argument("--policy", help="tolerance policy TOML (default: ci/tolerance.toml if present, as lrkv verify)")
-    p.add_argument("--out", help="output directory for artifact, manifest and report")
+    p.add_argument("--seeds", type=_seeds, default=(0,), help="comma-separated verification seeds (default 0)")
+    p.add_argument("--policy", type=arg_in_file(),
+                   help="tolerance policy TOML (default: ci/tolerance.toml if present, as lrkv verify)")
+    p.add_argument("--out", type=arg_out_dir(), help="output directory for artifact, manifest and report")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
 
@@ -99,8 +164,7 @@ def run(args: argparse.Namespace) -> int:
         config = ExportConfig(parse_spec(args.spec, args.preset), level=args.level, dtype=args.dtype,
                               t_min=args.t_min, t_max=args.t_max, b_max=args.b_max, weights=args.weights,
                               opset=args.opset, external_data=args.external_data)
-        seeds = tuple(int(s) for s in args.seeds.split(",") if s.strip())
-        result = export_engine(args.engine, config, args.out, seeds=seeds, weights_seed=args.weights_seed,
+        result = export_engine(args.engine, config, args.out, seeds=args.seeds, weights_seed=args.weights_seed,
                                policy_path=args.policy)
     except EngineUnavailable as e:
         print(f"lrkv export: {e}")
@@ -108,9 +172,15 @@ def run(args: argparse.Namespace) -> int:
     except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"lrkv export: {e}")
         return 2
+    except KeyboardInterrupt:
+        print("lrkv export: interrupted; nothing released")
+        return 130
     print(result.verdict)
     if result.ok:
         print(f"artifact: {result.artifact}\nmanifest: {result.manifest}\nreport:   {result.report}")
         return 0
+    if result.code == 4:
+        print(f"nothing verified: every case was skipped; no artifact written (report: {result.report})")
+        return 4
     print(f"verification FAILED: no artifact written (report: {result.report})")
     return 1

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..checks import check_bool, check_choice, check_float, check_int
 from ..spec import AttentionSpec, as_dtype, dtype_name
 
 ENGINES = ("onnx", "aoti", "tensorrt")
@@ -20,6 +21,7 @@ LEVELS = ("kernel", "layer")
 WEIGHT_MODES = ("inputs", "embedded")
 DEFAULT_OPSET = 18  # decomposed ops only: what TensorRT's ONNX parser and every ORT build take
 NATIVE_OPSET = 23  # first opset with Attention / RMSNormalization
+MAX_LENGTH = 2**31 - 1  # lengths and batch indices reach the engine as int32
 
 
 def kernel_spec(spec: AttentionSpec) -> AttentionSpec:
@@ -46,32 +48,33 @@ class ExportConfig:
     external_data: bool = False  # ONNX only: embedded weights in a side file instead of the model
 
     def __post_init__(self) -> None:
+        # Kinds first (lrkv.checks: a float t_max or a string external_data is refused, not
+        # coerced), then the rules between fields.
+        if not isinstance(self.spec, AttentionSpec):
+            raise TypeError(f"spec must be an AttentionSpec, got {type(self.spec).__name__}")
         if self.spec.family != "lrkv":
             raise ValueError(f"export needs an lrkv spec, got family {self.spec.family!r}")
         if self.spec.rank < 1:
             raise ValueError("export needs rank >= 1 (a rank-0 LRKV layer is plain MQA; export that instead)")
-        if self.level not in LEVELS:
-            raise ValueError(f"level must be one of {LEVELS}, got {self.level!r}")
+        check_choice("level", self.level, LEVELS)
+        check_int("t_min", self.t_min, minimum=1, maximum=MAX_LENGTH)
+        # torch.export specialises a dim whose example is 0 or 1, so the example T is >= 2.
+        check_int("t_max", self.t_max, minimum=2, maximum=MAX_LENGTH)
+        check_int("b_max", self.b_max, minimum=1, maximum=MAX_LENGTH)
+        check_choice("weights", self.weights, WEIGHT_MODES)
+        if self.scale is not None:
+            check_float("scale", self.scale, minimum=0.0, exclusive_minimum=True)
+        check_int("opset", self.opset, minimum=18)  # torch.onnx's dynamo exporter starts at 18
+        check_bool("external_data", self.external_data)
         if self.level == "kernel":
             object.__setattr__(self, "spec", kernel_spec(self.spec))
         if as_dtype(self.dtype) not in (torch.float32, torch.float64):
             raise ValueError(f"dtype must be float32 or float64, got {self.dtype!r}")
         object.__setattr__(self, "dtype", dtype_name(self.dtype))
-        if not (1 <= self.t_min <= self.t_max):
-            raise ValueError(f"need 1 <= t_min <= t_max, got t_min={self.t_min}, t_max={self.t_max}")
-        if self.t_max < 2:
-            # torch.export specialises a dim whose example is 0 or 1, so the example T is >= 2.
-            raise ValueError(f"t_max must be >= 2 (the export example needs T >= 2), got {self.t_max}")
-        if self.b_max < 1:
-            raise ValueError(f"b_max must be >= 1, got {self.b_max}")
-        if self.weights not in WEIGHT_MODES:
-            raise ValueError(f"weights must be one of {WEIGHT_MODES}, got {self.weights!r}")
+        if self.t_min > self.t_max:
+            raise ValueError(f"t_min must be <= t_max, got t_min={self.t_min}, t_max={self.t_max}")
         if self.level == "kernel" and self.weights != "inputs":
-            raise ValueError("the kernel level has no projection weights; weights must be 'inputs'")
-        if self.scale is not None and not (self.scale > 0):
-            raise ValueError(f"scale must be > 0, got {self.scale}")
-        if self.opset < 18:
-            raise ValueError(f"opset must be >= 18 (torch.onnx's dynamo exporter), got {self.opset}")
+            raise ValueError("weights must be 'inputs' at the kernel level (it has no projection weights)")
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -105,6 +108,11 @@ class ExportConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> ExportConfig:
+        if not isinstance(data, dict) or not isinstance(data.get("spec"), dict):
+            raise ValueError("config must be an object with a 'spec' object")
+        names = {f.name for f in dataclasses.fields(cls)}
+        if unknown := set(data) - names:
+            raise ValueError(f"unknown ExportConfig fields: {sorted(unknown)}")
         data = dict(data)
         data["spec"] = AttentionSpec.from_dict(data["spec"])
         return cls(**data)

@@ -37,6 +37,7 @@ class ExportResult:
     manifest: Path | None = None
     report: Path | None = None
     notes: dict = field(default_factory=dict)
+    code: int = 0  # the gate's exit code: 0 released, 1 failed, 4 nothing verified (all skipped)
 
 
 def artifact_name(kind: str, config: ExportConfig) -> str:
@@ -86,7 +87,7 @@ def export_engine(kind: str, config: ExportConfig, out_dir: str | Path, *, seeds
             failed = out_dir / (name + ".failed-report.json")
             harness.write_report(report, failed)
             say(f"verification failed: no artifact written; report in {failed}")
-            return ExportResult(False, verdict, report=failed, notes=notes)
+            return ExportResult(False, verdict, report=failed, notes=notes, code=code)
         files = []
         for f in eng.files():  # the artifact moves out of scratch only now, after the gate
             dest = out_dir / f.name

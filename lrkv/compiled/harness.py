@@ -57,14 +57,17 @@ def worst_ratio(report: dict) -> float:
 
 
 def gate(report: dict) -> tuple[int, str]:
-    """(exit code, one-line verdict). 0 only if the harness gate passes AND every record passed."""
+    """(exit code, one-line verdict). 0 only if the harness gate passes AND every record passed;
+    4 (DESIGN §7: nothing was verified) when no case passed and none failed — all skipped."""
     entries = gate_mod.classify(report, EMPTY_BASELINE)
     code = gate_mod.exit_code(entries)
     t = report["summary"]["total"]
     if t["skip"] or t["pass"] == 0:
-        code = 1  # an engine release must not rest on skipped cases
+        code = code or 1  # an engine release must not rest on skipped cases
+    if t["pass"] == 0 and not t.get("fail") and not t.get("error"):
+        code = 4
     counts = ", ".join(f"{v} {k}" for k, v in t.items() if v or k in ("pass", "fail"))
-    verdict = "PASS" if code == 0 else "FAIL"
+    verdict = "PASS" if code == 0 else "NOTHING VERIFIED" if code == 4 else "FAIL"
     return code, f"{verdict}: {counts} (worst max|err| / bound = {worst_ratio(report):.3g})"
 
 

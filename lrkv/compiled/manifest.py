@@ -68,23 +68,58 @@ def read_manifest(artifact: Path) -> dict:
     path = manifest_path(artifact)
     if not path.exists():
         raise FileNotFoundError(f"no manifest beside {artifact} (expected {path.name})")
-    data = json.loads(path.read_text())
-    if data.get("schema") != MANIFEST_SCHEMA:
-        raise ValueError(f"{path.name}: schema {data.get('schema')!r} is not {MANIFEST_SCHEMA!r}")
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path.name}: not valid JSON ({e})") from None
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if schema != MANIFEST_SCHEMA:
+        raise ValueError(f"{path.name}: schema {schema!r} is not {MANIFEST_SCHEMA!r}")
+    for field, kind in REQUIRED_FIELDS.items():
+        value = data
+        for part in field.split("."):
+            value = value.get(part) if isinstance(value, dict) else None
+        if not isinstance(value, kind):
+            raise ValueError(f"{path.name}: field {field} is missing or not a {kind.__name__}")
+    if not all(isinstance(f, dict) and isinstance(f.get("name"), str) and isinstance(f.get("sha256"), str)
+               for f in data["artifact"]["files"]):
+        raise ValueError(f"{path.name}: field artifact.files must list objects with a name and a sha256")
     return data
 
 
+# What `lrkv export --check` reads from a manifest, and the JSON type each must have.
+REQUIRED_FIELDS = {
+    "engine": str, "config": dict, "dynamic_ranges": dict, "weights": dict, "tools": dict,
+    "artifact.files": list, "verification.report": str, "verification.report_sha256": str,
+    "verification.summary": dict, "verification.grid.T_max": list, "verification.grid.seeds": list,
+}
+
+
 def check_hashes(artifact: Path, manifest: dict) -> list[str]:
-    """Problems with the files the manifest names (empty list: all hashes match)."""
+    """Problems with the files the manifest names (empty list: all hashes match).
+
+    The first entry is the artifact itself, and it is checked against the file at
+    `artifact` — the one that will be loaded — never against a file of that entry's name:
+    a manifest pointing at an untouched copy must not vouch for an edited artifact. The
+    other entries (ONNX external data) are looked up beside it, by name, as the engine
+    loads them."""
     problems = []
-    for entry in manifest["artifact"]["files"]:
+    entries = manifest["artifact"]["files"]
+    if not entries:
+        return ["manifest names no artifact file"]
+    first, *others = entries
+    if first["name"] != artifact.name:
+        problems.append(f"{artifact.name}: the manifest's artifact is {first['name']!r}, not the file given")
+    if (digest := sha256_file(artifact)) != first["sha256"]:
+        problems.append(f"{artifact.name}: sha256 {digest[:16]}… != manifest {first['sha256'][:16]}…")
+    for entry in others:
         f = artifact.parent / entry["name"]
-        if not f.exists():
+        if not f.is_file():
             problems.append(f"{entry['name']}: missing")
-        elif sha256_file(f) != entry["sha256"]:
-            problems.append(f"{entry['name']}: sha256 {sha256_file(f)[:16]}… != manifest {entry['sha256'][:16]}…")
+        elif (digest := sha256_file(f)) != entry["sha256"]:
+            problems.append(f"{entry['name']}: sha256 {digest[:16]}… != manifest {entry['sha256'][:16]}…")
     report = artifact.parent / manifest["verification"]["report"]
-    if not report.exists():
+    if not report.is_file():
         problems.append(f"{report.name}: missing")
     elif sha256_file(report) != manifest["verification"]["report_sha256"]:
         problems.append(f"{report.name}: sha256 differs from the manifest's report_sha256")

@@ -58,7 +58,16 @@ def grid_cases(config: ExportConfig, seeds: tuple[int, ...]) -> list[Case]:
     return cases
 
 
+def grid_name(config: ExportConfig, seeds: tuple[int, ...]) -> str:
+    """The report's `grid`: level, dtype, both dynamic ranges and the seeds it was verified on.
+
+    `lrkv export --check` compares it with the manifest's config, so a range widened in the
+    manifest after release no longer matches the report that verified the engine."""
+    return (f"export:{config.level}:{config.dtype}:T{config.t_min}-{config.t_max}:B1-{config.b_max}"
+            f":seeds{','.join(map(str, seeds))}")
+
+
 def verify(backend, config: ExportConfig, *, seeds: tuple[int, ...] = (0,), policy_path=None) -> dict:
     """Run the grid through `backend` and return the tolerance report (not yet gated)."""
-    grid = f"export:{config.level}:{config.dtype}:T{config.t_min}-{config.t_max}:seeds{','.join(map(str, seeds))}"
-    return harness.verify_cases(backend, grid_cases(config, seeds), grid=grid, policy_path=policy_path)
+    return harness.verify_cases(backend, grid_cases(config, seeds), grid=grid_name(config, seeds),
+                                policy_path=policy_path)

@@ -1,8 +1,4 @@
-"""`lrkv proofs` — run the symbolic proofs, print a table, write JSON and Markdown.
-
-Exit status: 0 when every selected proof returns its expected status; 1 when any status
-differs from its expectation or a proof raises; 2 on a usage error (unknown --only name).
-"""
+"""`lrkv proofs` — run the symbolic proofs, print a table, write JSON and Markdown."""
 
 from __future__ import annotations
 
@@ -12,7 +8,22 @@ import sys
 import time
 from pathlib import Path
 
+from ..checks import arg_out_file
+
 STDOUT = "-"
+EXIT_CODES = """exit codes:
+  0    every selected proof returned its expected status
+  1    a status differs from its expectation, or a proof raised
+  2    bad input: an unknown --only name, or a --json/--markdown path that cannot be written
+  3    sympy or mpmath, which the proofs need, is not installed here
+  4    not used: every run proves at least one claim (an --only that selects nothing is exit 2)
+  130  interrupted (Ctrl-C); no report is written
+"""
+
+
+def _markdown_path(text: str):
+    """argparse type of --markdown PATH: '-' is stdout, anything else a writable file path."""
+    return STDOUT if text == STDOUT else arg_out_file()(text)
 
 
 def register(subparsers) -> None:
@@ -20,10 +31,11 @@ def register(subparsers) -> None:
         "proofs",
         help="run the sympy proofs of the paper's claims (exit 1 if any status differs from its expectation)",
         description=__doc__,
+        epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--json", metavar="PATH", type=Path, help="write the JSON report (schema lrkv.proofs-report/1)")
-    p.add_argument("--markdown", metavar="PATH", nargs="?", const=STDOUT, default=None,
+    p.add_argument("--json", metavar="PATH", type=arg_out_file(), help="write the JSON report (schema lrkv.proofs-report/1)")
+    p.add_argument("--markdown", metavar="PATH", nargs="?", const=STDOUT, default=None, type=_markdown_path,
                    help="write the Markdown summary to PATH, or to stdout when PATH is omitted "
                         "(the table then goes to stderr)")
     p.add_argument("--only", metavar="NAME", action="append", default=None,
@@ -33,6 +45,20 @@ def register(subparsers) -> None:
 
 
 def run_cli(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        print("lrkv proofs: interrupted; no report written", file=sys.stderr)
+        return 130
+    except ModuleNotFoundError as e:  # the proofs' toolchain; any other missing module is a bug
+        if e.name not in ("sympy", "mpmath"):
+            raise
+        print(f"lrkv proofs: {e.name} is not installed here; the proofs need it (pip install {e.name})",
+              file=sys.stderr)
+        return 3
+
+
+def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from .registry import EXPECTED, REGISTRY, run, select

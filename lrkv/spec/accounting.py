@@ -8,16 +8,55 @@ Cache components are counted in elements per token per layer (DESIGN §3):
   mla           d_c + d_rope                     (latent + decoupled rotary key)
   mlra          n_latent_heads·latent_dim + d_rope
   lrkv          2·(d_h + H·r)  (+ H for key_scale with QK-RMSNorm)      (Eq. 8)
+
+Every public function checks its arguments once, at entry, with the helpers of
+`lrkv.checks`: a float length (seq_len=1.5), a negative count or a zero head count is a
+ValueError/TypeError naming the argument, never a number computed from it.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from fractions import Fraction
 
+from ..checks import check_bool, check_int
 from .attention import AttentionSpec
 from .dtypes import dtype_bytes
+
+
+def _check_spec(spec) -> AttentionSpec:
+    if not isinstance(spec, AttentionSpec):
+        raise TypeError(f"spec must be an AttentionSpec, got {type(spec).__name__}")
+    return spec
+
+
+def _check_heads(n_heads, head_dim) -> None:
+    """H and d_h of the closed forms: both >= 1 (1/H and r/d_h divide by them)."""
+    check_int("n_heads", n_heads, minimum=1)
+    check_int("head_dim", head_dim, minimum=1)
+
+
+def _check_budget(budget) -> Fraction:
+    """A cache budget c as an exact fraction of MHA's cache: a Fraction, an int, a finite float
+    (rounded to the nearest fraction with denominator <= 1e9) or a string such as '1/2'."""
+    if isinstance(budget, bool):
+        raise TypeError(f"budget must be a number or a fraction string, got bool {budget!r}")
+    if isinstance(budget, float):
+        if not math.isfinite(budget):
+            raise ValueError(f"budget must be finite, got {budget}")
+        c = Fraction(budget).limit_denominator(10**9)
+    elif isinstance(budget, (numbers.Rational, str)):
+        try:
+            c = Fraction(budget)
+        except (ValueError, ZeroDivisionError):
+            raise ValueError(f"budget must be a fraction such as '1/2' or '0.5', got {budget!r}") from None
+    else:
+        raise TypeError(f"budget must be a Fraction, int, float or string, got {type(budget).__name__}")
+    if c <= 0:
+        raise ValueError(f"budget must be > 0, got {c}")
+    return c
 
 
 # ----------------------------------------------------------------------------- cache
@@ -26,6 +65,8 @@ def cache_components(spec: AttentionSpec, *, rank_align: int = 1) -> dict[str, i
 
     rank_align pads r up to a multiple (physical layout of an alignment-constrained kernel).
     """
+    _check_spec(spec)
+    check_int("rank_align", rank_align, minimum=1)
     H, d_h = spec.n_heads, spec.head_dim
     f = spec.family
     if f in ("mha", "gqa", "mqa"):
@@ -40,7 +81,7 @@ def cache_components(spec: AttentionSpec, *, rank_align: int = 1) -> dict[str, i
         if spec.rope_dim:
             comp["k_rope"] = spec.rope_dim
         return comp
-    r = padded_rank(spec.rank, rank_align)
+    r = _padded(spec.rank, rank_align)
     comp = {"shared_k": d_h, "shared_v": d_h, "latent_k": H * r, "latent_v": H * r}
     if spec.qk_norm:
         comp["key_scale"] = H
@@ -49,13 +90,16 @@ def cache_components(spec: AttentionSpec, *, rank_align: int = 1) -> dict[str, i
 
 def padded_rank(rank: int, align: int) -> int:
     """Smallest multiple of `align` that is >= rank (r = 55 padded to 64 at align 16/64)."""
-    if align < 1:
-        raise ValueError(f"align must be >= 1, got {align}")
+    return _padded(check_int("rank", rank, minimum=0), check_int("align", align, minimum=1))
+
+
+def _padded(rank: int, align: int) -> int:
     return -(-rank // align) * align
 
 
 def cache_elements(spec: AttentionSpec, *, include_key_scale: bool = True, rank_align: int = 1) -> int:
     """Elements per token per layer. Eq. 8's payload excludes key_scale."""
+    check_bool("include_key_scale", include_key_scale)
     comp = cache_components(spec, rank_align=rank_align)
     if not include_key_scale:
         comp.pop("key_scale", None)
@@ -64,11 +108,13 @@ def cache_elements(spec: AttentionSpec, *, include_key_scale: bool = True, rank_
 
 def cache_bytes(spec: AttentionSpec, dtype="bfloat16", **kw) -> int:
     """Bytes per token per layer at one storage dtype for every component."""
-    return cache_elements(spec, **kw) * dtype_bytes(dtype)
+    width = dtype_bytes(dtype)  # an unknown dtype is a TypeError naming it
+    return cache_elements(spec, **kw) * width
 
 
 def mha_cache_elements(spec: AttentionSpec) -> int:
     """The dense MHA payload at the same H and d_h: 2·H·d_h elements per token per layer."""
+    _check_spec(spec)
     return 2 * spec.n_heads * spec.head_dim
 
 
@@ -82,18 +128,22 @@ def cache_ratio(spec: AttentionSpec, *, include_key_scale: bool = False, rank_al
 
 def lrkv_cache_ratio(n_heads: int, head_dim: int, rank: int) -> Fraction:
     """Eq. 9: M_LRKV / M_MHA = 1/H + r/d_h."""
+    _check_heads(n_heads, head_dim)
+    check_int("rank", rank, minimum=0)
     return Fraction(1, n_heads) + Fraction(rank, head_dim)
 
 
 def break_even_rank(n_heads: int, head_dim: int) -> int:
     """Largest r whose LRKV cache is strictly smaller than MHA's: r < d_h(1 − 1/H)."""
+    _check_heads(n_heads, head_dim)
     bound = Fraction(head_dim) * (1 - Fraction(1, n_heads))
     return math.ceil(bound) - 1
 
 
 def rank_ceiling(n_heads: int, head_dim: int, budget: Fraction | float | str) -> int:
     """Largest r with 1/H + r/d_h <= c, i.e. floor(d_h(c − 1/H)). Raises below the 1/H floor."""
-    c = Fraction(budget) if not isinstance(budget, float) else Fraction(budget).limit_denominator(10**9)
+    _check_heads(n_heads, head_dim)
+    c = _check_budget(budget)
     room = Fraction(head_dim) * (c - Fraction(1, n_heads))
     if room < 0:
         raise ValueError(
@@ -104,6 +154,7 @@ def rank_ceiling(n_heads: int, head_dim: int, budget: Fraction | float | str) ->
 
 def key_scale_overhead(spec: AttentionSpec) -> Fraction:
     """key_scale elements relative to MHA's payload at equal precision: H/(2 H d_h) = 1/(2 d_h)."""
+    _check_spec(spec)
     if spec.family != "lrkv" or not spec.qk_norm:
         return Fraction(0)
     return Fraction(spec.n_heads, mha_cache_elements(spec))
@@ -120,20 +171,18 @@ def model_cache_bytes(
     **kw,
 ) -> int:
     """Whole-model cache bytes: b·N·(Σ lengths)·elements (paper's 2bNBT(d_h + Hr) for lrkv)."""
-    if n_layers < 1:
-        raise ValueError(f"n_layers must be >= 1, got {n_layers}")
+    _check_spec(spec)
+    check_int("n_layers", n_layers, minimum=1)
     if lengths is not None:
         if batch is not None or seq_len is not None:
             raise ValueError("give either lengths or (batch, seq_len), not both")
-        if any(int(t) < 0 for t in lengths):
-            raise ValueError("lengths must be >= 0")
-        tokens = sum(int(t) for t in lengths)
+        if isinstance(lengths, (str, bytes)) or not isinstance(lengths, Sequence):
+            raise TypeError(f"lengths must be a sequence of integers, got {type(lengths).__name__}")
+        tokens = sum(check_int(f"lengths[{i}]", t, minimum=0) for i, t in enumerate(lengths))
     else:
         if batch is None or seq_len is None:
             raise ValueError("give lengths, or both batch and seq_len")
-        if batch < 0 or seq_len < 0:
-            raise ValueError("batch and seq_len must be >= 0")
-        tokens = batch * seq_len
+        tokens = check_int("batch", batch, minimum=0) * check_int("seq_len", seq_len, minimum=0)
     return n_layers * tokens * cache_bytes(spec, dtype, **kw)
 
 
@@ -145,8 +194,9 @@ def per_device_cache_elements(spec: AttentionSpec, tp: int, *, include_key_scale
     lrkv replicates the shared block on every device and shards the latents by head;
     mla cannot shard its single latent; mlra shards by latent head and replicates k_rope.
     """
-    if tp < 1:
-        raise ValueError(f"tp must be >= 1, got {tp}")
+    _check_spec(spec)
+    check_int("tp", tp, minimum=1)
+    check_bool("include_key_scale", include_key_scale)
     H = spec.n_heads
     if H % tp:
         raise ValueError(f"tp ({tp}) must divide n_heads ({H})")
@@ -179,6 +229,7 @@ def tp_cache_ratio(spec: AttentionSpec, tp: int) -> Fraction:
 # ----------------------------------------------------------------------------- parameters
 def kv_param_count(spec: AttentionSpec) -> int:
     """Weights that produce keys and values (the quantity of Eq. 10)."""
+    _check_spec(spec)
     d, H, d_h = spec.d_model, spec.n_heads, spec.head_dim
     f = spec.family
     if f in ("mha", "gqa", "mqa"):
@@ -200,6 +251,9 @@ def kv_param_ratio(spec: AttentionSpec) -> Fraction:
 
 def lrkv_param_ratio(n_heads: int, head_dim: int, rank: int, d_model: int) -> Fraction:
     """Closed form of Eq. 10: 1/H + (r/d_h)(1 + d_h/d)."""
+    _check_heads(n_heads, head_dim)
+    check_int("rank", rank, minimum=0)
+    check_int("d_model", d_model, minimum=1)
     return Fraction(1, n_heads) + Fraction(rank, head_dim) * (1 + Fraction(head_dim, d_model))
 
 
@@ -210,8 +264,8 @@ def decode_macs(spec: AttentionSpec, seq_len: int) -> int:
     MHA per head: 2·T·d_h (scores + values). LRKV adds 2·T·r + 2·r·d_h (private scans and
     the two basis transforms). Absorbed MLA: 2·T·d_c + T·d_rope + 2·d_c·d_h per head.
     """
-    if seq_len < 1:
-        raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+    _check_spec(spec)
+    check_int("seq_len", seq_len, minimum=1)
     T, H, d_h = seq_len, spec.n_heads, spec.head_dim
     f = spec.family
     if f in ("mha", "gqa", "mqa"):
@@ -228,10 +282,18 @@ def decode_macs(spec: AttentionSpec, seq_len: int) -> int:
 
 def decode_arithmetic_ratio(spec: AttentionSpec, seq_len: int) -> Fraction:
     """Decode MACs relative to MHA at the same H, d_h (lrkv: 1 + r/d_h + r/T)."""
+    _check_spec(spec)
+    check_int("seq_len", seq_len, minimum=1)
     mha = 2 * seq_len * spec.head_dim * spec.n_heads
     return Fraction(decode_macs(spec, seq_len), mha)
 
 
 def decode_bytes(spec: AttentionSpec, seq_len: int, dtype="bfloat16", *, batch: int = 1) -> int:
-    """Bytes one decode step must read from the cache (one layer): the payload of T tokens."""
+    """Bytes one decode step must read from the cache (one layer): the payload of T tokens.
+
+    T >= 1: the step's own token is already in the cache (DESIGN §4), as in `decode_macs`.
+    """
+    _check_spec(spec)
+    check_int("seq_len", seq_len, minimum=1)
+    check_int("batch", batch, minimum=1)
     return batch * seq_len * cache_bytes(spec, dtype)

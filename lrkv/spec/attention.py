@@ -8,8 +8,10 @@ Families (DESIGN §1, §10):
                      each, grouped into branches with separate softmaxes, summed
   lrkv             — W_h = W_shared + U_h B_h^T for keys and values (paper Eqs. 2–5)
 
-Every invalid combination raises ValueError naming the field at construction time, so a
-spec that exists is a spec the reference can run.
+Every invalid combination raises at construction time, naming the field — TypeError for a
+value of the wrong kind (qk_norm="no", rank=2.0), ValueError for a wrong value (rank=-1,
+rope_theta=inf) — through the shared helpers of `lrkv.checks`, so a spec that exists is a
+spec the reference can run.
 """
 
 from __future__ import annotations
@@ -18,18 +20,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal
 
+from ..checks import check_bool, check_choice, check_float, check_int
+
 Family = Literal["mha", "gqa", "mqa", "mla", "mlra", "lrkv"]
 RopeMode = Literal["none", "exact", "latent", "aligned"]
 
 FAMILIES: tuple[str, ...] = ("mha", "gqa", "mqa", "mla", "mlra", "lrkv")
 ROPE_MODES: tuple[str, ...] = ("none", "exact", "latent", "aligned")
-
-
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
 
 
 @dataclass(frozen=True)
@@ -57,25 +54,25 @@ class AttentionSpec:
 
     # ----------------------------------------------------------------- validation
     def __post_init__(self) -> None:
-        if self.family not in FAMILIES:
-            raise ValueError(f"family must be one of {FAMILIES}, got {self.family!r}")
-        _check_int("n_heads", self.n_heads, 1)
-        _check_int("head_dim", self.head_dim, 1)
-        if self.d_model is None:
-            object.__setattr__(self, "d_model", self.n_heads * self.head_dim)
-        _check_int("d_model", self.d_model, 1)
-        _check_int("rank", self.rank, 0)
-        _check_int("latent_dim", self.latent_dim, 0)
-        _check_int("n_latent_heads", self.n_latent_heads, 0)
-        _check_int("n_branches", self.n_branches, 0)
-        _check_int("rope_dim", self.rope_dim, 0)
-        if self.rope not in ROPE_MODES:
-            raise ValueError(f"rope must be one of {ROPE_MODES}, got {self.rope!r}")
-        if not (self.rope_theta > 0):
-            raise ValueError(f"rope_theta must be > 0, got {self.rope_theta}")
-        if not (self.norm_eps >= 0):
-            raise ValueError(f"norm_eps must be >= 0, got {self.norm_eps}")
+        # Every field is checked for its kind before any family rule reads it, and stored
+        # normalised (a numpy int becomes an int, rope_theta=10000 becomes 10000.0).
+        check_choice("family", self.family, FAMILIES)
+        self._set("n_heads", check_int("n_heads", self.n_heads, minimum=1))
+        self._set("head_dim", check_int("head_dim", self.head_dim, minimum=1))
+        d_model = self.n_heads * self.head_dim if self.d_model is None else self.d_model
+        self._set("d_model", check_int("d_model", d_model, minimum=1))
+        if self.n_kv_heads is not None:
+            self._set("n_kv_heads", check_int("n_kv_heads", self.n_kv_heads, minimum=1))
+        for name in ("rank", "latent_dim", "n_latent_heads", "n_branches", "rope_dim"):
+            self._set(name, check_int(name, getattr(self, name), minimum=0))
+        check_choice("rope", self.rope, ROPE_MODES)
+        self._set("rope_theta", check_float("rope_theta", self.rope_theta, minimum=0.0, exclusive_minimum=True))
+        self._set("qk_norm", check_bool("qk_norm", self.qk_norm))
+        self._set("norm_eps", check_float("norm_eps", self.norm_eps, minimum=0.0))
         getattr(self, f"_validate_{self.family}")()
+
+    def _set(self, name: str, value) -> None:
+        object.__setattr__(self, name, value)  # frozen dataclass: normalise during __post_init__ only
 
     def _forbid(self, *names: str) -> None:
         defaults = {f.name: f.default for f in dataclasses.fields(self)}
@@ -87,7 +84,6 @@ class AttentionSpec:
         self._forbid("rank", "latent_dim", "n_latent_heads", "n_branches", "rope_dim")
         if self.n_kv_heads is None:
             raise ValueError(f"n_kv_heads is required for family {self.family!r}")
-        _check_int("n_kv_heads", self.n_kv_heads, 1)
         if expected_kv is not None and self.n_kv_heads != expected_kv:
             raise ValueError(
                 f"n_kv_heads must be {expected_kv} for family {self.family!r}, got {self.n_kv_heads}"
@@ -112,7 +108,7 @@ class AttentionSpec:
 
     def _validate_mla(self) -> None:
         self._forbid("n_kv_heads", "rank", "n_latent_heads", "n_branches", "qk_norm")
-        _check_int("latent_dim", self.latent_dim, 1)
+        check_int("latent_dim", self.latent_dim, minimum=1)
         if self.rope not in ("none",):
             raise ValueError(
                 "rope must be 'none' for mla: positions enter only through the decoupled "
@@ -123,9 +119,9 @@ class AttentionSpec:
 
     def _validate_mlra(self) -> None:
         self._forbid("n_kv_heads", "rank", "qk_norm")
-        _check_int("latent_dim", self.latent_dim, 1)
-        _check_int("n_latent_heads", self.n_latent_heads, 1)
-        _check_int("n_branches", self.n_branches, 1)
+        check_int("latent_dim", self.latent_dim, minimum=1)
+        check_int("n_latent_heads", self.n_latent_heads, minimum=1)
+        check_int("n_branches", self.n_branches, minimum=1)
         if self.n_latent_heads % self.n_branches:
             raise ValueError(
                 f"n_branches ({self.n_branches}) must divide n_latent_heads ({self.n_latent_heads})"
@@ -217,6 +213,8 @@ class AttentionSpec:
 
     @classmethod
     def from_dict(cls, data: dict) -> AttentionSpec:
+        if not isinstance(data, dict):
+            raise TypeError(f"spec must be a mapping of AttentionSpec fields, got {type(data).__name__}")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(data) - names
         if unknown:

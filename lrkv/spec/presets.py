@@ -64,7 +64,6 @@ DEEPSEEK_V3_MLA = dict(latent_dim=512, rope_dim=64)
 
 
 def preset(label: str) -> PaperScale:
-    try:
-        return PAPER_SCALES[label]
-    except KeyError:
-        raise ValueError(f"unknown paper scale {label!r}; known: {sorted(PAPER_SCALES)}") from None
+    if not isinstance(label, str) or label not in PAPER_SCALES:
+        raise ValueError(f"unknown paper scale {label!r}; known: {sorted(PAPER_SCALES)}")
+    return PAPER_SCALES[label]
