@@ -168,7 +168,7 @@ class EngineBackend(BaseBackend):
 
     def __init__(self, engine: Engine, embedded: LRKVWeights | None = None):
         self.eng = engine
-        # The registry name of the engine's backend, so ci/tolerance.toml's tables apply to artifacts too.
+        # The registry name of the engine's backend, so the policy's [backend.<name>] tables apply to artifacts too.
         self.name = BACKEND_OF_ENGINE[engine.kind]
         self.description = f"exported {engine.kind} artifact {engine.path.name}"
         self.levels = frozenset({engine.config.level})

@@ -140,7 +140,8 @@ def register(subparsers) -> None:
                    help="ONNX with embedded weights: store them in <artifact>.data beside the model")
     p.add_argument("--seeds", type=_seeds, default=(0,), help="comma-separated verification seeds (default 0)")
     p.add_argument("--policy", type=arg_in_file(),
-                   help="tolerance policy TOML (default: ci/tolerance.toml if present, as lrkv verify)")
+                   help="a whole tolerance policy TOML (default: as lrkv verify — the packaged policy, "
+                        "with the project's lrkv.toml / [tool.lrkv.policy] override)")
     p.add_argument("--out", type=arg_out_dir(), help="output directory for artifact, manifest and report")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     p.set_defaults(func=run)
