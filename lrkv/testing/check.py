@@ -41,9 +41,12 @@ def _filter(cases: list[Case], levels, dtypes) -> list[Case]:
         levels = {check_choice("levels", lv, CASE_LEVELS) for lv in ([levels] if isinstance(levels, str) else levels)}
         cases = [c for c in cases if c.level in levels]
     if dtypes is not None:
-        names = {dtype_name(d) for d in ([dtypes] if isinstance(dtypes, str) else dtypes)}
-        for n in names:
-            check_choice("dtypes", n, DTYPES)
+        names = set()
+        for d in [dtypes] if isinstance(dtypes, str) else dtypes:
+            try:
+                names.add(check_choice("dtypes", dtype_name(d), DTYPES))
+            except TypeError:
+                raise ValueError(f"dtypes must be among {', '.join(DTYPES)}; got {d!r}") from None
         cases = [c for c in cases if c.dtype in names]
     return cases
 

@@ -193,7 +193,8 @@ def softmax_shift_invariance(backend: Any, case: Case, *, policy=None, backend_r
     """A large common logit offset per head (+40 after scaling) moves lse by exactly the
     offset and changes nothing else; the backend meets the rule on the shifted inputs (a
     kernel without max-subtraction overflows exp here). Cases with QK-norm are not
-    applicable (key_scale multiplies each slot's logit: no offset is common)."""
+    applicable (key_scale multiplies each slot's logit: no offset is common). Not in the
+    plugin's default set (see PROPERTIES)."""
     ctx = _Ctx(backend, case, policy, backend_ref)
     ctx.need("kernel")
     if case.spec.qk_norm:
@@ -254,12 +255,14 @@ def append_then_decode_equals_prefill(backend: Any, case: Case, *, policy=None,
         raise ctx.fail(f"cache lengths {caches[0].lengths.tolist()} after {case.t_max} appends")
 
 
-# name -> (check, case level it draws, backend level it needs)
+# The plugin's properties: name -> (check, case level it draws, backend level it needs).
+# softmax_shift_invariance is not among them: on logits shifted by ~10^2 a float32 kernel
+# whose summation order differs from the eager paths' can exceed k·err_base (2.9x seen on a
+# correct split-K kernel), so its verdict waits for the rule's lse/atol revision (DESIGN §6).
 PROPERTIES: dict[str, tuple[Callable[..., Any], str, str]] = {
     "factored_equals_materialized": (factored_equals_materialized, "kernel", "kernel"),
     "split_tile_invariance": (split_tile_invariance, "kernel", "kernel"),
     "permutation_equivariance": (permutation_equivariance, "kernel", "kernel"),
     "garbage_invariance": (garbage_invariance, "kernel", "kernel"),
-    "softmax_shift_invariance": (softmax_shift_invariance, "kernel", "kernel"),
     "append_then_decode_equals_prefill": (append_then_decode_equals_prefill, "layer-model", "layer"),
 }

@@ -142,8 +142,7 @@ def _property_test(name: str):
     def test(lrkv_target: str) -> None:
         target = load(lrkv_target)
         _needs(target, backend_level)
-        qk_norm = False if name == "softmax_shift_invariance" else None
-        strategy, cap = family(target, case_level, qk_norm=qk_norm)
+        strategy, cap = family(target, case_level)
         check(target, strategy, cap, lambda case: fn(target, case))
     test.__name__ = test.__qualname__ = f"test_{name}"
     test.__doc__ = fn.__doc__
@@ -154,5 +153,4 @@ test_factored_equals_materialized = _property_test("factored_equals_materialized
 test_split_tile_invariance = _property_test("split_tile_invariance")
 test_permutation_equivariance = _property_test("permutation_equivariance")
 test_garbage_invariance = _property_test("garbage_invariance")
-test_softmax_shift_invariance = _property_test("softmax_shift_invariance")
 test_append_then_decode_equals_prefill = _property_test("append_then_decode_equals_prefill")
