@@ -9,7 +9,11 @@ Decode (Eqs. 6–7), one query row q_h per head:
     out_h    = a_h S_V + (a_h R_h^V) (B_h^V)^T
 
 The functions are dtype-generic so the `eager` backend can run this same math at a lower
-precision; the `reference` backend runs it in float64.
+precision; the `reference` backend runs it in float64. At half precision the logits, the
+softmax statistics and `lse` accumulate in float32 (`accumulation_dtype`), as every fused
+kernel does (FlashAttention, FlashInfer, FlashMLA); the attention weights are rounded back
+to the input dtype for the value contraction. `lse` is returned in the accumulation dtype
+(DESIGN §4: float32 for half-precision inputs) because merging partial states needs it.
 """
 
 from __future__ import annotations
@@ -24,6 +28,12 @@ from .rope import ExactRope, apply_rope, rope_freqs
 from .weights import LRKVWeights
 
 NEG_INF = float("-inf")
+HALF = (torch.float16, torch.bfloat16)
+
+
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 for half-precision inputs, the input dtype otherwise (also the dtype of `lse`)."""
+    return torch.float32 if dtype in HALF else dtype
 
 
 def decode_rope(spec: AttentionSpec) -> ExactRope | None:
@@ -96,17 +106,20 @@ def decode_attention(
     T = shared_k.shape[1]
     valid = _valid_mask(lengths, T)  # [B, T]
     latent_k = _zero_garbage(latent_k, valid)
+    acc = accumulation_dtype(q.dtype)
+    q_, shared_k, latent_k, basis_k_ = q.to(acc), shared_k.to(acc), latent_k.to(acc), basis_k.to(acc)
     # Eq. 6: q_h S_K^T + (q_h B_h^K) R_h^{K T}
-    shared_logits = torch.einsum("bhd,btd->bht", q, shared_k)
+    shared_logits = torch.einsum("bhd,btd->bht", q_, shared_k)
     if rope is None:
-        q_lat = torch.einsum("bhd,hdr->bhr", q, basis_k)  # [B, H, r]
+        q_lat = torch.einsum("bhd,hdr->bhr", q_, basis_k_)  # [B, H, r]
         private_logits = torch.einsum("bhr,bthr->bht", q_lat, latent_k)
     else:
-        private_logits = torch.einsum("bhd,bthd->bht", q, _private_keys_exact(latent_k, basis_k, rope))
+        private_logits = torch.einsum("bhd,bthd->bht", q_, _private_keys_exact(latent_k, basis_k_, rope))
     logits = shared_logits + private_logits  # one softmax over the SUM
     if key_scale is not None:
-        logits = logits * key_scale.permute(0, 2, 1)  # joint inverse RMS of each full key
+        logits = logits * key_scale.to(acc).permute(0, 2, 1)  # joint inverse RMS of each full key
     a, lse = _softmax_rows(logits * scale, valid[:, None, :])  # [B, H, T]
+    a = a.to(q.dtype)  # the value contraction runs at the input dtype, as a kernel's P·V does
     # Eq. 7: a_h S_V + (a_h R_h^V) B_h^{V T}; garbage slots zeroed before the contraction
     sv = torch.where(valid[..., None], shared_v, 0.0)
     lv = torch.where(valid[..., None, None], latent_v, 0.0)
@@ -126,16 +139,18 @@ def materialized_decode_attention(
     T = shared_k.shape[1]
     valid = _valid_mask(lengths, T)
     latent_k = _zero_garbage(latent_k, valid)
+    acc = accumulation_dtype(q.dtype)
     if rope is None:
         k_priv = torch.einsum("bthr,hdr->bthd", latent_k, basis_k)
     else:
         k_priv = _private_keys_exact(latent_k, basis_k, rope)
-    k = shared_k[:, :, None, :] + k_priv  # [B, T, H, d_h]  K_h
+    k = shared_k[:, :, None, :] + k_priv  # [B, T, H, d_h]  K_h, materialized at the input dtype
     v = shared_v[:, :, None, :] + torch.einsum("bthr,hdr->bthd", latent_v, basis_v)  # V_h
     if key_scale is not None:
         k = k * key_scale[..., None]
-    logits = torch.einsum("bhd,bthd->bht", q, k) * scale
+    logits = torch.einsum("bhd,bthd->bht", q.to(acc), k.to(acc)) * scale  # scores accumulate in acc
     a, lse = _softmax_rows(logits, valid[:, None, :])
+    a = a.to(q.dtype)
     v = torch.where(valid[..., None, None], v, 0.0)
     return torch.einsum("bht,bthd->bhd", a, v), lse
 

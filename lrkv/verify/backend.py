@@ -22,7 +22,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-LEVELS = ("kernel", "layer", "model")
+# Levels a backend may declare: the kernel contracts of DESIGN §4 (decode, paged decode,
+# extend), the layer step, and the model; `tp` is a tensor-parallel per-rank step.
+LEVELS = ("kernel", "kernel-paged", "kernel-extend", "layer", "model", "tp")
+ROLES = ("verified", "baseline")
 
 
 @runtime_checkable
@@ -38,6 +41,9 @@ class BaseBackend:
     """Convenience base: subclasses set name/levels/dtypes and implement what they support."""
 
     name: str = "unnamed"
+    # 'baseline': one of the oracle's own paths (reference, materialized, eager): it passes by
+    # construction and is reported as a baseline row, never as an independently verified backend
+    role: str = "verified"
     levels: frozenset[str] = frozenset({"kernel"})
     dtypes: tuple[torch.dtype, ...] = (torch.float32,)
     description: str = ""
@@ -110,8 +116,10 @@ def _resolve(path: str) -> Any:
     mod_name, attr = path.split(":", 1)
     try:
         mod = _import(mod_name)
-    except ImportError as e:
-        raise ValueError(f"cannot import backend module {mod_name!r}: {e}") from e
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001 — SyntaxError, RuntimeError, SystemExit at import: all named
+        raise ValueError(f"cannot import backend module {mod_name!r}: {type(e).__name__}: {e}") from None
     try:
         obj = getattr(mod, attr)
     except AttributeError:
@@ -119,17 +127,74 @@ def _resolve(path: str) -> Any:
     return obj
 
 
+def _normalize(obj: Any, label: str) -> Any:
+    """Check the protocol's attributes; dtype names become torch dtypes, levels a frozenset."""
+    from ..spec import as_dtype
+
+    name = getattr(obj, "name")
+    if not isinstance(name, str) or not name.strip():
+        raise TypeError(f"backend {label!r}: name must be a non-empty string, got {name!r}")
+    levels = obj.levels
+    if isinstance(levels, str) or not hasattr(levels, "__iter__"):
+        raise TypeError(f"backend {label!r}: levels must be a set of level names, got {levels!r}")
+    levels = frozenset(levels)
+    if not levels:
+        raise ValueError(f"backend {label!r}: levels is empty — declare what it implements: {', '.join(LEVELS)}")
+    unknown = sorted(str(x) for x in levels - set(LEVELS))
+    if unknown:
+        raise ValueError(f"backend {label!r}: unknown levels {unknown}; known: {', '.join(LEVELS)}")
+    dtypes = obj.dtypes
+    if isinstance(dtypes, (str, torch.dtype)) or not hasattr(dtypes, "__iter__"):
+        raise TypeError(f"backend {label!r}: dtypes must be a tuple of dtypes, got {dtypes!r}")
+    try:
+        dtypes = tuple(as_dtype(d) for d in dtypes)
+    except (TypeError, ValueError, KeyError) as e:
+        raise TypeError(f"backend {label!r}: dtypes: {e}") from None
+    if not dtypes:
+        raise ValueError(f"backend {label!r}: dtypes is empty")
+    role = getattr(obj, "role", "verified")
+    if role not in ROLES:
+        raise ValueError(f"backend {label!r}: role must be one of {ROLES}, got {role!r}")
+    for attr, value in (("levels", levels), ("dtypes", dtypes)):
+        if getattr(obj, attr) != value:
+            try:
+                setattr(obj, attr, value)
+            except (AttributeError, TypeError):
+                raise TypeError(f"backend {label!r}: {attr} must be given as {value!r}") from None
+    return obj
+
+
 def _instantiate(obj: Any, label: str) -> Any:
     if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "available")):
-        obj = obj()
+        try:
+            obj = obj()
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # noqa: BLE001
+            raise ValueError(f"backend {label!r}: its factory raised {type(e).__name__}: {e}") from None
     for attr in ("name", "levels", "dtypes", "available"):
         if not hasattr(obj, attr):
             raise TypeError(f"backend {label!r} lacks {attr!r}; see the backend protocol in the README")
-    return obj
+    return _normalize(obj, label)
+
+
+def check_available(backend: Any, label: str) -> tuple[bool, str]:
+    """backend.available(), which must return (bool, str); anything else names the backend."""
+    try:
+        res = backend.available()
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:  # noqa: BLE001
+        raise ValueError(f"backend {label!r}: available() raised {type(e).__name__}: {e}") from None
+    if not (isinstance(res, tuple) and len(res) == 2 and isinstance(res[0], bool) and isinstance(res[1], str)):
+        raise TypeError(f"backend {label!r}: available() must return (bool, str), got {res!r}")
+    return res
 
 
 def get_backend(spec: str) -> Any:
     """A backend by registered name or by 'package.module:attribute'."""
+    if not isinstance(spec, str) or not spec:
+        raise ValueError(f"backend must be a registered name or 'package.module:attribute', got {spec!r}")
     if spec in _REGISTRY:
         entry = _REGISTRY[spec]
         obj = _resolve(entry) if isinstance(entry, str) else entry

@@ -23,6 +23,7 @@ class ReferenceBackend(BaseBackend):
     """float64 factored decode, paper Eqs. 6–7: the oracle itself."""
 
     name = "reference"
+    role = "baseline"  # the oracle itself: passes by construction
     levels = frozenset({"kernel", "layer"})
     dtypes = F64
     description = "float64 factored decode (Eqs. 6-7), the oracle"

@@ -25,22 +25,29 @@ from ..reference.cache import FactoredCache, allocate_cache
 from ..reference.lrkv import decode_rope, project_token
 from ..reference.rope import ExactRope, apply_rope, rope_freqs
 from ..reference.weights import LRKVWeights, init_lrkv_weights
+from ..checks import check_bool, check_choice, check_float, check_int
 from ..spec import AttentionSpec, as_dtype, dtype_name
+
+DEFAULT_ROPE_THETA = 10000.0
 
 CASE_LEVELS = ("kernel", "layer", "layer-model")
 EXPECTATIONS = ("match", "differ")
 DTYPES = ("float64", "float32", "bfloat16", "float16")
+LAYOUTS = ("contiguous", "strided")  # strided: shared K/V packed in one tensor, latents stored head-major
 
 FINITE_GARBAGE = 1.0e4  # scale of finite garbage (nan_garbage=False): reading it shows up as a huge error
 NEAR_CANCEL_GAIN = 30.0  # head 0's private keys are scaled up by this ...
 NEAR_CANCEL_RESIDUAL = 1.0e-3  # ... and the shared key set to −(head 0's private key)·(1 − this) + noise
+MAX_T = 1 << 20  # t_max limit: a case is drawn in float64 on the CPU
+MAX_SEED = 2**32 - 1  # seeds feed torch.Generator streams (seed·1_000_003 + stream must fit in 64 bits)
+MAX_Q_SCALE = 1.0e6
 
 
 @dataclass(frozen=True)
 class Case:
     """One check. `id` is derived from the other fields when left empty."""
 
-    level: str  # kernel | layer | layer-model
+    level: str  # kernel | layer | layer-model (levels.py has the plug-in of each)
     spec: AttentionSpec  # the LRKV layer (family 'lrkv')
     dtype: str  # τ: dtype of every float input the backend receives
     lengths: tuple[int, ...]  # valid cache length per sequence (after the new token); batch = len
@@ -52,33 +59,44 @@ class Case:
     splits: int = 0  # split-K hint for tiled backends (0: backend's choice); need not divide T
     tile: int = 0  # tile-size hint for tiled backends (0: backend's choice)
     expect: str = "match"  # 'differ': known to deviate (latent RoPE vs the model); recorded, not gated
+    layout: str = "contiguous"  # kernel cache layout: 'strided' hands the backend non-contiguous views
     id: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
-        if self.level not in CASE_LEVELS:
-            raise ValueError(f"level must be one of {CASE_LEVELS}, got {self.level!r}")
+        check_choice("level", self.level, CASE_LEVELS)
         if not isinstance(self.spec, AttentionSpec) or self.spec.family != "lrkv":
             raise ValueError("spec must be an lrkv AttentionSpec")
-        object.__setattr__(self, "dtype", dtype_name(self.dtype))
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        object.__setattr__(self, "lengths", tuple(int(n) for n in self.lengths))
+        try:
+            object.__setattr__(self, "dtype", dtype_name(self.dtype))
+        except (TypeError, ValueError, KeyError):
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}") from None
+        check_choice("dtype", self.dtype, DTYPES)
+        if isinstance(self.lengths, (str, bytes)) or not hasattr(self.lengths, "__iter__"):
+            raise TypeError(f"lengths must be a sequence of integers, got {self.lengths!r}")
+        object.__setattr__(self, "lengths", tuple(check_int(f"lengths[{i}]", n, minimum=0)
+                                                  for i, n in enumerate(self.lengths)))
         if not self.lengths:
             raise ValueError("lengths must name at least one sequence")
-        if self.t_max < 1 or any(n < 0 or n > self.t_max for n in self.lengths):
+        check_int("t_max", self.t_max, minimum=1, maximum=MAX_T)
+        if any(n > self.t_max for n in self.lengths):
             raise ValueError(f"lengths must lie in [0, t_max={self.t_max}], got {list(self.lengths)}")
+        check_int("seed", self.seed, minimum=0, maximum=MAX_SEED)
+        check_bool("nan_garbage", self.nan_garbage)
+        check_bool("near_cancel", self.near_cancel)
+        object.__setattr__(self, "q_scale", check_float("q_scale", self.q_scale, minimum=0.0, maximum=MAX_Q_SCALE,
+                                                        exclusive_minimum=True))
+        check_int("splits", self.splits, minimum=0, maximum=MAX_T)
+        check_int("tile", self.tile, minimum=0, maximum=MAX_T)
+        check_choice("expect", self.expect, EXPECTATIONS)
+        check_choice("layout", self.layout, LAYOUTS)
         if self.level != "kernel" and min(self.lengths) < 1:
             raise ValueError(f"level {self.level!r} appends a token, so every length must be >= 1")
         if self.level == "layer-model" and set(self.lengths) != {self.t_max}:
             raise ValueError("layer-model cases run whole sequences: every length must equal t_max")
-        if self.level != "kernel" and (self.q_scale != 1.0 or self.near_cancel):
-            raise ValueError("q_scale and near_cancel are kernel-level adversarial inputs")
+        if self.level != "kernel" and (self.q_scale != 1.0 or self.near_cancel or self.layout != "contiguous"):
+            raise ValueError("q_scale, near_cancel and layout are kernel-level adversarial inputs")
         if self.near_cancel and self.spec.qk_norm:
             raise ValueError("near_cancel with qk_norm would make key_scale inconsistent; use one")
-        if self.expect not in EXPECTATIONS:
-            raise ValueError(f"expect must be one of {EXPECTATIONS}, got {self.expect!r}")
-        if self.splits < 0 or self.tile < 0:
-            raise ValueError("splits and tile hints must be >= 0")
         if not self.id:
             object.__setattr__(self, "id", self._derive_id())
 
@@ -100,6 +118,9 @@ class Case:
             "+cancel" if self.near_cancel else "",
             f"+splits{self.splits}" if self.splits else "",
             f"+tile{self.tile}" if self.tile else "",
+            f"+theta{self.spec.rope_theta:g}" if self.spec.rope_theta != DEFAULT_ROPE_THETA else "",
+            "+strided" if self.layout != "contiguous" else "",
+            "+differ" if self.expect != "match" else "",  # part of the id: a pass can't turn into an xfail
         ))
         return f"{self.level}:{self.spec.short()}:{self.dtype}:T{self.t_max}:L{lens}:s{self.seed}{flags}"
 
@@ -115,19 +136,32 @@ class Case:
 
     @classmethod
     def from_dict(cls, data: dict) -> Case:
+        if not isinstance(data, dict):
+            raise ValueError(f"a case must be a JSON object, got {type(data).__name__}")
         data = dict(data)
+        if "spec" not in data:
+            raise ValueError("case: field 'spec' is required (an lrkv AttentionSpec as an object)")
         spec = data.pop("spec")
+        if not isinstance(spec, (dict, AttentionSpec)):
+            raise ValueError(f"case.spec must be an object, got {type(spec).__name__}")
         spec = spec if isinstance(spec, AttentionSpec) else AttentionSpec.from_dict(spec)
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown Case fields: {sorted(unknown)}")
+        missing = {"level", "dtype", "lengths", "t_max"} - set(data)
+        if missing:
+            raise ValueError(f"case: required fields missing: {sorted(missing)}")
         data["id"] = ""  # always re-derived: an edited case must not keep a stale id
         return cls(spec=spec, **data)
 
     @classmethod
     def from_json(cls, text: str) -> Case:
-        return cls.from_dict(json.loads(text))
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--case is not valid JSON: {e}") from None
+        return cls.from_dict(data)
 
     def replace(self, **changes) -> Case:
         """A copy with fields changed; the id is re-derived unless given."""
@@ -175,7 +209,8 @@ class KernelInputs:
         return self.map(lambda t: t.to(dtype))
 
     def clone(self) -> KernelInputs:
-        c = self.map(torch.clone)
+        """A copy with the SAME strides (a strided layout must reach the backend as drawn)."""
+        c = self.map(clone_strided)
         c.lengths = self.lengths.clone()
         return c
 
@@ -207,6 +242,24 @@ class ModelInputs:
 
     def to(self, dtype: torch.dtype) -> ModelInputs:
         return ModelInputs(self.weights.to(dtype), self.x.to(dtype), self.nan_garbage)
+
+    def clone(self) -> ModelInputs:
+        return ModelInputs(self.weights, self.x.clone(), self.nan_garbage)
+
+
+def clone_strided(t: torch.Tensor) -> torch.Tensor:
+    """A copy of t with t's exact strides, also for non-dense views (torch.clone would densify)."""
+    out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+    return out.copy_(t)
+
+
+def strided_layout(inp: KernelInputs) -> KernelInputs:
+    """The same values in the layouts real servers use: shared K and V packed side by side in
+    one [B, T, 2, d_h] tensor, latents stored head-major [B, H, T, r] (views, not contiguous)."""
+    kv = torch.stack((inp.shared_k, inp.shared_v), dim=2)  # [B, T, 2, d_h]
+    head_major = lambda t: t.permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3)  # noqa: E731
+    return replace(inp, shared_k=kv[:, :, 0], shared_v=kv[:, :, 1], latent_k=head_major(inp.latent_k),
+                   latent_v=head_major(inp.latent_v))
 
 
 def cast_cache(cache: FactoredCache, dtype: torch.dtype) -> FactoredCache:
@@ -277,7 +330,8 @@ def make_kernel_inputs(case: Case) -> KernelInputs:
     cached = {name: _fill_garbage(t, valid, case, 10 + i) for i, (name, t) in enumerate(cached.items())}
     inputs = KernelInputs(q=q, basis_k=weights.basis_k, basis_v=weights.basis_v, lengths=lengths,
                           scale=case.spec.head_dim ** -0.5, rope=decode_rope(case.spec), **cached)
-    return inputs.to(case.torch_dtype)
+    inputs = inputs.to(case.torch_dtype)
+    return strided_layout(inputs) if case.layout == "strided" else inputs
 
 
 def make_layer_inputs(case: Case) -> LayerInputs:

@@ -1,55 +1,83 @@
 """`lrkv verify` and `lrkv gate`.
 
-    lrkv verify [--backend NAME|module:attr ...] [--grid default|quick] [--case JSON ...]
+    lrkv verify [--backend NAME|module:attr ...] [--grid default|quick|mutants] [--case JSON ...]
                 [--dtype D ...] [--level L ...] [--filter TEXT] [--out DIR] [--policy TOML]
-                [--backend-path DIR ...] [--no-progress]
-        runs the cases, writes DIR/report.json and DIR/report.md; exit 1 if any case fails
-        or errors, 2 on a usage error.
+                [--backend-path DIR ...] [--allow-empty] [--no-progress]
+        runs the cases, writes DIR/report.json and DIR/report.md.
 
-    lrkv gate REPORT --baseline ci/baseline.json [--update-baseline] [--markdown PATH] [--subset]
-        sorts every case into PASS/FAIL/REGRESSED/MISSING/ERROR/IMPROVED (+XFAIL/SKIP);
-        exit 0 only when nothing is FAIL, REGRESSED, MISSING or ERROR.
+    lrkv gate REPORT --baseline FILE [--update-baseline] [--markdown PATH] [--subset]
+        re-judges the report and sorts every case into PASS/FAIL/REGRESSED/MISSING/ERROR/
+        IMPROVED/UNVERIFIED (+XFAIL/SKIP).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from pathlib import Path
+
+from ..checks import arg_in_file, arg_out_dir, arg_out_file
 
 DEFAULT_BACKENDS = ("reference", "materialized", "eager", "inductor")
 DEFAULT_OUT = "reports/verify"
 GRIDS = ("default", "quick", "mutants")
 PROGRESS_CHARS = 48  # keep the bar and the clock visible on an 80-column terminal
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TOOLCHAIN, EXIT_NOTHING, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+
+VERIFY_EXITS = """exit codes:
+  0    every verified case passed, and at least one backend was independently verified
+  1    a case failed or errored (FAIL / ERROR records; see report.md)
+  2    bad input or usage: the message names the option, file or field
+  3    a requested backend is unavailable here (a toolchain is missing) and verified nothing
+  4    nothing verified: a requested backend verified no case, or only baseline paths ran
+       (--allow-empty accepts that explicitly)
+  130  interrupted: the report is written and marked incomplete (the gate refuses it)
+"""
+
+GATE_EXITS = """exit codes:
+  0    nothing is FAIL, REGRESSED, MISSING, ERROR or UNVERIFIED, and something was verified
+  1    blocked: a case is FAIL/REGRESSED/MISSING/ERROR, a gated backend verified nothing, the
+       report is incomplete or altered, or it was made under another policy than the baseline's;
+       with --update-baseline: the report has FAIL/ERROR records and the baseline is unchanged
+  2    bad input or usage: unreadable or malformed report/baseline (the file and field are named)
+  4    nothing verified (no non-baseline backend has a passing case); with --update-baseline:
+       the baseline would be empty, so it is not written
+"""
 
 
 def register(subparsers) -> None:
     v = subparsers.add_parser("verify", help="run decode backends against the float64 oracle; write a report",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=__doc__, epilog=VERIFY_EXITS,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     v.add_argument("--backend", action="append", metavar="NAME|module:attr",
                    help="a registered name or package.module:attribute (repeatable; default: "
                         f"{', '.join(DEFAULT_BACKENDS)})")
     v.add_argument("--grid", choices=GRIDS, default="default", help="the case grid (default: default)")
     v.add_argument("--case", action="append", metavar="JSON", help="run this case (a Case as JSON) instead of a grid")
     v.add_argument("--dtype", action="append", help="keep only cases at these dtypes")
-    v.add_argument("--level", action="append", choices=("kernel", "layer", "layer-model"),
-                   help="keep only these levels")
+    v.add_argument("--level", action="append", help="keep only these case levels (kernel, layer, layer-model, …)")
     v.add_argument("--filter", metavar="TEXT", help="keep only cases whose id contains TEXT")
-    v.add_argument("--out", default=DEFAULT_OUT, help=f"report directory (default: {DEFAULT_OUT})")
-    v.add_argument("--policy", help="tolerance policy TOML (default: ci/tolerance.toml if present)")
+    v.add_argument("--out", default=DEFAULT_OUT, type=arg_out_dir(),
+                   help=f"report directory (default: {DEFAULT_OUT}); its previous report is removed first")
+    v.add_argument("--policy", type=arg_in_file(),
+                   help="a whole tolerance policy TOML (default: the packaged policy, with the project's "
+                        "lrkv.toml / [tool.lrkv.policy] override)")
     v.add_argument("--backend-path", action="append", default=[], metavar="DIR",
                    help="directory to import --backend modules from (the working directory is tried too)")
+    v.add_argument("--allow-empty", action="store_true",
+                   help="exit 0 even if a backend verified nothing (skips, unavailable, only baselines)")
     v.add_argument("--no-progress", action="store_true", help="no progress bar")
     v.set_defaults(func=cmd_verify)
 
-    g = subparsers.add_parser("gate", help="gate a tolerance report against the accepted baseline")
+    g = subparsers.add_parser("gate", help="gate a tolerance report against the accepted baseline",
+                              description=__doc__, epilog=GATE_EXITS,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     g.add_argument("report", help="report.json written by `lrkv verify`")
-    g.add_argument("--baseline", required=True, help="accepted baseline (ci/baseline.json)")
+    g.add_argument("--baseline", required=True, help="accepted baseline (e.g. ci/baseline.json)")
     g.add_argument("--update-baseline", action="store_true",
-                   help="accept this report: rewrite the baseline from its pass/xfail records")
-    g.add_argument("--markdown", metavar="PATH", help="also write the gate summary as Markdown")
+                   help="accept this report on purpose: (re)write the baseline from its pass/xfail records; "
+                        "refused if any case fails or errors")
+    g.add_argument("--markdown", metavar="PATH", type=arg_out_file(), help="also write the gate summary as Markdown")
     g.add_argument("--subset", action="store_true",
                    help="only judge baseline entries of backends that appear in the report")
     g.set_defaults(func=cmd_gate)
@@ -64,97 +92,157 @@ def _cases(args):
     else:
         cases = {"default": default_grid, "quick": quick_grid, "mutants": mutant_grid}[args.grid]()
     if args.dtype:
-        keep = {dtype_name(d) for d in args.dtype}
+        try:
+            keep = {dtype_name(d) for d in args.dtype}
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"--dtype: {e}") from None
         cases = [c for c in cases if c.dtype in keep]
     if args.level:
+        from .levels import LEVELS
+        unknown = sorted(set(args.level) - set(LEVELS))
+        if unknown:
+            raise ValueError(f"--level: unknown {unknown}; known: {', '.join(LEVELS)}")
         cases = [c for c in cases if c.level in args.level]
     if args.filter:
         cases = [c for c in cases if args.filter in c.id]
     return cases
 
 
+def _load_backends(args, console):
+    from .backend import add_backend_path, check_available, get_backend
+
+    for d in args.backend_path:
+        add_backend_path(d)
+    out = []
+    for label in (args.backend or DEFAULT_BACKENDS):
+        b = get_backend(label)
+        check_available(b, label)
+        out.append((label, b))
+    names = [b.name for _, b in out]
+    dup = {n for n in names if names.count(n) > 1}
+    if dup:
+        raise ValueError(f"--backend: two backends share the name {sorted(dup)[0]!r}; records would collide")
+    return out
+
+
+def _say(console, text: str, style: str = "") -> None:
+    console.print(text, style=style or None, markup=False, highlight=False, soft_wrap=True)
+
+
 def cmd_verify(args) -> int:
     from rich.console import Console
 
-    from .backend import add_backend_path, get_backend
-    from .report import build_report, write_report
+    from .report import build_report, clear_report, verification, write_report
     from .runner import backend_info
     from .tolerance import load_policy
 
     console = Console(stderr=True)
-    for d in args.backend_path:
-        add_backend_path(d)
     try:
-        backends = [(label, get_backend(label)) for label in (args.backend or DEFAULT_BACKENDS)]
+        backends = _load_backends(args, console)
         cases = _cases(args)
         policy = load_policy(args.policy)
-    except (ValueError, TypeError, OSError, json.JSONDecodeError) as e:
-        console.print(f"[red]lrkv verify: {e}[/red]")
-        return 2
-    if not cases:
-        console.print("[red]lrkv verify: no cases selected[/red]")
-        return 2
+    except (ValueError, TypeError, OSError) as e:
+        _say(console, f"lrkv verify: {e}", "red")
+        return EXIT_USAGE
+    clear_report(args.out)  # a run that dies must not leave the previous (green) report behind
     infos = [backend_info(b, label) for label, b in backends]
     for info in infos:
         if not info["available"]:
-            console.print(f"[yellow]{info['name']}: unavailable — {info['reason']}[/yellow]")
+            _say(console, f"{info['name']}: unavailable — {info['reason']}", "yellow")
+    if not cases:
+        _say(console, "lrkv verify: nothing verified: no case matches the selection (--grid/--dtype/--level/"
+                      "--filter)", "yellow")
+        return EXIT_OK if args.allow_empty else EXIT_NOTHING
     t0 = time.perf_counter()
-    records = _run_with_progress(cases, backends, policy, console, not args.no_progress)
-    seconds = time.perf_counter() - t0
+    records: list[dict] = []
     grid = "case" if args.case else args.grid
+    try:
+        _run_with_progress(cases, backends, policy, console, not args.no_progress, records)
+    except KeyboardInterrupt:
+        report = build_report(records, policy, infos, grid=grid, argv=sys.argv[1:],
+                              seconds=time.perf_counter() - t0, complete=False)
+        jpath, _ = write_report(report, args.out)
+        _say(console, f"lrkv verify: interrupted after {len(records)} records; {jpath} is marked incomplete "
+                      "(the gate refuses it)", "yellow")
+        return EXIT_INTERRUPTED
+    seconds = time.perf_counter() - t0
     report = build_report(records, policy, infos, grid=grid, argv=sys.argv[1:], seconds=seconds)
     jpath, mpath = write_report(report, args.out)
     tot = report["summary"]["total"]
-    console.print(f"{len(cases)} cases, {len(records)} records in {seconds:.1f}s: "
-                  + ", ".join(f"{n} {s}" for s, n in tot.items() if n))
+    _say(console, f"{len(cases)} cases, {len(records)} records in {seconds:.1f}s: "
+         + ", ".join(f"{n} {s}" for s, n in tot.items() if n))
     for r in records:
         if r["status"] in ("fail", "error"):
-            console.print(f"[red]{r['status'].upper()}[/red] {r['backend']} {r['id']}: {r['reason']}", markup=False,
-                          highlight=False)
-            console.print(f"  replay: {r['repro']}", markup=False, highlight=False)
-    console.print(f"report: {jpath}  summary: {mpath}")
-    return 1 if tot["fail"] or tot["error"] else 0
+            _say(console, f"{r['status'].upper()} {r['backend']} {r['id']}: {r['reason']}", "red")
+            _say(console, f"  replay: {r['repro']}")
+    _say(console, f"report: {jpath}  summary: {mpath}")
+    ver = verification(records, infos)
+    if ver.failed:
+        return EXIT_FAILED
+    if ver.nothing_verified:
+        _say(console, f"lrkv verify: {ver.message()}", "yellow")
+        if args.allow_empty:
+            return EXIT_OK
+        empty_unavailable = set(ver.empty) and set(ver.empty) <= ver.unavailable
+        return EXIT_TOOLCHAIN if empty_unavailable else EXIT_NOTHING
+    return EXIT_OK
 
 
-def _run_with_progress(cases, backends, policy, console, show: bool):
+def _run_with_progress(cases, backends, policy, console, show: bool, records: list[dict]):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .runner import run, total_steps
 
     if not show:
-        return run(cases, backends, policy)
+        return run(cases, backends, policy, records=records)
     with Progress(TextColumn("verify"), BarColumn(bar_width=24), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.description}"), console=console, transient=True) as progress:
+                  TextColumn("{task.description}", markup=False), console=console, transient=True) as progress:
         task = progress.add_task("", total=total_steps(cases, backends))
-        return run(cases, backends, policy,  # description: the step just finished
+        return run(cases, backends, policy, records=records,  # description: the step just finished
                    on_step=lambda what: progress.update(task, advance=1, description=what[:PROGRESS_CHARS]))
 
 
 def cmd_gate(args) -> int:
-    from .gate import baseline_from_report, classify, counts, exit_code, load_baseline, render_markdown, write_baseline
+    from pathlib import Path
+
+    from .gate import (BLOCKING, EXIT_NOTHING as GATE_NOTHING, baseline_from_report, classify, counts, exit_code,
+                       load_baseline, render_markdown, write_baseline)
     from .report import load_report
 
+    baseline_path = Path(args.baseline)
     try:
         report = load_report(args.report)
-        baseline_path = Path(args.baseline)
         if args.update_baseline and not baseline_path.exists():
-            baseline = {"entries": {}}
+            baseline = {"entries": {}, "policy": None}
         else:
             baseline = load_baseline(baseline_path)
-    except (ValueError, OSError, json.JSONDecodeError) as e:
+    except (ValueError, OSError) as e:
         print(f"lrkv gate: {e}", file=sys.stderr)
-        return 2
-    entries = classify(report, baseline, subset=args.subset)
-    md = render_markdown(entries)
+        return EXIT_USAGE
+    entries = classify(report, baseline, subset=args.subset, check_policy=not args.update_baseline)
+    md = render_markdown(entries, report=report)
     print(md, end="")
     if args.markdown:
-        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.markdown).write_text(md)
+        from .report import write_atomic
+        write_atomic(args.markdown, md)
     if args.update_baseline:
-        write_baseline(baseline_from_report(report), baseline_path)
+        bad = [e for e in entries if e.klass in ("FAIL", "ERROR")]
+        if bad:
+            print(f"lrkv gate: refusing to update {baseline_path}: {len(bad)} FAIL/ERROR "
+                  f"(e.g. {bad[0].klass} {bad[0].key}: {bad[0].detail[:160]}); the baseline is unchanged",
+                  file=sys.stderr)
+            return EXIT_FAILED
+        new = baseline_from_report(report)
+        if not any(e["status"] == "pass" for e in new["entries"].values()):
+            print(f"lrkv gate: refusing to write an empty baseline to {baseline_path}: the report verified "
+                  "nothing", file=sys.stderr)
+            return GATE_NOTHING
+        write_baseline(new, baseline_path)
         c = counts(entries)
         print(f"baseline updated: {baseline_path} (accepted REGRESSED {c['REGRESSED']}, MISSING {c['MISSING']}, "
-              f"IMPROVED {c['IMPROVED']})")
-        # FAIL and ERROR are never accepted: a baseline cannot make a failing case pass.
-        return 1 if c["FAIL"] or c["ERROR"] else 0
-    return exit_code(entries)
+              f"IMPROVED {c['IMPROVED']}, UNVERIFIED {c['UNVERIFIED']}; policy sha256 {new['policy']['sha256'][:12]})")
+        return EXIT_OK
+    code = exit_code(entries, report)
+    if code and not any(e.klass in BLOCKING for e in entries):
+        print("lrkv gate: nothing verified — no non-baseline backend has a passing case", file=sys.stderr)
+    return code

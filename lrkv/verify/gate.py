@@ -1,20 +1,27 @@
 """The merge gate (DESIGN §7): a report against the accepted baseline.
 
-Every (backend, case) key is sorted into one class:
+The gate trusts nothing in the report it is given. It validates it against the published
+schema, refuses an incomplete (interrupted) report and one made under another policy than
+the one the baseline pins (sha256), and RE-JUDGES every record from its evidence with
+`tolerance.judge_record` — a stored status that the evidence does not support is ERROR
+"report altered". Every (backend, case) key is then sorted into one class:
 
-  PASS       within the bound, and not significantly worse than the baseline (or new)
-  IMPROVED   passes where the baseline did not, or an error shrank beyond the regression
-             factor — reported; accept it on purpose with --update-baseline
-  XFAIL      an expected difference (rope='latent' vs the model), still differing
-  SKIP       skipped, and not a pass in the baseline
-  FAIL       the tolerance bound is exceeded
-  REGRESSED  passes, but an error grew beyond regression_factor × baseline
-             (+ regression_slack × bound, so that noise near zero does not count)
-  MISSING    in the baseline as pass/xfail, absent (or skipped) now
-  ERROR      the backend raised
+  PASS        within the bound, and not significantly worse than the baseline (or new)
+  IMPROVED    passes where the baseline did not, or an error shrank beyond the regression
+              factor — reported; accept it on purpose with --update-baseline
+  XFAIL       an expected difference (rope='latent' vs the model), still differing
+  SKIP        skipped, and not a pass in the baseline
+  FAIL        the tolerance bound is exceeded
+  REGRESSED   passes, but an error grew beyond regression_factor × baseline
+              (+ regression_slack × bound, so that noise near zero does not count);
+              or a baseline pass now reported as an expected difference
+  MISSING     in the baseline as pass/xfail, absent (or skipped) now
+  ERROR       the backend raised or hung, the oracle was inconsistent, or the report was altered
+  UNVERIFIED  a gated backend verified no case at all
 
-Exit 0 only when nothing is FAIL, REGRESSED, MISSING or ERROR (PyTorch's inductor accuracy
-CI gates on expected-results CSVs the same way).
+Exit 0 only when nothing is FAIL, REGRESSED, MISSING, ERROR or UNVERIFIED and at least one
+non-baseline backend verified a case; 4 when nothing was verified; 1 otherwise.
+(PyTorch's inductor accuracy CI gates on expected-results CSVs the same way.)
 """
 
 from __future__ import annotations
@@ -27,12 +34,14 @@ from pathlib import Path
 
 from .metrics import parse_float
 from .report import SCHEMA as REPORT_SCHEMA
-from .tolerance import Policy
+from .report import read_json, validate_file, write_atomic
+from .tolerance import Policy, judge_record
 
 BASELINE_SCHEMA = "lrkv.tolerance-baseline/1"
-CLASSES = ("PASS", "IMPROVED", "XFAIL", "SKIP", "FAIL", "REGRESSED", "MISSING", "ERROR")
-BLOCKING = frozenset({"FAIL", "REGRESSED", "MISSING", "ERROR"})
+CLASSES = ("PASS", "IMPROVED", "XFAIL", "SKIP", "FAIL", "REGRESSED", "MISSING", "ERROR", "UNVERIFIED")
+BLOCKING = frozenset({"FAIL", "REGRESSED", "MISSING", "ERROR", "UNVERIFIED"})
 BASELINE_DIGITS = 4  # significant digits kept in the baseline: enough to judge growth, stable in diffs
+EXIT_OK, EXIT_BLOCKED, EXIT_NOTHING = 0, 1, 4
 
 
 @dataclass(frozen=True)
@@ -51,36 +60,80 @@ def _sig(x) -> float | None:
 
 
 def _errors(rec: dict) -> dict:
-    """The errors the gate tracks for growth, with their bounds: out max/mean, lse max."""
-    m, b = rec["metrics"], rec["bound"]
-    out = {"max_abs": (_sig(m["max_abs"]), _sig(b["max_abs"])), "mean_abs": (_sig(m["mean_abs"]), _sig(b["mean_abs"]))}
-    if rec.get("lse"):
-        out["lse_max_abs"] = (_sig(rec["lse"]["metrics"]["max_abs"]), _sig(rec["lse"]["bound"]["max_abs"]))
+    """The errors the gate tracks for growth, with their bounds: max and mean of every output."""
+    out = {}
+    for name, ev in (rec.get("outputs") or {}).items():
+        m, b = ev["metrics"], ev["bound"]
+        prefix = "" if name in ("out", "y") else f"{name}_"
+        out[f"{prefix}max_abs"] = (_sig(m["max_abs"]), _sig(b["max_abs"]))
+        if not prefix:
+            out["mean_abs"] = (_sig(m["mean_abs"]), _sig(b["mean_abs"]))
     return out
 
 
 def baseline_from_report(report: dict) -> dict:
-    """The accepted state: pass and xfail records, with their errors and bounds."""
+    """The accepted state: pass and xfail records, with their errors and bounds, and the policy's sha256."""
     entries = {}
     for r in report["records"]:
         if r["status"] in ("pass", "xfail"):
             entries[r["key"]] = {"backend": r["backend"], "id": r["id"], "dtype": r["dtype"], "level": r["level"],
-                                 "status": r["status"],
+                                 "role": r.get("role", "verified"), "status": r["status"],
                                  "errors": {k: {"value": v, "bound": bd} for k, (v, bd) in _errors(r).items()}}
     return {"schema": BASELINE_SCHEMA, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "source": {"suite_version": report["suite_version"], "git": report["git"], "grid": report.get("grid"),
                        "device": report["environment"]["device"]},
+            "policy": {"source": report["policy"]["source"], "sha256": report["policy"]["sha256"]},
             "entries": dict(sorted(entries.items()))}
 
 
 def load_baseline(path: str | Path) -> dict:
-    """A baseline file, or a full report used as one."""
-    data = json.loads(Path(path).read_text())
+    """A baseline file (validated against its schema), or a full report used as one."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"{path}: no such baseline; create the first one from a verified report with "
+                         f"`lrkv gate REPORT --baseline {path} --update-baseline`")
+    data = read_json(path)
     if data.get("schema") == REPORT_SCHEMA:
+        validate_file(data, path, "report.schema.json")
         return baseline_from_report(data)
     if data.get("schema") != BASELINE_SCHEMA:
-        raise ValueError(f"{path}: neither a baseline ({BASELINE_SCHEMA}) nor a report ({REPORT_SCHEMA})")
+        raise ValueError(f"{path}: field schema: neither a baseline ({BASELINE_SCHEMA}) nor a report ({REPORT_SCHEMA})")
+    validate_file(data, path, "baseline.schema.json")
     return data
+
+
+def write_baseline(baseline: dict, path: str | Path) -> None:
+    write_atomic(path, json.dumps(baseline, indent=1, allow_nan=False) + "\n")
+
+
+# ----------------------------------------------------------------------------- re-judging
+def report_policy(report: dict) -> Policy:
+    """The policy the report says it was judged under (ValueError if its sha256 does not match)."""
+    return Policy.from_dict(report["policy"])
+
+
+def rejudge(rec: dict, policy: Policy) -> tuple[str, str]:
+    """(status, reason) the record's evidence supports; status 'error' if the record was altered."""
+    from .cases import Case
+    from .levels import get_level
+
+    st = rec["status"]
+    try:
+        case = Case.from_dict(rec["case"])
+        if case.id != rec["id"] or rec["key"] != f"{rec['backend']}::{case.id}" or case.expect != rec["expect"] \
+                or case.dtype != rec["dtype"] or case.level != rec["level"]:
+            return "error", "report altered: the record's id, key, level, dtype or expect does not match its case"
+        if st in ("error", "skip"):
+            return st, rec["reason"]
+        want = set(get_level(case.level).outputs(case))
+        if set(rec.get("outputs") or {}) != want:
+            return "error", f"report altered: outputs {sorted(rec.get('outputs') or {})}, the level has {sorted(want)}"
+        got, reason = judge_record(rec, policy.resolve(rec["backend"], rec["dtype"]))
+    except (ValueError, TypeError, KeyError) as e:
+        return "error", f"report altered: the record cannot be re-judged ({type(e).__name__}: {e})"
+    if got != st:
+        return "error", f"report altered: stored status {st!r}, its evidence says {got!r}" + (f" ({reason})" if reason else "")
+    return got, reason
 
 
 def _compare(rec: dict, base: dict, policy: Policy) -> tuple[str, str]:
@@ -102,44 +155,80 @@ def _compare(rec: dict, base: dict, policy: Policy) -> tuple[str, str]:
     return "PASS", ""
 
 
-def classify(report: dict, baseline: dict, *, subset: bool = False) -> list[GateEntry]:
-    """One entry per key in the report or the baseline. subset=True ignores baseline entries of
-    backends that the report did not run at all (a report for one backend gated against the
-    whole baseline)."""
-    policy = Policy.from_dict(report["policy"])
+def classify(report: dict, baseline: dict, *, subset: bool = False, check_policy: bool = True) -> list[GateEntry]:
+    """One entry per key in the report or the baseline, plus report-level ERROR/UNVERIFIED entries.
+
+    subset=True ignores baseline entries of backends that the report did not run at all (a
+    report for one backend gated against the whole baseline). check_policy=False skips the
+    baseline's policy pin (only for --update-baseline, which changes the pin on purpose)."""
+    entries: list[GateEntry] = []
+    try:
+        policy = report_policy(report)
+    except ValueError as e:
+        return [GateEntry("policy", "*", "*", "*", "ERROR", f"report altered: {e}")]
+    if not report.get("complete", False):
+        entries.append(GateEntry("complete", "*", "*", "*", "ERROR",
+                                 "the report is incomplete (the run was interrupted): re-run lrkv verify"))
+    pinned = (baseline.get("policy") or {}).get("sha256")
+    if check_policy and pinned and pinned != policy.sha256:
+        entries.append(GateEntry("policy", "*", "*", "*", "ERROR",
+                                 f"the report was judged under policy {policy.source!r} (sha256 {policy.sha256[:12]}), "
+                                 f"the baseline pins {pinned[:12]} ({baseline['policy'].get('source')!r}); "
+                                 "accept a policy change on purpose with --update-baseline"))
     base = baseline["entries"]
-    entries = []
-    seen = set()
+    seen, verified = set(), Counter()
     for r in report["records"]:
         key, b = r["key"], base.get(r["key"])
         seen.add(key)
-        st = r["status"]
+        st, reason = rejudge(r, policy)
         if st == "error":
-            klass, detail = "ERROR", r["reason"]
+            klass, detail = "ERROR", reason
         elif st == "fail":
-            klass, detail = "FAIL", r["reason"]
+            klass, detail = "FAIL", reason
         elif st == "skip":
-            klass, detail = ("MISSING", f"skipped now: {r['reason']}") if b else ("SKIP", r["reason"])
+            klass, detail = ("MISSING", f"skipped now: {reason}") if b else ("SKIP", reason)
         elif st == "xfail":
-            klass, detail = "XFAIL", r["reason"]
+            klass, detail = ("REGRESSED", f"a baseline pass is now an expected difference: {reason}") \
+                if b and b["status"] == "pass" else ("XFAIL", reason)
         elif b is None:
             klass, detail = "PASS", "new (not in the baseline)"
         elif b["status"] != "pass":
             klass, detail = "IMPROVED", f"baseline status {b['status']}, now pass"
         else:
             klass, detail = _compare(r, b, policy)
+        if st == "pass":
+            verified[r["backend"]] += 1
         entries.append(GateEntry(key, r["backend"], r["id"], r["dtype"], klass, detail))
-    ran = {r["backend"] for r in report["records"]}
+    ran = {r["backend"] for r in report["records"]} | {b["name"] for b in report.get("backends", [])}
     for key, b in base.items():
         if key in seen or (subset and b["backend"] not in ran):
             continue
         entries.append(GateEntry(key, b["backend"], b["id"], b["dtype"], "MISSING",
                                  "in the baseline, absent from the report"))
+    for name in sorted(ran):
+        if not verified[name]:
+            n = sum(1 for r in report["records"] if r["backend"] == name)
+            entries.append(GateEntry(f"{name}::*", name, "*", "*", "UNVERIFIED",
+                                     f"no case of {name} was verified ({n} records, none a pass)"))
     return entries
 
 
-def exit_code(entries: list[GateEntry]) -> int:
-    return 1 if any(e.klass in BLOCKING for e in entries) else 0
+def independently_verified(report: dict, entries: list[GateEntry]) -> list[str]:
+    """Non-baseline backends with at least one case the gate accepted as a pass."""
+    roles = {b["name"]: b.get("role", "verified") for b in report.get("backends", [])}
+    passed = {e.backend for e in entries if e.klass in ("PASS", "IMPROVED", "REGRESSED") and e.case_id != "*"}
+    return sorted(b for b in passed if roles.get(b, "verified") != "baseline")
+
+
+def exit_code(entries: list[GateEntry], report: dict | None = None) -> int:
+    """1 if anything blocks; 4 if nothing was independently verified; 0 otherwise."""
+    if any(e.klass in BLOCKING - {"UNVERIFIED"} for e in entries):
+        return EXIT_BLOCKED
+    if report is not None and not independently_verified(report, entries):
+        return EXIT_NOTHING
+    if any(e.klass == "UNVERIFIED" for e in entries):
+        return EXIT_BLOCKED
+    return EXIT_OK
 
 
 def counts(entries: list[GateEntry]) -> dict[str, int]:
@@ -147,9 +236,10 @@ def counts(entries: list[GateEntry]) -> dict[str, int]:
     return {k: c.get(k, 0) for k in CLASSES}
 
 
-def render_markdown(entries: list[GateEntry], max_rows: int = 40) -> str:
+def render_markdown(entries: list[GateEntry], max_rows: int = 40, report: dict | None = None) -> str:
     c = counts(entries)
-    verdict = "❌ blocked" if exit_code(entries) else "✅ ok"
+    code = exit_code(entries, report)
+    verdict = {EXIT_OK: "✅ ok", EXIT_BLOCKED: "❌ blocked", EXIT_NOTHING: "⚠️ nothing verified"}[code]
     lines = [f"## LRKV merge gate — {verdict}", "",
              " · ".join(f"{k} {v}" for k, v in c.items() if v or k in BLOCKING), ""]
     notable = [e for e in entries if e.klass not in ("PASS", "SKIP", "XFAIL")]
@@ -162,8 +252,3 @@ def render_markdown(entries: list[GateEntry], max_rows: int = 40) -> str:
         if len(notable) > max_rows:
             lines.append(f"\n… {len(notable) - max_rows} more")
     return "\n".join(lines) + "\n"
-
-
-def write_baseline(baseline: dict, path: str | Path) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(baseline, indent=1, allow_nan=False) + "\n")

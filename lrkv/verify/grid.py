@@ -3,8 +3,10 @@
 The default grid covers: ranks 0, 1, odd, the paper's 46/51/55/54 (Table 7) and r = d_h;
 head counts 1, 2, 4, 5, 6, 12, 18, 32; lengths 0, 1, odd and > 4096; varlen batches;
 RoPE none / exact / aligned / latent; QK-RMSNorm; float64 / float32 / bfloat16 / float16;
-and the adversarial inputs (NaN or finite garbage past lengths, queries ×100, keys that
-nearly cancel, split counts that don't divide T).
+the adversarial inputs (NaN or finite garbage past lengths, queries ×100, keys that
+nearly cancel, split counts that don't divide T); a non-default RoPE base (θ = 500000) at
+every level; and non-contiguous caches (shared K/V packed in one tensor, latents stored
+head-major and viewed as [B, T, H, r]).
 
 Budget: the grid must run in under 3 minutes on 2 CPU cores for the default backends. The
 costly part is inductor (float64/float32 only), which compiles once per (graph, dtype,
@@ -29,6 +31,9 @@ LATENT = AttentionSpec.lrkv(4, 32, 6, rope="latent")
 QKN = AttentionSpec.lrkv(4, 32, 6, qk_norm=True)
 QKN_EXACT = AttentionSpec.lrkv(4, 32, 6, rope="exact", qk_norm=True)
 ALIGNED_QKN = AttentionSpec.lrkv(4, 32, 6, rope="aligned", qk_norm=True)
+LONG_THETA = 500000.0  # a non-default RoPE base (Llama-3's): a backend that ignores rope_theta must fail
+EXACT_THETA = AttentionSpec.lrkv(4, 32, 6, rope="exact", rope_theta=LONG_THETA)
+ALIGNED_QKN_THETA = AttentionSpec.lrkv(4, 32, 6, rope="aligned", qk_norm=True, rope_theta=LONG_THETA)
 
 
 def _paper_kernel_spec(label: str) -> AttentionSpec:
@@ -71,6 +76,10 @@ def _kernel_cases() -> list[Case]:
         *k(QKN, ("float32", "bfloat16"), (10, 33, 2), 40),
         *k(QKN_EXACT, ("float64", "float16"), (10, 33, 2), 40),
         *k(QKN_EXACT, ("float64",), (4, 1, 3), 4),
+        # a non-default RoPE base; non-contiguous caches (K/V packed, latents head-major)
+        *k(EXACT_THETA, ("float32", "bfloat16"), (10, 33, 2), 40),
+        *k(BASE, ("float64", "float32", "bfloat16"), (10, 33, 2), 40, layout="strided"),
+        *k(QKN_EXACT, ("float32", "float16"), (10, 33, 2), 40, layout="strided"),
     ]
 
 
@@ -82,6 +91,7 @@ def _layer_cases() -> list[Case]:
         *_cases("layer", QKN_EXACT, ("float64", "bfloat16"), (3, 8, 5), 10),
         *_cases("layer", LATENT, ("float64",), (2, 9, 4), 12),
         *_cases("layer", ALIGNED_QKN, ("float32",), (5, 12, 1), 12),
+        *_cases("layer", ALIGNED_QKN_THETA, ("float32", "bfloat16"), (5, 12, 1), 12),
         *_cases("layer", paper_exact, ("bfloat16",), (9, 20), 24),  # the 128M layer, d = 768
     ]
 
@@ -92,6 +102,7 @@ def _model_cases() -> list[Case]:
         *m(BASE, ("float32", "bfloat16")),
         *m(QKN_EXACT, ("float64", "bfloat16")),
         *m(ALIGNED_QKN, ("float32",)),
+        *m(EXACT_THETA, ("float64", "bfloat16")),
         # the paper's latent RoPE (Sec. 3) is not the model: recorded as an expected difference
         *m(LATENT, ("float64",), expect="differ"),
     ]

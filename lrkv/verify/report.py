@@ -12,7 +12,9 @@ import json
 import os
 import platform
 import subprocess
+import tempfile
 from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
@@ -77,7 +79,7 @@ def summarize(records: list[dict]) -> dict:
 
 
 def build_report(records: list[dict], policy, backends: list[dict], *, grid: str, argv: list[str] | None = None,
-                 seconds: float | None = None) -> dict:
+                 seconds: float | None = None, complete: bool = True) -> dict:
     return {
         "schema": SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -87,6 +89,8 @@ def build_report(records: list[dict], policy, backends: list[dict], *, grid: str
         "command": argv or [],
         "grid": grid,
         "seconds": seconds,
+        "complete": complete,
+        "interrupted": not complete,
         "policy": policy.to_dict(),
         "backends": backends,
         "summary": summarize(records),
@@ -94,8 +98,54 @@ def build_report(records: list[dict], policy, backends: list[dict], *, grid: str
     }
 
 
-def schema() -> dict:
-    return json.loads(resources.files("lrkv.verify").joinpath("report.schema.json").read_text())
+@dataclass(frozen=True)
+class Verification:
+    """What a set of records verified (DESIGN §7: a run that verified nothing is never green)."""
+
+    failed: bool  # some record is fail or error
+    empty: dict[str, str]  # backend -> why it verified no case
+    unavailable: frozenset[str]  # backends that were unavailable here (a toolchain is missing)
+    independent: tuple[str, ...]  # non-baseline backends with at least one verified case
+
+    @property
+    def nothing_verified(self) -> bool:
+        return bool(self.empty) or not self.independent
+
+    def message(self) -> str:
+        parts = [f"{b}: {why}" for b, why in self.empty.items()]
+        if not self.independent and not self.empty:
+            parts.append("only baseline paths ran (reference, materialized and eager pass by construction); "
+                         "name a backend to verify with --backend")
+        return "nothing verified: " + "; ".join(parts) if parts else ""
+
+
+def _why_empty(recs: list[dict]) -> str:
+    if not recs:
+        return "no case selected for it"
+    reasons = Counter(r["reason"].split(";")[0][:120] for r in recs if r["status"] in ("skip", "error"))
+    counts = Counter(r["status"] for r in recs)
+    top = "; ".join(f"{n}× {why}" for why, n in reasons.most_common(2))
+    return f"0 of {len(recs)} cases verified ({', '.join(f'{n} {s}' for s, n in counts.items())}){': ' + top if top else ''}"
+
+
+def verification(records: list[dict], backends: list[dict]) -> Verification:
+    """Recompute, from the records, which backends verified something."""
+    by = {b["name"]: [] for b in backends}
+    for r in records:
+        by.setdefault(r["backend"], []).append(r)
+    roles = {b["name"]: b.get("role", "verified") for b in backends}
+    for r in records:
+        roles.setdefault(r["backend"], r.get("role", "verified"))
+    empty = {name: _why_empty(recs) for name, recs in by.items() if not any(r["status"] == "pass" for r in recs)}
+    independent = tuple(n for n, recs in by.items()
+                        if roles.get(n) != "baseline" and any(r["status"] == "pass" for r in recs))
+    unavailable = frozenset(b["name"] for b in backends if not b.get("available", True))
+    failed = any(r["status"] in ("fail", "error") for r in records)
+    return Verification(failed, empty, unavailable, independent)
+
+
+def schema(name: str = "report.schema.json") -> dict:
+    return json.loads(resources.files("lrkv.verify").joinpath(name).read_text())
 
 
 def validate_report(report: dict) -> None:
@@ -105,19 +155,73 @@ def validate_report(report: dict) -> None:
     jsonschema.validate(report, schema())
 
 
-def load_report(path: str | Path) -> dict:
-    data = json.loads(Path(path).read_text())
-    if data.get("schema") != SCHEMA:
-        raise ValueError(f"{path}: not a tolerance report (schema {data.get('schema')!r}, expected {SCHEMA!r})")
+def validate_file(data: dict, path, schema_name: str) -> None:
+    """Validate a loaded report/baseline; a violation is a ValueError naming the file and the field."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(schema(schema_name))
+    error = jsonschema.exceptions.best_match(validator.iter_errors(data))
+    if error is not None:
+        where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
+        raise ValueError(f"{path}: field {where}: {error.message[:300]}")
+
+
+def read_json(path) -> dict:
+    """A JSON file, with a ValueError naming it when it is missing or malformed."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: cannot read: {e}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
     return data
 
 
-def write_report(report: dict, out_dir: str | Path) -> tuple[Path, Path]:
+def load_report(path: str | Path) -> dict:
+    data = read_json(path)
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"{path}: field schema: not a tolerance report ({data.get('schema')!r}, expected {SCHEMA!r})")
+    validate_file(data, path, "report.schema.json")
+    return data
+
+
+def write_atomic(path: str | Path, text: str) -> Path:
+    """Write text to path through a temporary file and a rename: never a half-written file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def report_paths(out_dir: str | Path) -> tuple[Path, Path]:
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    jpath, mpath = out / "report.json", out / "report.md"
-    jpath.write_text(json.dumps(report, indent=1, allow_nan=False) + "\n")
-    mpath.write_text(render_markdown(report))
+    return out / "report.json", out / "report.md"
+
+
+def clear_report(out_dir: str | Path) -> None:
+    """Remove a previous run's report, so that a run that dies leaves no stale green report."""
+    for p in report_paths(out_dir):
+        p.unlink(missing_ok=True)
+
+
+def write_report(report: dict, out_dir: str | Path) -> tuple[Path, Path]:
+    jpath, mpath = report_paths(out_dir)
+    write_atomic(mpath, render_markdown(report))
+    write_atomic(jpath, json.dumps(report, indent=1, allow_nan=False) + "\n")  # last: its presence means done
     return jpath, mpath
 
 
@@ -139,29 +243,48 @@ def _table(header: list[str], rows: list[list], limit: int = MARKDOWN_MAX_ROWS) 
     return lines
 
 
+def headline(report: dict) -> str:
+    """The report's verdict in one line: ❌ failures, ⚠️ nothing verified / incomplete, ✅ otherwise."""
+    recs = report["records"]
+    tot = summarize(recs)["total"]
+    counts = (f"{tot['pass']} pass · {tot['fail']} fail · {tot['error']} error · {tot['skip']} skip · "
+              f"{tot['xfail']} xfail")
+    ver = verification(recs, report["backends"])
+    if not report.get("complete", True):
+        return f"⚠️ INCOMPLETE (interrupted run — the gate refuses it) · {counts}"
+    if ver.failed:
+        return f"❌ {counts}"
+    if ver.nothing_verified:
+        return f"⚠️ {ver.message()} · {counts}"
+    return f"✅ {counts}"
+
+
 def render_markdown(report: dict) -> str:
     recs = report["records"]
-    tot = report["summary"]["total"]
-    bad = tot["fail"] + tot["error"]
     env, git = report["environment"], report["git"]
     commit = (git["commit"] or "unknown")[:12] + (" (dirty)" if git.get("dirty") else "")
+    policy = report["policy"]
     lines = [
-        f"## LRKV tolerance report — {'❌' if bad else '✅'} {tot['pass']} pass · {tot['fail']} fail · "
-        f"{tot['error']} error · {tot['skip']} skip · {tot['xfail']} xfail",
+        f"## LRKV tolerance report — {headline(report)}",
         "",
         f"suite {report['suite_version']} · commit `{commit}` · torch {env['torch']} · triton {env['triton']} · "
         f"{env['device']}{' · TRITON_INTERPRET' if env['interpreter'] else ''} · grid `{report['grid']}` · "
-        f"policy `{report['policy']['source']}`",
+        f"policy `{policy['source']}` (sha256 `{policy.get('sha256', '')[:12]}`)",
         "",
     ]
     rows = []
-    for b, counts in report["summary"]["by_backend"].items():
+    roles = {b["name"]: b.get("role", "verified") for b in report["backends"]}
+    for b, counts in summarize(recs)["by_backend"].items():
         mine = [r for r in recs if r["backend"] == b and r["ratio"] is not None and r["status"] != "xfail"]
         worst = max(mine, key=lambda r: parse_float(r["ratio"]), default=None)
         secs = sum(r["seconds"] for r in recs if r["backend"] == b)
-        rows.append([b, counts["pass"], counts["fail"], counts["error"], counts["skip"], counts["xfail"],
+        label = f"{b} (baseline path)" if roles.get(b) == "baseline" else b
+        rows.append([label, counts["pass"], counts["fail"], counts["error"], counts["skip"], counts["xfail"],
                      "—" if worst is None else f"{_g(worst['ratio'])} ({worst['id']})", f"{secs:.1f}s"])
     lines += _table(["backend", "pass", "fail", "error", "skip", "xfail", "worst max|err|/bound", "time"], rows)
+    if any(v == "baseline" for v in roles.values()):
+        lines += ["", "_Baseline paths are the oracle's own algorithms at lower precision: they pass by "
+                      "construction and do not count as verified backends._"]
     failing = [r for r in recs if r["status"] in ("fail", "error")]
     if failing:
         lines += ["", f"### Failures and errors ({len(failing)})", ""]

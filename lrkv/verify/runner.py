@@ -1,21 +1,28 @@
 """Run cases against backends and produce one report record per (case, backend).
 
-Per case, once: draw the inputs at τ, run the float64 reference on the rounded values and
-the same-dtype eager baselines (err_base). Per backend: run it on a fresh copy of the
-inputs, measure, bound, judge (DESIGN §6) and record (DESIGN §7).
+Per case, once (`prepare`): draw the inputs at τ; run every oracle path of the case's level
+(levels.py) in float64 on the rounded values; require the paths to agree within the float64
+rounding bound (and, on tiny kernel shapes, the mpmath oracle) — otherwise every backend's
+record is ERROR "oracle inconsistent" and nothing is judged; then run each path again at
+the precision each output is produced in (τ for out/y, the accumulation dtype for lse)
+against its OWN float64 run: err_base is the worst of those (DESIGN §6).
 
-err_base is the field-wise worst of two eager paths at τ with different operation orders:
-the materialized path (DESIGN §6) and the factored reference math itself (FlashAttention's
-`out_pt`: the reference function run at the low dtype). One order alone is a poor sample
-when few outputs carry large cancelling terms (near_cancel with q×100 and one valid slot:
-the two orders' errors differ by 3× either way). The layer-model level keeps the training
-form only: the incremental path is what it judges.
+Per backend (`run_case`): call it on a fresh copy of the inputs, in a worker thread with the
+policy's per-case time limit; check what came back (tensors, real floating dtype, the
+input's device, the contract's shapes and dtypes); measure; record the evidence; and let
+`tolerance.judge_record` — the same function the gate re-runs — decide the status.
+
+Every (case, backend) pair yields a record: a case the backend does not implement, at a
+dtype it does not support, or while it is unavailable is a skip with its reason, never
+dropped; anything the backend raises (SystemExit included) is an ERROR record; a backend
+that hangs gets an ERROR record and is not called again in this run.
 """
 
 from __future__ import annotations
 
 import math
 import shlex
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable
@@ -23,16 +30,16 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..reference.lrkv import decode_attention, layer_forward, layer_step, materialized_decode_attention
 from ..spec import as_dtype, dtype_name
-from .bounds import (U64, Conditioning, ConditioningProbe, kernel_conditioning, layer_gain, oracle_check,
-                     oracle_reference)
-from .cases import Case, case_shapes, empty_cache, make_inputs
+from .backend import check_available
+from .bounds import U64, Conditioning, oracle_reference
+from .cases import Case, case_shapes
+from .levels import get_level
 from .metrics import ErrorMetrics, error_metrics, json_float, worst_of
-from .tolerance import Policy, Tolerance, fa3_atol, judge, make_bound
+from .tolerance import Policy, Tolerance, fa3_atol, judge_record, make_bound
 
-LEVEL_NEEDS = {"kernel": "kernel", "layer": "layer", "layer-model": "layer"}  # case level -> backend level
 REASON_CHARS = 600  # keep reasons readable in a PR comment
+ORACLE_TOLERANCE_KEY = "oracle"  # the policy is resolved for this pseudo-backend for the oracle's own checks
 
 
 @dataclass
@@ -40,102 +47,89 @@ class Prepared:
     """Everything about a case that does not depend on the backend."""
 
     case: Case
-    inputs: object  # KernelInputs | LayerInputs | ModelInputs, at τ
-    ref: dict[str, torch.Tensor]  # float64 reference outputs: out/lse or y
+    inputs: object  # the level's input bundle, at τ
+    ref: dict[str, torch.Tensor]  # float64 reference outputs (the level's first path)
     base: dict[str, ErrorMetrics]  # err_base per output
-    atol: dict[str, float]  # atol(τ) per output
+    atol: dict[str, float]  # atol per output, at its own magnitude and dtype
+    expected: dict[str, tuple]  # output -> (shape, dtype) of the contract
     cond: Conditioning = field(default_factory=Conditioning)
+    float64: dict[str, float] | None = None  # float64 rounding bound per output (τ = float64)
     oracle: torch.Tensor | None = None  # the mpmath oracle's out (tiny float64 kernel cases)
+    inconsistent: str = ""  # why the oracle paths disagree ('' when they agree)
 
 
-def decode_sequence(step: Callable, weights, x: torch.Tensor, case: Case) -> torch.Tensor:
-    """Feed x [B, T, d] one token at a time through step(weights, x_t, cache, positions).  # [B, T, d]"""
-    cache = empty_cache(case, x.dtype)
-    ys = []
-    for t in range(x.shape[1]):
-        y, cache = step(weights, x[:, t], cache, torch.full((x.shape[0],), t, dtype=torch.int64, device=x.device))
-        ys.append(y)
-    return torch.stack(ys, dim=1)
+def float64_bounds(case: Case, cond: Conditioning, names: Iterable[str], c: float) -> dict[str, float]:
+    """The a-priori float64 rounding bound of each output (bounds.py)."""
+    out = {}
+    for name in names:
+        if name == "lse":  # lse = m + log l: logit error plus the rounding of log over T terms
+            out[name] = c * U64 * cond.n * (1.0 + 2.0 * cond.logit + math.log(case.t_max + 1))
+        else:
+            out[name] = cond.bound(c)
+    return out
 
 
-def kernel_reference(inp) -> tuple[dict, dict, Conditioning]:
-    """float64 reference (out, lse) on kernel inputs at τ, err_base of the eager baselines at τ,
-    and the conditioning for the float64 bound."""
+def _consistency(case: Case, level, f64: dict, bounds: dict[str, float], oracle) -> str:
+    """'' when the oracle's float64 paths (and the mpmath oracle) agree within rounding."""
+    problems = []
+    for a, b in level.consistency(case):
+        for name, bound in bounds.items():
+            m = error_metrics(f64[a][name], f64[b][name])
+            if not (m.nonfinite_match and m.max_abs <= 2.0 * bound):  # each within `bound` of the exact value
+                problems.append(f"{name}: {a} vs {b} differ by {m.max_abs:.3g} (float64 rounding bound "
+                                f"{2 * bound:.3g}{'' if m.nonfinite_match else ', non-finite positions differ'})")
+    if oracle is not None:
+        first = next(iter(f64))
+        m = error_metrics(f64[first]["out"], oracle)
+        if not (m.nonfinite_match and m.max_abs <= bounds["out"]):
+            problems.append(f"out: {first} vs the mpmath oracle differ by {m.max_abs:.3g} (bound {bounds['out']:.3g})")
+    return "; ".join(problems)
+
+
+def prepare(case: Case, policy: Policy | None = None) -> Prepared:
+    """Draw the case's inputs, run and cross-check the oracle, and measure err_base."""
+    policy = policy or Policy({}, {}, {})
+    c = policy.resolve(ORACLE_TOLERANCE_KEY, "float64").float64_c
+    level = get_level(case.level)
+    inp = level.make_inputs(case)
     inp64 = inp.to(torch.float64)
-    out_ref, lse_ref = inp64.call(decode_attention)
-    out_m, lse_m = inp.call(materialized_decode_attention)
-    out_f, lse_f = inp.call(decode_attention)
-    ref = {"out": out_ref, "lse": lse_ref}
-    base = {"out": worst_of(error_metrics(out_m, out_ref), error_metrics(out_f, out_ref)),
-            "lse": worst_of(error_metrics(lse_m, lse_ref), error_metrics(lse_f, lse_ref))}
-    return ref, base, kernel_conditioning(*inp64.args(), **inp64.kwargs())
+    paths = level.paths(case)
+    f64 = {name: fn(inp64) for name, fn in paths.items()}
+    ref = f64[next(iter(paths))]
+    expected = level.outputs(case)
+    cond = level.conditioning(inp64, case)
+    bounds = float64_bounds(case, cond, expected, c)
+    oracle = oracle_reference(inp) if case.level == "kernel" else None
+    inconsistent = _consistency(case, level, f64, bounds, oracle)
+    # err_base: each path at each output's own precision against its own float64 run
+    base: dict[str, ErrorMetrics] = {}
+    runs = {}
+    for name, (_, dt) in expected.items():
+        if dt not in runs:
+            low = inp if dt == case.torch_dtype else inp.to(dt)
+            runs[dt] = {p: fn(low) for p, fn in paths.items()}
+        base[name] = worst_of(*(error_metrics(runs[dt][p][name], f64[p][name]) for p in paths))
+    atol = {name: fa3_atol(ref[name], dt) for name, (_, dt) in expected.items()}
+    return Prepared(case, inp, ref, base, atol, expected, cond,
+                    bounds if case.dtype == "float64" else None, oracle, inconsistent)
 
 
-def _layer_reference(inp) -> tuple[dict, dict, Conditioning]:
-    inp64 = inp.to(torch.float64)
-    probe = ConditioningProbe(decode_attention)
-    y_ref, _ = layer_step(inp64.weights, inp64.x_t, inp64.cache.clone(), inp64.positions, decode=probe)
-    y_m, _ = layer_step(inp.weights, inp.x_t, inp.cache.clone(), inp.positions, decode=materialized_decode_attention)
-    y_f, _ = layer_step(inp.weights, inp.x_t, inp.cache.clone(), inp.positions)
-    return {"y": y_ref}, {"y": worst_of(error_metrics(y_m, y_ref), error_metrics(y_f, y_ref))}, probe.cond
-
-
-def _model_reference(inp, case: Case) -> tuple[dict, dict, Conditioning]:
-    """The model is the training form over the whole sequence; so is its baseline."""
-    inp64 = inp.to(torch.float64)
-    ref = {"y": layer_forward(inp64.weights, inp64.x)}
-    base = {"y": error_metrics(layer_forward(inp.weights, inp.x), ref["y"])}
-    probe = ConditioningProbe(decode_attention)
-    decode_sequence(lambda w, x, c, p: layer_step(w, x, c, p, decode=probe), inp64.weights, inp64.x, case)
-    return ref, base, probe.cond
-
-
-def prepare(case: Case) -> Prepared:
-    """Draw the case's inputs and run everything that does not depend on the backend."""
-    inp = make_inputs(case)
-    oracle = None
-    if case.level == "kernel":
-        ref, base, cond = kernel_reference(inp)
-        oracle = oracle_reference(inp)
-    elif case.level == "layer":
-        ref, base, cond = _layer_reference(inp)
-    else:
-        ref, base, cond = _model_reference(inp, case)
-    if case.level != "kernel":
-        extra, cond.gain = layer_gain(inp.weights)
-        cond.n += extra
-    atol = {name: fa3_atol(t, case.torch_dtype) for name, t in ref.items()}
-    return Prepared(case, inp, ref, base, atol, cond, oracle)
-
-
-def judge_outputs(prep: Prepared, outs: dict[str, torch.Tensor], tol: Tolerance) -> dict[str, tuple]:
-    """Per output name: (metrics, bound, ok, reason) under the rule."""
-    f64 = _float64_bounds(prep, tol)
-    verdicts = {}
-    for name, t in outs.items():
-        m = error_metrics(t, prep.ref[name])
-        bound = make_bound(prep.base[name], prep.atol[name], tol, None if f64 is None else f64[name])
-        verdicts[name] = (m, bound, *judge(m, bound, name))
-    return verdicts
-
-
-# ----------------------------------------------------------------------------- one backend
-def applicable(backend, case: Case) -> bool:
-    """Whether the backend claims this case's level and dtype (otherwise no record at all)."""
-    return LEVEL_NEEDS[case.level] in backend.levels and as_dtype(case.dtype) in tuple(backend.dtypes)
-
-
+# ----------------------------------------------------------------------------- records
 def repro_command(label: str, case: Case) -> str:
     return f"lrkv verify --backend {shlex.quote(label)} --case {shlex.quote(case.to_json())}"
+
+
+def role_of(backend) -> str:
+    return "baseline" if getattr(backend, "role", "verified") == "baseline" else "verified"
 
 
 def _record(case: Case, backend, label: str) -> dict:
     return {
         "key": f"{backend.name}::{case.id}", "id": case.id, "level": case.level, "backend": backend.name,
-        "backend_ref": label, "dtype": case.dtype, "spec": case.spec.to_dict(), "shapes": case_shapes(case),
-        "seed": case.seed, "case": case.to_dict(), "expect": case.expect, "metrics": None,
-        "baseline_metrics": None, "bound": None, "ratio": None, "lse": None, "oracle": None,
-        "status": "skip", "reason": "", "seconds": 0.0, "out_dtype": None, "repro": repro_command(label, case),
+        "backend_ref": label, "role": role_of(backend), "dtype": case.dtype, "spec": case.spec.to_dict(),
+        "shapes": case_shapes(case), "seed": case.seed, "case": case.to_dict(), "expect": case.expect,
+        "outputs": None, "metrics": None, "baseline_metrics": None, "bound": None, "ratio": None, "oracle": None,
+        "status": "skip", "reason": "", "seconds": 0.0, "repro": repro_command(label, case),
     }
 
 
@@ -145,122 +139,195 @@ def skip_record(case: Case, backend, label: str, reason: str) -> dict:
     return rec
 
 
-def _check_shape(name: str, t, shape: tuple) -> torch.Tensor:
-    if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(shape):
-        got = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-        raise ValueError(f"backend returned {name} {got}, the contract says {list(shape)}")
-    return t
+def error_record(case: Case, backend, label: str, reason: str, detail: str = "", seconds: float = 0.0) -> dict:
+    rec = _record(case, backend, label)
+    rec.update(status="error", reason=reason[:REASON_CHARS], seconds=seconds)
+    if detail:
+        rec["detail"] = detail[-2000:]
+    return rec
 
 
-def _call(prep: Prepared, backend) -> dict[str, torch.Tensor]:
-    case = prep.case
-    B, H, d_h, d = case.batch, case.spec.n_heads, case.spec.head_dim, case.spec.d_model
-    if case.level == "kernel":
-        res = prep.inputs.clone().call(backend.decode_attention)
-        if not (isinstance(res, tuple) and len(res) == 2):
-            raise ValueError(f"decode_attention must return (out, lse), got {type(res).__name__}")
-        return {"out": _check_shape("out", res[0], (B, H, d_h)), "lse": _check_shape("lse", res[1], (B, H))}
-    if case.level == "layer":
-        inp = prep.inputs.clone()
-        y, _ = backend.layer_step(inp.weights, inp.x_t, inp.cache, inp.positions)
-        return {"y": _check_shape("y", y, (B, d))}
-    y = decode_sequence(backend.layer_step, prep.inputs.weights, prep.inputs.x.clone(), case)
-    return {"y": _check_shape("y", y, (B, case.t_max, d))}
+def _describe(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
 
 
-def _float64_bounds(prep: Prepared, tol: Tolerance) -> dict[str, float] | None:
-    if prep.case.dtype != "float64":
-        return None
-    out = {name: prep.cond.bound(tol.float64_c) for name in prep.ref if name != "lse"}
-    if "lse" in prep.ref:  # lse = m + log l: logit error plus the rounding of log over T terms
-        c = prep.cond
-        out["lse"] = tol.float64_c * U64 * c.n * (1.0 + 2.0 * c.logit + math.log(prep.case.t_max + 1))
-    return out
+def _check_output(name: str, t, shape: tuple, device: torch.device) -> str:
+    """'' if t is a usable output tensor, else why not (an ERROR: nothing can be measured)."""
+    if not isinstance(t, torch.Tensor):
+        return f"{name} is a {type(t).__name__}, not a torch.Tensor"
+    if t.is_complex():
+        return f"{name} has complex dtype {t.dtype}; the contract's outputs are real"
+    if not t.is_floating_point():
+        return f"{name} has dtype {t.dtype}; the contract's outputs are floating point"
+    if t.device.type == "meta":
+        return f"{name} is on the meta device (no data)"
+    if t.device != device:
+        return f"{name} is on {t.device}; the inputs were on {device}"
+    if tuple(t.shape) != tuple(shape):
+        return f"backend returned {name} {list(t.shape)}, the contract says {list(shape)}"
+    return ""
+
+
+class _Timeout(Exception):
+    pass
+
+
+def call_with_timeout(fn: Callable[[], object], seconds: float):
+    """fn() in a daemon worker thread; its result, or its exception re-raised here, or _Timeout.
+
+    A Python thread cannot be killed: a hung call is abandoned (the caller stops using that
+    backend). BaseException is carried over too, so a backend's SystemExit becomes an ERROR
+    record instead of ending the run; KeyboardInterrupt arrives in the main thread.
+    """
+    box: dict[str, object] = {}
+
+    def target():
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 — reported, never swallowed
+            box["error"] = e
+
+    worker = threading.Thread(target=target, name="lrkv-backend-call", daemon=True)
+    worker.start()
+    worker.join(seconds if seconds > 0 else None)
+    if worker.is_alive():
+        raise _Timeout(f"no result within the per-case time limit of {seconds:g} s (policy case_timeout)")
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["value"]
+
+
+def _evidence(prep: Prepared, outs: dict[str, torch.Tensor], tol: Tolerance) -> dict:
+    """Per output: what the gate needs to re-judge — metrics, err_base, atol, float64 bound, dtypes."""
+    ev = {}
+    for name, t in outs.items():
+        m = error_metrics(t, prep.ref[name])
+        f64 = None if prep.float64 is None else prep.float64[name]
+        bound = make_bound(prep.base[name], prep.atol[name], tol, f64)
+        ev[name] = {"dtype": dtype_name(t.dtype), "expected_dtype": dtype_name(prep.expected[name][1]),
+                    "metrics": m.to_dict(), "baseline_metrics": prep.base[name].to_dict(),
+                    "atol": json_float(prep.atol[name]), "float64": None if f64 is None else json_float(f64),
+                    "bound": bound.to_dict()}
+    return ev
 
 
 def run_case(prep: Prepared, backend, label: str, tol: Tolerance) -> dict:
     """Run one backend on a prepared case and judge it."""
     case = prep.case
-    rec = _record(case, backend, label)
-    if hasattr(backend, "configure"):
-        backend.configure(case)
+    if prep.inconsistent:
+        return error_record(case, backend, label, f"oracle inconsistent: {prep.inconsistent}")
+    level = get_level(case.level)
     t0 = time.perf_counter()
     try:
-        outs = _call(prep, backend)
-    except Exception as e:  # noqa: BLE001 — any failure of the backend is an ERROR record
-        rec.update(status="error", seconds=time.perf_counter() - t0,
-                   reason=f"{type(e).__name__}: {e}"[:REASON_CHARS],
-                   detail="".join(traceback.format_exception(e)[-3:])[-2000:])
-        return rec
-    rec["seconds"] = time.perf_counter() - t0
-    main = "out" if case.level == "kernel" else "y"
-    rec["out_dtype"] = dtype_name(outs[main].dtype)
-    verdicts = judge_outputs(prep, outs, tol)
-    f64 = _float64_bounds(prep, tol)
-    m, bound, ok, reason = verdicts[main]
-    rec.update(metrics=m.to_dict(), baseline_metrics=prep.base[main].to_dict(), bound=bound.to_dict(),
-               ratio=json_float(m.max_abs / bound.max_abs) if bound.max_abs > 0 else None)
-    if "lse" in verdicts:
-        lm, lb, lok, lreason = verdicts["lse"]
-        rec["lse"] = {"metrics": lm.to_dict(), "baseline_metrics": prep.base["lse"].to_dict(),
-                      "bound": lb.to_dict(), "status": "pass" if lok else "fail"}
-        ok, reason = ok and lok, "; ".join(r for r in (reason, lreason) if r)
-    if f64 is not None:
-        rec["oracle"] = oracle_check(prep.oracle, outs[main], f64[main])
-        if rec["oracle"] is not None and rec["oracle"]["status"] == "fail":
-            ok, reason = False, "; ".join(r for r in (reason, "out: differs from the mpmath oracle") if r)
-    if case.expect == "differ":
-        rec["status"] = "xfail" if not ok else "fail"
-        rec["reason"] = (f"expected difference (rope={case.spec.rope} is not the model): {reason}" if not ok else
-                         "expected to differ from the model but matched within the bound")
-    else:
-        rec["status"], rec["reason"] = ("pass" if ok else "fail"), reason
+        if hasattr(backend, "configure"):
+            call_with_timeout(lambda: backend.configure(case), tol.case_timeout)
+        outs = call_with_timeout(lambda: level.call(backend, prep.inputs.clone(), case), tol.case_timeout)
+    except _Timeout as e:
+        return error_record(case, backend, label, f"timeout: {e}", seconds=time.perf_counter() - t0)
+    except (Exception, SystemExit) as e:  # noqa: BLE001 — any failure of the backend is an ERROR record
+        return error_record(case, backend, label, _describe(e), "".join(traceback.format_exception(e)[-3:]),
+                            time.perf_counter() - t0)
+    seconds = time.perf_counter() - t0
+    device = torch.device("cpu")
+    for name, (shape, _) in prep.expected.items():
+        why = _check_output(name, outs.get(name), shape, device)
+        if why:
+            return error_record(case, backend, label, why, seconds=seconds)
+    rec = _record(case, backend, label)
+    rec["seconds"] = seconds
+    rec["outputs"] = _evidence(prep, {n: outs[n] for n in prep.expected}, tol)
+    main = next(iter(prep.expected))
+    mev = rec["outputs"][main]
+    rec.update(metrics=mev["metrics"], baseline_metrics=mev["baseline_metrics"], bound=mev["bound"])
+    rec["ratio"] = json_float(mev["metrics"]["max_abs"] / mev["bound"]["max_abs"]) \
+        if mev["bound"]["max_abs"] > 0 and isinstance(mev["metrics"]["max_abs"], float) else None
+    if prep.float64 is not None and prep.oracle is not None:
+        m = error_metrics(outs[main], prep.oracle)
+        rec["oracle"] = {"metrics": m.to_dict(), "bound": json_float(prep.float64[main])}
+    rec["status"], rec["reason"] = judge_record(rec, tol)
     return rec
 
 
 # ----------------------------------------------------------------------------- many
 def backend_info(backend, label: str) -> dict:
-    ok, why = backend.available()
-    return {"name": backend.name, "ref": label, "available": bool(ok), "reason": why or "",
-            "levels": sorted(backend.levels), "dtypes": [dtype_name(d) for d in backend.dtypes],
-            "description": getattr(backend, "description", "")}
+    try:
+        ok, why = check_available(backend, label)
+    except (ValueError, TypeError) as e:
+        ok, why = False, str(e)
+    return {"name": backend.name, "ref": label, "role": role_of(backend), "available": bool(ok),
+            "reason": why or "", "levels": sorted(backend.levels), "dtypes": [dtype_name(d) for d in backend.dtypes],
+            "description": str(getattr(backend, "description", ""))}
 
 
-def plan(cases: Iterable[Case], backends: list[tuple[str, object]]) -> list[tuple[Case, list[tuple[str, object]]]]:
-    """For each case, the backends that claim its level and dtype."""
-    out = []
-    for case in cases:
-        users = [(label, b) for label, b in backends if applicable(b, case)]
-        if users:
-            out.append((case, users))
-    return out
-
-
-def run(cases: Iterable[Case], backends: list[tuple[str, object]], policy: Policy,
-        on_step: Callable[[str], None] | None = None) -> list[dict]:
-    """All records. on_step(description) is called once per (case, backend) — for a progress bar."""
-    avail = {label: b.available() for label, b in backends}
-    records = []
-    for case, users in plan(cases, backends):
-        runnable = []
-        for label, b in users:
-            ok, why = avail[label]
-            if not ok:
-                records.append(skip_record(case, b, label, f"backend unavailable: {why}"))
-                continue
-            sup, why = b.supports(case) if hasattr(b, "supports") else (True, "")
-            if not sup:
-                records.append(skip_record(case, b, label, f"unsupported: {why}"))
-                continue
-            runnable.append((label, b))
-        prep = prepare(case) if runnable else None
-        for label, b in users:
-            if (label, b) in runnable:
-                records.append(run_case(prep, b, label, policy.resolve(b.name, case.dtype)))
-            if on_step is not None:
-                on_step(f"{b.name} {case.id}")
-    return records
+def not_applicable(backend, case: Case) -> str:
+    """Why the backend does not claim this case ('' when it does)."""
+    needs = get_level(case.level).needs
+    if needs not in backend.levels:
+        return f"not implemented: the case needs level {needs!r}; backend levels: {', '.join(sorted(backend.levels))}"
+    if as_dtype(case.dtype) not in tuple(backend.dtypes):
+        return (f"dtype {case.dtype} not supported; backend dtypes: "
+                f"{', '.join(dtype_name(d) for d in backend.dtypes)}")
+    return ""
 
 
 def total_steps(cases: Iterable[Case], backends: list[tuple[str, object]]) -> int:
-    return sum(len(users) for _, users in plan(cases, backends))
+    return len(list(cases)) * len(backends)
+
+
+def run(cases: Iterable[Case], backends: list[tuple[str, object]], policy: Policy,
+        on_step: Callable[[str], None] | None = None, records: list[dict] | None = None) -> list[dict]:
+    """One record per (case, backend). on_step(description) is called after each — for a progress bar.
+
+    Records are appended to `records` as they are made (pass a list to keep a partial result
+    when the run is interrupted)."""
+    records = [] if records is None else records
+    avail, broken = {}, {}
+    for label, b in backends:
+        try:
+            avail[label] = check_available(b, label)
+        except (ValueError, TypeError) as e:
+            avail[label], broken[label] = (False, str(e)), str(e)
+    hung: dict[str, str] = {}
+    for case in cases:
+        todo = []
+        for label, b in backends:
+            tol = policy.resolve(b.name, case.dtype)
+            if label in broken:
+                records.append(error_record(case, b, label, broken[label]))
+                continue
+            ok, why = avail[label]
+            reason = (f"backend unavailable: {why}" if not ok else not_applicable(b, case))
+            if reason:
+                records.append(skip_record(case, b, label, reason))
+                continue
+            if label in hung:
+                records.append(error_record(case, b, label, f"not run: the backend hung earlier ({hung[label]})"))
+                continue
+            if hasattr(b, "supports"):
+                try:
+                    res = call_with_timeout(lambda: b.supports(case), tol.case_timeout)
+                    sup, why = res
+                except (Exception, SystemExit) as e:  # noqa: BLE001 — incl. a non-tuple result
+                    records.append(error_record(case, b, label, f"supports() failed: {_describe(e)}"))
+                    continue
+                if not sup:
+                    records.append(skip_record(case, b, label, f"unsupported: {why}"))
+                    continue
+            todo.append((label, b, tol))
+        if todo:
+            try:
+                prep = prepare(case, policy)
+            except Exception as e:  # noqa: BLE001 — the oracle itself failed: nothing can be judged
+                for label, b, _ in todo:
+                    records.append(error_record(case, b, label, f"oracle failed: {_describe(e)}",
+                                                traceback.format_exc()))
+                todo = []
+            for label, b, tol in todo:
+                rec = run_case(prep, b, label, tol)
+                if rec["status"] == "error" and rec["reason"].startswith("timeout:"):
+                    hung[label] = case.id
+                records.append(rec)
+        if on_step is not None:
+            for label, b in backends:
+                on_step(f"{b.name} {case.id}")
+    return records
