@@ -65,7 +65,7 @@ def test_oracle_factored_equals_materialized(case):
     inp = make_kernel_inputs(case)
     fact = dict(zip(("out", "lse"), inp.call(decode_attention)))
     mat = dict(zip(("out", "lse"), inp.call(materialized_decode_attention)))
-    bounds = oracle_bounds(inp, case.t_max, F64_C)
+    bounds = oracle_bounds(case, inp, F64_C)
     for name in fact:
         m = error_metrics(mat[name], fact[name])
         assert m.nonfinite_match and m.max_abs <= bounds[name], (name, m, bounds[name])

@@ -55,7 +55,7 @@ def test_check_backend_lists_each_failure_with_a_replay_that_resolves():
     with pytest.raises(AssertionError) as e:
         check_backend(SCALED, grid="quick")
     msg = str(e.value)
-    assert "2 of 3 cases failed" in msg and msg.count("replay: ") == 2
+    assert "2 of 6 cases failed" in msg and msg.count("replay: ") == 2
     label = "tests.test_testing_api:SCALED"
     assert f"replay: lrkv verify --backend {label} --case " in msg
     assert get_backend(label).name == "scaled-out"
@@ -96,7 +96,8 @@ def test_cases_for_ids_and_skips():
     assert [p.id for p in params] == [c.id for c in grid_cases("quick")]
     skipped = {p.id for p in params if p.marks}
     assert skipped == {c.id for c in grid_cases("quick") if c.level != "kernel" or c.dtype == "float64"}
-    assert all("does not claim" in p.marks[0].kwargs["reason"] for p in params if p.marks)
+    assert all(p.marks[0].kwargs["reason"].startswith("my-splitk: ") for p in params if p.marks)
+    assert any("not implemented" in p.marks[0].kwargs["reason"] for p in params if p.marks)
 
 
 def test_check_case_raises_with_the_replay():

@@ -63,12 +63,10 @@ def _policy(policy):
 
 def inapplicable(backend: Any, case: Case) -> str | None:
     """Why the backend does not run this case (its levels/dtypes), or None."""
-    from ..verify.runner import applicable
+    from ..verify.runner import not_applicable
 
-    if applicable(backend, case):
-        return None
-    return (f"{backend.name} does not claim level {case.level!r} at {case.dtype} "
-            f"(levels {sorted(backend.levels)}, dtypes {[dtype_name(d) for d in backend.dtypes]})")
+    why = not_applicable(backend, case)
+    return f"{backend.name}: {why}" if why else None
 
 
 def cases_for(backend: Any, grid: str | Iterable[Case] = "default", *, levels=None, dtypes=None) -> list:
@@ -85,17 +83,15 @@ def cases_for(backend: Any, grid: str | Iterable[Case] = "default", *, levels=No
 
 
 def check_case(backend: Any, case: Case, *, policy=None, backend_ref: str | None = None) -> dict:
-    """Run one case through the harness; return its record, raise AssertionError (with the
-    replay command) if it fails or errors."""
+    """Run one case through the harness; return its record (status pass, xfail or skip —
+    a skip carries its reason), raise AssertionError (with the replay command) if it fails
+    or errors."""
     from ..verify.runner import run
 
     if not isinstance(case, Case):
         raise TypeError(f"case must be a lrkv.verify.cases.Case, got {type(case).__name__}")
     target = backend if isinstance(backend, Target) else resolve(backend, backend_ref)
-    records = run([case], [(target.label, target.backend)], _policy(policy))
-    if not records:
-        raise AssertionError(f"{case.id}: {inapplicable(target.backend, case)}")
-    rec = records[0]
+    rec = run([case], [(target.label, target.backend)], _policy(policy))[0]
     if rec["status"] in ("fail", "error"):
         raise AssertionError(f"{rec['status'].upper()} {rec['backend']} {rec['id']}: {rec['reason']}\n"
                              f"  replay: {rec['repro']}{_note(target)}")
@@ -128,6 +124,6 @@ def check_backend(backend: Any, *, grid: str | Iterable[Case] = "default", level
                         grid=grid if isinstance(grid, str) else "cases", argv=list(sys.argv[1:2]),
                         seconds=time.perf_counter() - t0)
     report = Report(data)
-    if raise_on_failure and not report.ok:
+    if raise_on_failure and not report.ok:  # fail/error, or nothing verified
         raise AssertionError(report.failure_message() + _note(target))
     return report

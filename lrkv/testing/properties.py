@@ -15,20 +15,20 @@ most twice that bound, by the triangle inequality.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import torch
 
-from ..reference.lrkv import decode_attention, materialized_decode_attention, prefill
+from ..reference.lrkv import decode_attention, prefill
 from ..spec import as_dtype
 from ..verify.bounds import U64, kernel_conditioning
 from ..verify.cases import Case, KernelInputs, make_kernel_inputs, make_model_inputs
-from ..verify.metrics import error_metrics
-from ..verify.runner import Prepared, decode_sequence, judge_outputs, kernel_reference, prepare, repro_command
-from ..verify.tolerance import fa3_atol, judge, make_bound
+from ..verify.levels import decode_sequence, get_level
+from ..verify.metrics import error_metrics, worst_of
+from ..verify.runner import Prepared, float64_bounds, prepare, repro_command
+from ..verify.tolerance import Tolerance, fa3_atol, judge, make_bound
 from .check import _policy, check_case
 from .target import Target, resolve
 
@@ -39,13 +39,52 @@ __all__ = ["matches_reference", "factored_equals_materialized", "split_tile_inva
            "append_then_decode_equals_prefill", "PROPERTIES"]
 
 
+def judge_outputs(prep: Prepared, outs: dict[str, torch.Tensor], tol: Tolerance) -> dict[str, tuple]:
+    """Per output: (metrics, bound, ok, reason) under the rule (DESIGN §6), as the runner judges."""
+    verdicts = {}
+    for name, t in outs.items():
+        m = error_metrics(t, prep.ref[name])
+        f64 = None if prep.float64 is None else prep.float64[name]
+        bound = make_bound(prep.base[name], prep.atol[name], tol, f64)
+        verdicts[name] = (m, bound, *judge(m, bound, name))
+    return verdicts
+
+
+def prepare_inputs(case: Case, inp: KernelInputs, policy) -> Prepared:
+    """`runner.prepare` for given kernel inputs at τ (not drawn from the case): reference,
+    err_base of each oracle path against its own float64 run, atol at each output's magnitude."""
+    level = get_level("kernel")
+    inp64 = inp.to(torch.float64)
+    paths = level.paths(case)
+    f64 = {p: fn(inp64) for p, fn in paths.items()}
+    ref = f64[next(iter(paths))]
+    expected = level.outputs(case)
+    cond = level.conditioning(inp64, case)
+    c = policy.resolve("oracle", "float64").float64_c
+    base, atol = {}, {}
+    for name, (_, dt) in expected.items():
+        low = inp if dt == case.torch_dtype else inp.to(dt)
+        base[name] = worst_of(*(error_metrics(fn(low)[name], f64[p][name]) for p, fn in paths.items()))
+        atol[name] = fa3_atol(ref[name], dt)
+    bounds = float64_bounds(case, cond, expected, c) if case.dtype == "float64" else None
+    return Prepared(case, inp, ref, base, atol, expected, cond, bounds)
+
+
 class _Ctx:
     """The backend, its replay label and the tolerance for one case."""
 
     def __init__(self, backend: Any, case: Case, policy, backend_ref: str | None):
         self.target = backend if isinstance(backend, Target) else resolve(backend, backend_ref)
         self.b, self.case = self.target.backend, case
-        self.tol = _policy(policy).resolve(self.b.name, case.dtype)
+        self.policy = _policy(policy)
+        self.tol = self.policy.resolve(self.b.name, case.dtype)
+
+    def prepare(self, case: Case | None = None) -> Prepared:
+        """The runner's preparation; an oracle that disagrees with itself judges nothing."""
+        prep = prepare(case or self.case, self.policy)
+        if prep.inconsistent:
+            raise self.fail(f"oracle inconsistent: {prep.inconsistent}", case)
+        return prep
 
     def replay(self, case: Case | None = None) -> str:
         return repro_command(self.target.label, case or self.case)
@@ -86,11 +125,10 @@ class _Ctx:
                 raise ValueError(f"backend {self.b.name!r} does not support {self.case.id}: {why}")
 
 
-def oracle_bounds(inp64: KernelInputs, t_max: int, c: float) -> dict[str, float]:
-    """float64 rounding bounds of out and lse (lrkv.verify.bounds; lse = m + log l adds the
-    rounding of a log over T_max terms)."""
-    cond = kernel_conditioning(*inp64.args(), **inp64.kwargs())
-    return {"out": cond.bound(c), "lse": c * U64 * cond.n * (1.0 + 2.0 * cond.logit + math.log(t_max + 1))}
+def oracle_bounds(case: Case, inp64: KernelInputs, c: float) -> dict[str, float]:
+    """float64 rounding bounds of out and lse (lrkv.verify.bounds via the runner; lse = m + log l
+    adds the rounding of a log over T_max terms)."""
+    return float64_bounds(case, kernel_conditioning(*inp64.args(), **inp64.kwargs()), ("out", "lse"), c)
 
 
 # ----------------------------------------------------------------------------- the checks
@@ -105,11 +143,11 @@ def factored_equals_materialized(backend: Any, case: Case, *, policy=None, backe
     meet the rule against *each* of them."""
     ctx = _Ctx(backend, case, policy, backend_ref)
     ctx.need("kernel")
-    prep = prepare(case)
+    prep = ctx.prepare()
     x64 = prep.inputs.to(torch.float64)
-    fact = dict(zip(("out", "lse"), x64.call(decode_attention)))
-    mat = dict(zip(("out", "lse"), x64.call(materialized_decode_attention)))
-    f64 = oracle_bounds(x64, case.t_max, ctx.tol.float64_c)
+    paths = get_level("kernel").paths(case)
+    fact, mat = paths["factored"](x64), paths["materialized"](x64)
+    f64 = oracle_bounds(case, x64, ctx.tol.float64_c)
     for name in fact:
         m = error_metrics(mat[name], fact[name])
         if not (m.nonfinite_match and m.max_abs <= f64[name]):
@@ -128,7 +166,7 @@ def split_tile_invariance(backend: Any, case: Case, *, policy=None, backend_ref:
     ctx = _Ctx(backend, case, policy, backend_ref)
     ctx.need("kernel")
     whole = case.replace(tile=max(1, case.t_max), splits=1)
-    prep = prepare(case)
+    prep = ctx.prepare()
     a, b = ctx.run(prep.inputs, case), ctx.run(prep.inputs, whole)
     bounds = ctx.bounds(prep, a)
     ctx.bounds(prep, b, whole)
@@ -155,7 +193,7 @@ def permutation_equivariance(backend: Any, case: Case, *, policy=None, backend_r
     """Permuting the batch (or the heads with their B_h and latents) permutes out and lse."""
     ctx = _Ctx(backend, case, policy, backend_ref)
     ctx.need("kernel")
-    prep = prepare(case)
+    prep = ctx.prepare()
     outs = ctx.run(prep.inputs)
     bounds = ctx.bounds(prep, outs)
     g = torch.Generator().manual_seed(case.seed)
@@ -172,7 +210,7 @@ def garbage_invariance(backend: Any, case: Case, *, policy=None, backend_ref: st
     ctx = _Ctx(backend, case, policy, backend_ref)
     ctx.need("kernel")
     nan_case, fin_case = case.replace(nan_garbage=True), case.replace(nan_garbage=False)
-    prep_nan, prep_fin = prepare(nan_case), prepare(fin_case)
+    prep_nan, prep_fin = ctx.prepare(nan_case), ctx.prepare(fin_case)
     out_nan, out_fin = ctx.run(prep_nan.inputs, nan_case), ctx.run(prep_fin.inputs, fin_case)
     bounds = ctx.bounds(prep_nan, out_nan, nan_case)
     ctx.bounds(prep_fin, out_fin, fin_case)
@@ -205,14 +243,13 @@ def softmax_shift_invariance(backend: Any, case: Case, *, policy=None, backend_r
     x64, s64 = inp.to(torch.float64), _shifted(inp, torch.float64)[0]
     out0, lse0 = x64.call(decode_attention)
     out1, lse1 = s64.call(decode_attention)
-    f64 = oracle_bounds(s64, case.t_max, ctx.tol.float64_c)
+    f64 = oracle_bounds(case, s64, ctx.tol.float64_c)
     if not error_metrics(out1, out0).max_abs <= f64["out"]:
         raise ctx.fail("oracle: the float64 reference is not shift-invariant")
     lse_err = error_metrics(lse1, lse0 + shift)
     if not (lse_err.nonfinite_match and lse_err.max_abs <= f64["lse"] + 1e-12 * float(shift.abs().max())):
         raise ctx.fail(f"oracle: lse moved by {lse_err.max_abs:.3g} more than the offset")
-    ref, base, cond = kernel_reference(shifted)
-    prep = Prepared(case, shifted, ref, base, {n: fa3_atol(t, tau) for n, t in ref.items()}, cond)
+    prep = prepare_inputs(case, shifted, ctx.policy)
     for name, (_, _, ok, why) in judge_outputs(prep, ctx.run(shifted), ctx.tol).items():
         if not ok:
             raise ctx.fail(f"logits shifted by {SHIFT:g}: {why}")

@@ -37,16 +37,21 @@ class Report:
         return sum(1 for r in self.data["records"] if r["status"] in VERIFIED)
 
     @property
+    def nothing_verified(self) -> str:
+        """'' when every backend verified a case; else why not (DESIGN §7: never green)."""
+        from ..verify.report import verification
+
+        return verification(self.data["records"], self.data.get("backends", [])).message()
+
+    @property
     def ok(self) -> bool:
-        """No FAIL or ERROR, and at least one case verified: a run that verified nothing is not green."""
-        return not self.failures and self.verified > 0
+        """No FAIL or ERROR, and something verified: a run that verified nothing is not green."""
+        return not self.failures and not self.nothing_verified
 
     def failure_message(self) -> str:
         """One block per failing case: status, backend, id, reason, and the replay command."""
-        if not self.failures and self.verified == 0:
-            skips = [r for r in self.data["records"] if r["status"] == "skip"]
-            why = skips[0]["reason"] if skips else "no case applies to the backend's levels and dtypes"
-            return f"nothing verified ({len(skips)} skipped; first reason: {why})"
+        if not self.failures:
+            return self.nothing_verified
         lines = [f"{len(self.failures)} of {len(self.data['records'])} cases failed:"]
         for r in self.failures:
             lines.append(f"{r['status'].upper()} {r['backend']} {r['id']}: {r['reason']}")
