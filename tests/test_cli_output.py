@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from lrkv import cli
 from lrkv.spec import AttentionSpec
@@ -19,7 +20,7 @@ class Markup:
     """A backend whose error message looks like rich markup."""
 
     name, levels = "markup", frozenset({"kernel"})
-    dtypes = __import__("torch").float32,
+    dtypes = (torch.float32,)
 
     def available(self):
         return True, ""

@@ -61,9 +61,8 @@ def pytest_generate_tests(metafunc) -> None:
         for label in labels:
             try:
                 target = resolve(label)
-            except (ValueError, TypeError, ImportError) as e:
-                params.append(pytest.param(label, None, id=f"{label}-load", marks=pytest.mark.skip(
-                    reason=f"cannot load backend {label}: {e}")))
+            except (ValueError, TypeError, ImportError):
+                params.append(pytest.param(label, None, id=f"{label}-load"))  # the test fails, naming why
                 continue
             for p in cases_for(target, _grid(metafunc)):
                 params.append(pytest.param(label, *p.values, marks=p.marks, id=f"{label}-{p.id}"))
