@@ -50,6 +50,14 @@ def test_near_cancelling_keys_roundoff_not_algebra():
     for lse in (lse_f, lse_m):
         assert (lse - exact_lse).abs().max().item() < bound
     assert (lse_f - lse_m).abs().max().item() < 2 * bound
+    # the outputs too: a logit error δ moves out by at most ~2δ·max|v| (softmax is 1-Lipschitz up to 2)
+    v_max = (inp["shared_v"].abs().max() + (inp["latent_v"].abs().sum(-1, keepdim=True) *
+                                            inp["basis_v"].abs().amax((0, 1))).max()).item()
+    out_bound = 2 * bound * v_max + 16 * EPS64 * v_max
+    for out in (fac, mat):
+        assert (out - exact_out).abs().max().item() < out_bound
+    # and the check can fail: the exact output of a different value cache is far away
+    assert (L.decode_attention(*args[:2], 2 * args[2], *args[3:], scale=0.5)[0] - exact_out).abs().max() > out_bound
 
 
 def test_oracle_refuses_large_shapes():

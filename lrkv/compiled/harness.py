@@ -2,7 +2,7 @@
 
 Export verification uses the harness as `lrkv verify` does: `runner.run` (inputs drawn and
 rounded, float64 reference, materialized baseline, the tolerance rule, the mpmath oracle
-on tiny float64 kernel cases), the policy from `ci/tolerance.toml` (or the built-in
+on tiny float64 kernel cases), the policy `lrkv verify` uses (the packaged one, or the built-in
 defaults), `report.build_report` and the gate's classes. Export adds one condition of its
 own: a release needs every record to pass (or be an expected difference) and at least one
 pass — a grid that the engine skipped entirely verifies nothing.
@@ -29,8 +29,8 @@ def verify_cases(backend, cases: list[Case], *, grid: str, policy_path: str | Po
     """Run `cases` through `backend` with the harness and return the tolerance report.
 
     policy_path: a tolerance TOML or a Policy (a re-check uses the one recorded in the
-    report); None means what `lrkv verify` uses (ci/tolerance.toml if present in the working
-    directory, else the built-in DESIGN §6 defaults)."""
+    report); None means what `lrkv verify` uses (the packaged policy, with the project's
+    lrkv.toml / [tool.lrkv.policy] override)."""
     policy = policy_path if isinstance(policy_path, Policy) else load_policy(policy_path)
     total = len(cases)
     done = [0]
@@ -49,11 +49,10 @@ def worst_ratio(report: dict) -> float:
     for r in report["records"]:
         if r["status"] == "xfail":
             continue  # an expected difference is recorded, not gated
-        if r.get("ratio") is not None:
-            ratios.append(parse_float(r["ratio"]))
-        lse = r.get("lse")
-        if lse and parse_float(lse["bound"]["max_abs"]) > 0:
-            ratios.append(parse_float(lse["metrics"]["max_abs"]) / parse_float(lse["bound"]["max_abs"]))
+        for ev in (r.get("outputs") or {}).values():
+            bound = parse_float(ev["bound"]["max_abs"])
+            if bound > 0:
+                ratios.append(parse_float(ev["metrics"]["max_abs"]) / bound)
     return max(ratios, default=0.0)
 
 

@@ -5,7 +5,7 @@
     tiled       a tiled split-K online-softmax decode in plain PyTorch (backend `tiled`)
     cases       Case, input drawing (rounded to the case dtype); grid.py: default/quick/mutants
     metrics     max_abs, max_rel, mean_abs, cos_diff, sqnr_db, nonfinite_match
-    tolerance   the rule and its policy (ci/tolerance.toml); bounds.py: float64 bound, mpmath oracle
+    tolerance   the rule, its policy (policy.toml, packaged) and judge_record; bounds.py: float64 bound, mpmath oracle
     runner      cases x backends -> records;  report: JSON (report.schema.json) + Markdown
     gate        PASS/FAIL/REGRESSED/MISSING/ERROR/IMPROVED against ci/baseline.json
     strategies  hypothesis strategies and the ci/dev profiles

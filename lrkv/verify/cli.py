@@ -144,6 +144,7 @@ def cmd_verify(args) -> int:
     from .tolerance import load_policy
 
     console = make_console()
+    clear_report(args.out)  # first: no later failure (even a usage error) may leave a stale green report
     try:
         backends = _load_backends(args, console)
         cases = _cases(args)
@@ -151,7 +152,6 @@ def cmd_verify(args) -> int:
     except (ValueError, TypeError, OSError) as e:
         _say(console, f"lrkv verify: {e}", "red")
         return EXIT_USAGE
-    clear_report(args.out)  # a run that dies must not leave the previous (green) report behind
     infos = [backend_info(b, label) for label, b in backends]
     for info in infos:
         if not info["available"]:

@@ -127,11 +127,14 @@ def quick_grid() -> list[Case]:
 
 def mutant_grid() -> list[Case]:
     """Small cases that every deliberately broken backend must fail on at least one of
-    (tiles smaller than T, NaN garbage, distinct heads, r < d_h, and one long float16 case)."""
+    (tiles smaller than T, NaN garbage, distinct heads, r < d_h, one long float16 case, a
+    non-default RoPE base and a non-contiguous cache)."""
     s = AttentionSpec.lrkv(3, 16, 5)
     return [
         Case("kernel", s, "float64", (9, 40, 23), 48, tile=8, splits=2),
         Case("kernel", s, "float32", (9, 40, 23), 48, tile=8, splits=2, seed=1),
         Case("kernel", AttentionSpec.lrkv(3, 16, 5, rope="exact"), "float64", (5, 1, 8), 10, tile=4),
         Case("kernel", AttentionSpec.lrkv(2, 16, 4), "float16", (4099, 3001), 4099),
+        Case("kernel", AttentionSpec.lrkv(3, 16, 4, rope="exact", rope_theta=LONG_THETA), "float64", (9, 30), 32),
+        Case("kernel", s, "float32", (9, 40, 23), 48, layout="strided", seed=2),
     ]

@@ -12,6 +12,7 @@ import torch
 
 from ..reference.contract import validate_decode_inputs
 from ..reference.lrkv import decode_attention
+from ..reference.rope import ExactRope
 from .backend import BaseBackend
 from .tiled import SplitState, TiledBackend, TiledDecoder
 
@@ -138,5 +139,31 @@ class Float16Accumulation(Mutant):
         return out.half(), lse
 
 
+class IgnoresRopeTheta(Mutant):
+    name = "mutant-ignores-rope-theta"
+    bug = "exact RoPE always rotates with the default base 10000, whatever the spec's rope_theta"
+
+    def decode_attention(self, *args, rope=None, **kw):
+        return super().decode_attention(*args, rope=None if rope is None else ExactRope(), **kw)
+
+
+def _as_if_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """Read t's storage with the strides a contiguous tensor of its shape would have."""
+    strides, acc = [], 1
+    for size in reversed(t.shape):
+        strides.insert(0, acc)
+        acc *= size
+    return t.as_strided(t.shape, strides, t.storage_offset())
+
+
+class AssumesContiguousLatents(Mutant):
+    name = "mutant-assumes-contiguous-latents"
+    bug = "latent_v indexed with contiguous [B, T, H, r] strides: wrong head stride on a head-major cache"
+
+    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, **kw):
+        return super().decode_attention(q, shared_k, shared_v, latent_k, _as_if_contiguous(latent_v), basis_k,
+                                        basis_v, lengths, **kw)
+
+
 ALL_MUTANTS = (SeparateSoftmax, SqrtRankScale, NoPrivateRescale, OffByOneMask, ReadsPastLength, WrongHeadBasis,
-               DroppedPrivateValue, Float16Accumulation)
+               DroppedPrivateValue, Float16Accumulation, IgnoresRopeTheta, AssumesContiguousLatents)

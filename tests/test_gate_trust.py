@@ -1,0 +1,586 @@
+"""The gate cannot be fooled: one test per way a verdict could turn green without evidence.
+
+Each test builds the hostile situation — an oracle bug, a backend that verifies nothing, a
+hand-edited report, a lax policy, a hung or crashing backend, an interrupted run, bad
+input — and asserts the clean outcome: the exit code of DESIGN §7, a message naming the
+field, or an ERROR record. Planted backends live in a module written to tmp_path and are
+loaded with --backend-path, exactly as a user's backend is.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import lrkv.verify.backends  # noqa: F401 — imported before any test plants an oracle bug (they bind the
+import lrkv.verify.tiled  # noqa: F401   reference functions at import time)
+from lrkv.cli import main
+from lrkv.reference import lrkv as ref_lrkv
+from lrkv.spec import AttentionSpec
+from lrkv.verify import gate
+from lrkv.verify.backend import get_backend
+from lrkv.verify.cases import Case
+from lrkv.verify.report import build_report, load_report
+from lrkv.verify.runner import backend_info, prepare, run, run_case
+from lrkv.verify.tolerance import Policy, Tolerance, judge_record, load_policy
+
+SPEC = AttentionSpec.lrkv(3, 16, 5)
+F32 = Case("kernel", SPEC, "float32", (9, 17, 3), 20)
+BF16 = Case("kernel", SPEC, "bfloat16", (9, 17, 3), 20, seed=1)
+F64 = Case("kernel", SPEC, "float64", (4, 1, 3), 4)  # tiny: the mpmath oracle joins in
+LAYER = Case("layer", AttentionSpec.lrkv(2, 8, 2), "float32", (3, 5), 6)
+CASES = (F32, BF16)
+
+PLANTED = '''
+import time
+import torch
+from lrkv.verify.backends import EagerBackend
+from lrkv.verify.tiled import TiledBackend
+
+
+class Good(TiledBackend):
+    name = "good"
+
+
+class NeverSupports(TiledBackend):
+    name = "never-supports"
+    def supports(self, case):
+        return False, "not today"
+
+
+class Unavailable(TiledBackend):
+    name = "unavailable"
+    def available(self):
+        return False, "the toolchain is missing"
+
+
+class NoLevels(TiledBackend):
+    name = "no-levels"
+    levels = frozenset()
+
+
+class StringDtypes(TiledBackend):
+    name = "string-dtypes"
+    dtypes = ("float32", "bfloat16")
+
+
+class Hangs(TiledBackend):
+    name = "hangs"
+    def decode_attention(self, *args, **kw):
+        time.sleep(30)
+        return super().decode_attention(*args, **kw)
+
+
+class Exits(TiledBackend):
+    name = "exits"
+    def decode_attention(self, *args, **kw):
+        raise SystemExit(3)
+
+
+class Interrupted(TiledBackend):
+    name = "interrupted"
+    def decode_attention(self, *args, **kw):
+        raise KeyboardInterrupt
+
+
+class AvailableRaises(TiledBackend):
+    name = "available-raises"
+    def available(self):
+        raise RuntimeError("driver exploded")
+
+
+class AvailableNotTuple(TiledBackend):
+    name = "available-not-tuple"
+    def available(self):
+        return True
+
+
+class ConfigureRaises(TiledBackend):
+    name = "configure-raises"
+    def configure(self, case):
+        raise RuntimeError("bad launch config")
+
+
+def factory_raises():
+    raise RuntimeError("cannot build")
+
+
+class _Returns(TiledBackend):
+    def decode_attention(self, *args, **kw):
+        out, lse = super().decode_attention(*args, **kw)
+        return self.convert(out), lse
+
+
+class ComplexOut(_Returns):
+    name = "complex-out"
+    convert = staticmethod(lambda out: out.to(torch.complex64) + 1e6j)
+
+
+class MetaOut(_Returns):
+    name = "meta-out"
+    convert = staticmethod(lambda out: torch.empty(out.shape, device="meta", dtype=out.dtype))
+
+
+class IntegerOut(_Returns):
+    name = "integer-out"
+    convert = staticmethod(lambda out: out.round().to(torch.int32))
+
+
+class HalfLse(TiledBackend):
+    """lse returned in the input dtype (bf16): the contract says float32."""
+    name = "half-lse"
+    def decode_attention(self, q, *args, **kw):
+        out, lse = super().decode_attention(q, *args, **kw)
+        return out, lse.to(q.dtype)
+
+
+class RoundedLse(TiledBackend):
+    """lse rounded to bfloat16 precision but returned as float32: the bf16 kernel's old bug."""
+    name = "rounded-lse"
+    def decode_attention(self, q, *args, **kw):
+        out, lse = super().decode_attention(q, *args, **kw)
+        return out, lse.to(torch.bfloat16).to(torch.float32)
+'''
+
+
+@pytest.fixture()
+def planted(tmp_path, monkeypatch):
+    """A module of planted backends, importable as `planted:<Class>` through --backend-path."""
+    d = tmp_path / "mods"
+    d.mkdir()
+    (d / "planted.py").write_text(PLANTED)
+    (d / "broken_syntax.py").write_text("def oops(:\n")
+    (d / "broken_import.py").write_text("raise RuntimeError('import-time failure')\n")
+    monkeypatch.syspath_prepend(str(d))
+    return d
+
+
+def cli(argv: list[str]) -> int:
+    """The exit status of `lrkv ARGV` (argparse's own usage errors exit through SystemExit)."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return int(e.code)
+
+
+def verify(tmp_path, *backends, cases=CASES, extra=(), out="out") -> tuple[int, Path]:
+    argv = ["verify", "--out", str(tmp_path / out), "--no-progress"]
+    for b in backends:
+        argv += ["--backend", b]
+    for c in cases:
+        argv += ["--case", c.to_json()]
+    return cli([*argv, *extra]), tmp_path / out / "report.json"
+
+
+def records(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["records"]
+
+
+def _report(backends, cases=CASES, policy: Policy | None = None) -> dict:
+    policy = policy or load_policy()
+    recs = run(list(cases), backends, policy)
+    return build_report(recs, policy, [backend_info(b, n) for n, b in backends], grid="case")
+
+
+@pytest.fixture(scope="module")
+def good_report():
+    return _report([("tiled", get_backend("tiled")), ("eager", get_backend("eager"))])
+
+
+def gate_cli(tmp_path, report: dict | Path, baseline: dict | Path | None, *extra) -> int:
+    if isinstance(report, dict):
+        p = tmp_path / "gated.json"
+        p.write_text(json.dumps(report))
+        report = p
+    if isinstance(baseline, dict):
+        b = tmp_path / "baseline.json"
+        b.write_text(json.dumps(baseline))
+        baseline = b
+    return cli(["gate", str(report), "--baseline", str(baseline or tmp_path / "none.json"), *extra])
+
+
+# ============================================================================ 1. the rule
+def _plant_oracle_bug(monkeypatch):
+    """basis_v -> basis_k inside the factored oracle (the bug the review planted)."""
+    true_decode = ref_lrkv.decode_attention
+
+    def wrong(q, sk, sv, lk, lv, bk, bv, lengths, **kw):
+        return true_decode(q, sk, sv, lk, lv, bk, bk, lengths, **kw)
+    monkeypatch.setattr(ref_lrkv, "decode_attention", wrong)
+
+
+def test_an_oracle_bug_is_refused_not_used_to_excuse_backends(monkeypatch, capsys, tmp_path):
+    _plant_oracle_bug(monkeypatch)
+    code, path = verify(tmp_path, "materialized", "eager", "tiled", cases=(F32, BF16, F64, LAYER))
+    assert code == 1
+    recs = records(path)
+    assert recs and all(r["status"] in ("error", "skip") for r in recs)
+    errors = [r for r in recs if r["status"] == "error"]
+    assert errors and all(r["reason"].startswith("oracle inconsistent") for r in errors)
+    assert not any(r["status"] == "pass" for r in recs)
+
+
+def test_err_base_compares_each_path_with_its_own_float64_run():
+    prep = prepare(BF16, load_policy())
+    inp, inp64 = prep.inputs, prep.inputs.to(torch.float64)
+    from lrkv.verify.metrics import error_metrics
+    fac = error_metrics(inp.call(ref_lrkv.decode_attention)[0], inp64.call(ref_lrkv.decode_attention)[0])
+    mat = error_metrics(inp.call(ref_lrkv.materialized_decode_attention)[0],
+                        inp64.call(ref_lrkv.materialized_decode_attention)[0])
+    assert prep.base["out"].max_abs == max(fac.max_abs, mat.max_abs)
+    # lse: a float32-accumulating base (the τ-rounded inputs upcast), not the bf16 one
+    lse32 = inp.to(torch.float32).call(ref_lrkv.decode_attention)[1]
+    assert prep.base["lse"].max_abs >= error_metrics(lse32, prep.ref["lse"]).max_abs
+    assert prep.base["lse"].max_abs < 1e-4 * prep.ref["lse"][torch.isfinite(prep.ref["lse"])].abs().max()
+
+
+def test_baseline_paths_are_rows_not_verified_backends(tmp_path, good_report):
+    roles = {b["name"]: b["role"] for b in good_report["backends"]}
+    assert roles == {"tiled": "verified", "eager": "baseline"}
+    code, path = verify(tmp_path, "eager", "materialized")
+    assert code == 4
+    md = (path.parent / "report.md").read_text()
+    assert "nothing verified" in md.splitlines()[0] and "✅" not in md.splitlines()[0]
+    assert "(baseline path)" in md
+
+
+def test_lse_must_be_float32_for_half_inputs(tmp_path, planted):
+    code, path = verify(tmp_path, "planted:HalfLse", cases=(BF16,))
+    assert code == 1
+    (rec,) = records(path)
+    assert rec["status"] == "fail" and "lse: dtype bfloat16, the contract says float32" in rec["reason"]
+    out, lse = prepare(BF16).inputs.call(ref_lrkv.decode_attention)
+    assert out.dtype == torch.bfloat16 and lse.dtype == torch.float32
+
+
+def test_lse_is_judged_against_a_float32_accumulating_base(tmp_path, planted):
+    """bf16-precision lse (error ~1e-2 at |lse| ~ 7) fails even though it is returned as float32."""
+    case = Case("kernel", AttentionSpec.lrkv(18, 128, 55, d_model=256), "bfloat16", (33, 64), 64)
+    code, path = verify(tmp_path, "planted:RoundedLse", "planted:Good", cases=(case,))
+    assert code == 1
+    by = {r["backend"]: r for r in records(path)}
+    assert by["rounded-lse"]["status"] == "fail" and "lse: max|err|" in by["rounded-lse"]["reason"]
+    assert by["good"]["status"] == "pass"
+
+
+@pytest.mark.parametrize("case,backend", [
+    # false failures the review found in a long hypothesis hunt of correct built-ins
+    (Case("kernel", AttentionSpec.lrkv(3, 16, 6, qk_norm=True), "float32", (6, 0), 9, seed=6, q_scale=100.0, tile=1),
+     "tiled"),
+    (Case("layer", AttentionSpec.lrkv(2, 8, 2, rope="aligned"), "float32", (14, 1), 16, seed=65536), "tiled"),
+    (Case("layer-model", AttentionSpec.lrkv(4, 3, 1, qk_norm=True), "float16", (2, 2), 2, seed=1), "eager"),
+], ids=["tiled-q100-tile1-lse", "layer-tiled-aligned", "layer-model-eager-fp16"])
+def test_correct_backends_pass_the_reported_false_failures(case, backend):
+    rec = run_case(prepare(case, load_policy()), get_backend(backend), backend, load_policy().resolve(backend,
+                                                                                                      case.dtype))
+    assert rec["status"] == "pass", rec["reason"]
+
+
+def test_atol_is_taken_per_output_at_its_own_magnitude():
+    prep = prepare(Case("kernel", SPEC, "float32", (7, 40, 19), 40, q_scale=100.0), load_policy())
+    lse_mag = float(prep.ref["lse"].abs().max())
+    out_mag = float(prep.ref["out"].abs().max())
+    assert lse_mag > 10 * out_mag
+    assert prep.atol["lse"] >= 4 * torch.finfo(torch.float32).eps * 2 ** int(torch.tensor(lse_mag).log2().floor())
+    assert prep.atol["out"] < prep.atol["lse"]
+
+
+# ============================================================================ 2. nothing verified is never green
+def test_a_backend_that_supports_nothing_exits_4(tmp_path, planted):
+    code, path = verify(tmp_path, "planted:NeverSupports")
+    assert code == 4
+    recs = records(path)
+    assert len(recs) == len(CASES) and all(r["status"] == "skip" and "not today" in r["reason"] for r in recs)
+
+
+def test_an_unavailable_backend_verifies_nothing(tmp_path, planted, capsys):
+    code, path = verify(tmp_path, "planted:Unavailable")
+    assert code == 3  # a toolchain is missing here: never 0
+    assert "nothing verified" in capsys.readouterr().err
+    assert all(r["status"] == "skip" and "unavailable" in r["reason"] for r in records(path))
+
+
+def test_a_backend_without_levels_is_a_usage_error(tmp_path, planted, capsys):
+    assert verify(tmp_path, "planted:NoLevels")[0] == 2
+    assert "levels is empty" in capsys.readouterr().err
+
+
+def test_dtypes_given_as_strings_are_understood(tmp_path, planted):
+    code, path = verify(tmp_path, "planted:StringDtypes")
+    assert code == 0 and [r["status"] for r in records(path)] == ["pass", "pass"]
+
+
+def test_a_dtype_the_backend_lacks_is_recorded_and_exits_4(tmp_path):
+    code, path = verify(tmp_path, "reference", extra=("--dtype", "float32"))
+    assert code == 4
+    (rec,) = records(path)
+    assert rec["status"] == "skip" and "dtype float32 not supported" in rec["reason"]
+
+
+def test_inapplicable_cases_are_recorded_as_skips_never_dropped(tmp_path):
+    code, path = verify(tmp_path, "tiled", "reference", cases=(F32, LAYER, F64))
+    recs = records(path)
+    assert len(recs) == 3 * 2
+    skips = {(r["backend"], r["dtype"]): r["reason"] for r in recs if r["status"] == "skip"}
+    assert "dtype float32 not supported" in skips[("reference", "float32")]
+
+
+def test_allow_empty_opts_out_explicitly(tmp_path, planted):
+    assert verify(tmp_path, "planted:NeverSupports", extra=("--allow-empty",))[0] == 0
+
+
+def test_the_gate_blocks_a_backend_that_verified_nothing(tmp_path, planted, good_report):
+    baseline = gate.baseline_from_report(good_report)
+    _, path = verify(tmp_path, "planted:NeverSupports", "tiled")
+    assert gate_cli(tmp_path, path, baseline, "--subset") == 1
+    entries = gate.classify(load_report(path), baseline, subset=True)
+    assert any(e.klass == "UNVERIFIED" and e.backend == "never-supports" for e in entries)
+
+
+def test_the_gate_exits_4_when_nothing_was_verified(tmp_path, planted, good_report):
+    _, path = verify(tmp_path, "planted:NeverSupports")
+    assert gate_cli(tmp_path, path, {"entries": {}, "schema": gate.BASELINE_SCHEMA, "created": "x", "source": {},
+                                     "policy": {"source": "x", "sha256": load_policy().sha256}}) in (1, 4)
+    base = tmp_path / "new-baseline.json"
+    assert gate_cli(tmp_path, path, base, "--update-baseline") == 4  # refuses to write an empty baseline
+    assert not base.exists()
+
+
+# ============================================================================ 3. the gate re-judges
+def _failing_report():
+    return _report([("tiled", get_backend("tiled")), ("mutant", get_backend("lrkv.verify.mutants:SqrtRankScale"))])
+
+
+def test_a_hand_edited_pass_is_report_altered(tmp_path, good_report):
+    rep = _failing_report()
+    baseline = gate.baseline_from_report(good_report)
+    bad = next(r for r in rep["records"] if r["status"] == "fail")
+    bad["status"], bad["reason"] = "pass", ""
+    assert gate_cli(tmp_path, rep, baseline, "--subset") == 1
+    entries = gate.classify(rep, baseline, subset=True)
+    (e,) = [e for e in entries if e.key == bad["key"]]
+    assert e.klass == "ERROR" and "report altered" in e.detail and "'fail'" in e.detail
+
+
+def test_an_edited_metric_or_bound_changes_nothing_but_the_metric(tmp_path, good_report):
+    rep = copy.deepcopy(good_report)
+    rec = next(r for r in rep["records"] if r["backend"] == "tiled" and r["status"] == "pass")
+    rec["outputs"]["out"]["bound"]["max_abs"] = 1e9  # the stored bound is never read
+    rec["outputs"]["out"]["metrics"]["max_abs"] = 1.0  # the metric is: now it fails, status still 'pass'
+    entries = gate.classify(rep, gate.baseline_from_report(good_report))
+    assert next(e for e in entries if e.key == rec["key"]).klass == "ERROR"
+
+
+def test_an_unknown_status_is_a_malformed_report(tmp_path, good_report, capsys):
+    rep = copy.deepcopy(good_report)
+    rep["records"][0]["status"] = "crashed"
+    assert gate_cli(tmp_path, rep, gate.baseline_from_report(good_report)) == 2
+    err = capsys.readouterr().err
+    assert "gated.json" in err and "records/0/status" in err
+
+
+@pytest.mark.parametrize("mangle,field", [
+    (lambda r: r.pop("policy"), "policy"),
+    (lambda r: r["records"][0].update(outputs="x"), "records/0/outputs"),
+    (lambda r: r.update(complete="yes"), "complete"),
+])
+def test_malformed_reports_exit_2_naming_the_field(tmp_path, good_report, capsys, mangle, field):
+    rep = copy.deepcopy(good_report)
+    mangle(rep)
+    assert gate_cli(tmp_path, rep, gate.baseline_from_report(good_report)) == 2
+    err = capsys.readouterr().err
+    assert field in err and "Traceback" not in err
+
+
+def test_unreadable_files_and_baselines_exit_2(tmp_path, good_report, capsys):
+    junk = tmp_path / "junk.json"
+    junk.write_text("{not json")
+    assert gate_cli(tmp_path, junk, gate.baseline_from_report(good_report)) == 2
+    assert "junk.json" in capsys.readouterr().err
+    bad_base = gate.baseline_from_report(good_report)
+    next(iter(bad_base["entries"].values()))["status"] = "fail"  # a baseline never accepts a failure
+    assert gate_cli(tmp_path, good_report, bad_base) == 2
+    assert "entries" in capsys.readouterr().err
+
+
+def test_a_missing_baseline_names_update_baseline(tmp_path, good_report, capsys):
+    assert gate_cli(tmp_path, good_report, tmp_path / "nope.json") == 2
+    assert "--update-baseline" in capsys.readouterr().err
+
+
+def test_a_report_made_under_a_lax_policy_is_refused(tmp_path, good_report):
+    lax = tmp_path / "lax.toml"
+    lax.write_text("[defaults]\nk = 1e12\nk_mean = 1e12\n")
+    rep = _report([("mutant", get_backend("lrkv.verify.mutants:SqrtRankScale"))], policy=load_policy(lax))
+    assert {r["status"] for r in rep["records"]} == {"pass", "skip"}  # the lax policy waves the mutant through ...
+    baseline = gate.baseline_from_report(good_report)  # ... but the baseline pins the packaged policy
+    assert gate_cli(tmp_path, rep, baseline, "--subset") == 1
+    entries = gate.classify(rep, baseline, subset=True)
+    assert any(e.key == "policy" and e.klass == "ERROR" for e in entries)
+
+
+def test_a_policy_edited_inside_the_report_is_report_altered(tmp_path, good_report):
+    rep = copy.deepcopy(good_report)
+    rep["policy"]["defaults"]["k"] = 1e12  # sha256 no longer matches the content
+    entries = gate.classify(rep, gate.baseline_from_report(good_report))
+    assert [e.klass for e in entries] == ["ERROR"] and "sha256" in entries[0].detail
+
+
+def test_update_baseline_refuses_a_failing_report_and_keeps_the_file(tmp_path, good_report):
+    base = tmp_path / "baseline.json"
+    gate.write_baseline(gate.baseline_from_report(good_report), base)
+    before = base.read_bytes()
+    assert gate_cli(tmp_path, _failing_report(), base, "--update-baseline") == 1
+    assert base.read_bytes() == before
+    assert gate_cli(tmp_path, good_report, base) == 0  # the next gate is still judged against the old baseline
+    assert not list(tmp_path.glob(".baseline.json.*"))  # atomic write: no temporary left
+
+
+def test_expect_is_part_of_the_id_and_a_pass_turned_xfail_regresses(good_report):
+    differ = Case("layer-model", AttentionSpec.lrkv(2, 8, 2, rope="latent"), "float64", (4, 4), 4, expect="differ")
+    match = differ.replace(expect="match")
+    assert differ.id != match.id and differ.id.endswith("+differ")
+    rep = _report([("reference", get_backend("reference"))], cases=(differ,))
+    (rec,) = rep["records"]
+    assert rec["status"] == "xfail"
+    baseline = gate.baseline_from_report(rep)
+    baseline["entries"][rec["key"]]["status"] = "pass"
+    entries = gate.classify(rep, baseline)
+    assert next(e for e in entries if e.key == rec["key"]).klass == "REGRESSED"
+
+
+def test_judge_record_is_the_single_verdict(good_report):
+    pol = Policy.from_dict(good_report["policy"])
+    for r in good_report["records"]:
+        if r["status"] in ("pass", "fail", "xfail"):
+            assert judge_record(r, pol.resolve(r["backend"], r["dtype"]))[0] == r["status"]
+
+
+# ============================================================================ 4. faults
+def test_a_hung_backend_is_an_error_and_the_run_goes_on(tmp_path, planted):
+    pol = tmp_path / "quick.toml"
+    pol.write_text("[defaults]\ncase_timeout = 1.0\n")
+    code, path = verify(tmp_path, "planted:Hangs", "tiled", extra=("--policy", str(pol)))
+    assert code == 1
+    by = [(r["backend"], r["status"], r["reason"]) for r in records(path)]
+    hung = [x for x in by if x[0] == "hangs"]
+    assert hung[0][1] == "error" and "timeout" in hung[0][2]
+    assert hung[1][1] == "error" and "hung earlier" in hung[1][2]  # not called again
+    assert all(s == "pass" for b, s, _ in by if b == "tiled")
+
+
+def test_interrupt_writes_an_incomplete_report_that_the_gate_refuses(tmp_path, planted, good_report, capsys):
+    code, path = verify(tmp_path, "tiled", "planted:Interrupted")
+    assert code == 130
+    rep = json.loads(path.read_text())
+    assert rep["complete"] is False and "Traceback" not in capsys.readouterr().err
+    assert gate_cli(tmp_path, path, gate.baseline_from_report(good_report), "--subset") == 1
+    assert gate_cli(tmp_path, path, tmp_path / "b.json", "--update-baseline") == 1
+
+
+def test_a_stale_green_report_is_removed_when_a_run_starts(tmp_path):
+    out = tmp_path / "out"
+    assert verify(tmp_path, "tiled")[0] == 0 and (out / "report.json").exists()
+    assert verify(tmp_path, "no-such-backend")[0] == 2  # even a usage error
+    assert not (out / "report.json").exists() and not (out / "report.md").exists()
+
+
+@pytest.mark.parametrize("cls,needle", [
+    ("Exits", "SystemExit"),
+    ("ConfigureRaises", "bad launch config"),
+    ("ComplexOut", "complex"),
+    ("MetaOut", "meta device"),
+    ("IntegerOut", "floating point"),
+])
+def test_backend_faults_are_error_records(tmp_path, planted, cls, needle):
+    code, path = verify(tmp_path, f"planted:{cls}", cases=(F32,))
+    assert code == 1
+    (rec,) = records(path)
+    assert rec["status"] == "error" and needle in rec["reason"]
+
+
+@pytest.mark.parametrize("target,needle", [
+    ("planted:AvailableRaises", "driver exploded"),
+    ("planted:AvailableNotTuple", "must return (bool, str)"),
+    ("planted:factory_raises", "cannot build"),
+    ("broken_syntax:backend", "SyntaxError"),
+    ("broken_import:backend", "import-time failure"),
+])
+def test_broken_backends_exit_2_naming_them(tmp_path, planted, capsys, target, needle):
+    assert verify(tmp_path, target)[0] == 2
+    err = capsys.readouterr().err
+    assert needle in err and target.split(":")[0] in err and "Traceback" not in err
+
+
+# ============================================================================ 5. bad input (Case, policy, CLI)
+@pytest.mark.parametrize("field,value,exc", [
+    ("nan_garbage", "no", TypeError),
+    ("near_cancel", 1, TypeError),
+    ("lengths", (3.5, 2), TypeError),
+    ("t_max", 1e13, TypeError),
+    ("t_max", 10**13, ValueError),
+    ("seed", 2**70, ValueError),
+    ("q_scale", float("inf"), ValueError),
+    ("splits", -1, ValueError),
+    ("layout", "sideways", ValueError),
+])
+def test_case_fields_are_validated(field, value, exc):
+    with pytest.raises(exc, match=field):
+        F32.replace(**{field: value})
+
+
+def test_case_json_without_spec_exits_2(tmp_path, capsys):
+    case = F32.to_dict()
+    del case["spec"]
+    code = cli(["verify", "--backend", "tiled", "--case", json.dumps(case), "--out", str(tmp_path / "o"),
+                "--no-progress"])
+    assert code == 2 and "spec" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("toml,needle", [
+    ("[defaults]\nk = inf\n", "defaults.k must be finite"),
+    ("[defaults]\nk = -1.0\n", "defaults.k must be >= 0"),
+    ("[defaults]\ncase_timeout = 0.0\n", "case_timeout must be > 0"),
+    ("[defaults]\nk = 'two'\n", "defaults.k must be a number"),
+    ("[defaults\n", "not valid TOML"),
+])
+def test_policy_values_are_validated(tmp_path, toml, needle):
+    p = tmp_path / "p.toml"
+    p.write_text(toml)
+    with pytest.raises((ValueError, TypeError), match=needle.replace("(", r"\(")):
+        load_policy(p)
+
+
+def test_out_under_a_file_exits_2(tmp_path, good_report, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert cli(["verify", "--backend", "tiled", "--out", str(blocker / "sub"), "--no-progress"]) == 2
+    assert gate_cli(tmp_path, good_report, gate.baseline_from_report(good_report), "--markdown",
+                    str(blocker / "gate.md")) == 2
+    assert "is a file" in capsys.readouterr().err
+
+
+# ============================================================================ 6. checks that could not fail before
+def test_the_grid_exercises_rope_theta_and_strided_layouts():
+    from lrkv.verify.cases import default_grid, make_kernel_inputs
+    grid = default_grid()
+    assert {c.level for c in grid if c.spec.rope_theta != 10000.0} == {"kernel", "layer", "layer-model"}
+    strided = [c for c in grid if c.layout == "strided"]
+    assert strided
+    inp = make_kernel_inputs(strided[0])
+    assert not inp.latent_v.is_contiguous() and not inp.shared_k.is_contiguous()
+    assert inp.clone().latent_v.stride() == inp.latent_v.stride()  # the backend gets the layout as drawn
+
+
+@pytest.mark.parametrize("mutant", ["IgnoresRopeTheta", "AssumesContiguousLatents"])
+def test_bugs_only_a_rope_theta_or_strided_case_can_catch_are_rejected(tmp_path, mutant):
+    from lrkv.verify.cases import default_grid
+    grid = [c for c in default_grid() if c.level == "kernel" and c.dtype in ("float64", "float32")
+            and (c.spec.rope_theta != 10000.0 or c.layout == "strided")]
+    code, path = verify(tmp_path, f"lrkv.verify.mutants:{mutant}", cases=grid)
+    assert code == 1 and any(r["status"] == "fail" for r in records(path))
