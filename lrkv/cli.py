@@ -48,8 +48,10 @@ def _global_options(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--version", action="version", version=f"lrkv {__version__}")
     noise = parser.add_mutually_exclusive_group()
-    noise.add_argument("-q", "--quiet", action="count", default=0, help="less output (no progress bars)")
-    noise.add_argument("-v", "--verbose", action="count", default=0, help="more output (-vv: debug logging)")
+    noise.add_argument("-q", "--quiet", action="count", default=0,
+                       help="less output: no progress bar, no summary table")
+    noise.add_argument("-v", "--verbose", action="count", default=0,
+                       help="more output: every record with its reason (-vv: debug logging too)")
 
 
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:

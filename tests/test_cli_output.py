@@ -51,9 +51,13 @@ def test_summary_table_and_unwrapped_replays(tmp_path, capsys, monkeypatch):
     assert replays[0].endswith("'") and json.loads(replays[0].split("--case ", 1)[1].strip("'"))
 
 
-def test_quiet_drops_the_table(tmp_path, capsys):
+def test_quiet_drops_the_table_and_verbose_lists_every_record(tmp_path, capsys):
     assert cli.main(["-q", "verify", "--case", CASE, "--out", str(tmp_path / "r"), "--backend", GOOD]) == 0
-    assert "verdict" not in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "verdict" not in err and "PASS my-splitk" not in err
+    assert cli.main(["-v", "verify", "--case", CASE, "--out", str(tmp_path / "r"), "--backend", GOOD]) == 0
+    err = capsys.readouterr().err
+    assert "verdict" in err and "PASS my-splitk kernel:" in err
 
 
 def test_markup_is_printed_as_written(tmp_path, capsys):

@@ -181,6 +181,11 @@ def cmd_verify(args) -> int:
     _say(console, f"{len(cases)} cases, {len(records)} records in {seconds:.1f}s: "
          + ", ".join(f"{n} {s}" for s, n in tot.items() if n))
     annotate_records(records)
+    if getattr(args, "verbosity", 0) >= 1:  # -v: every other record too, with its reason
+        for r in records:
+            if r["status"] not in ("fail", "error"):
+                why = f": {r['reason']}" if r["reason"] else ""
+                _say(console, f"{r['status'].upper()} {r['backend']} {r['id']}{why}")
     for r in records:
         if r["status"] in ("fail", "error"):
             _say(console, f"{r['status'].upper()} {r['backend']} {r['id']}: {r['reason']}", "red")
