@@ -11,6 +11,8 @@ Levels:
   layer-model  incremental `layer_step`s from an empty cache vs the training-form
                `layer_forward` over the whole sequence (the model). rope='latent' is the
                paper's Sec. 3 claim and is EXPECTED to differ here (expect='differ').
+  tp           the same incremental decode on `tp` tensor-parallel ranks (torch.distributed)
+               against the single-process float64 decode; its plug-in is lrkv.distributed.harness
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from ..spec import AttentionSpec, as_dtype, dtype_name
 
 DEFAULT_ROPE_THETA = 10000.0
 
-CASE_LEVELS = ("kernel", "layer", "layer-model")
+CASE_LEVELS = ("kernel", "layer", "layer-model", "tp")
 EXPECTATIONS = ("match", "differ")
 DTYPES = ("float64", "float32", "bfloat16", "float16")
 LAYOUTS = ("contiguous", "strided")  # strided: shared K/V packed in one tensor, latents stored head-major
@@ -41,6 +43,7 @@ NEAR_CANCEL_RESIDUAL = 1.0e-3  # ... and the shared key set to −(head 0's priv
 MAX_T = 1 << 20  # t_max limit: a case is drawn in float64 on the CPU
 MAX_SEED = 2**32 - 1  # seeds feed torch.Generator streams (seed·1_000_003 + stream must fit in 64 bits)
 MAX_Q_SCALE = 1.0e6
+MAX_TP = 64  # ranks of a tp case: each is a process on this machine
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,7 @@ class Case:
     tile: int = 0  # tile-size hint for tiled backends (0: backend's choice)
     expect: str = "match"  # 'differ': known to deviate (latent RoPE vs the model); recorded, not gated
     layout: str = "contiguous"  # kernel cache layout: 'strided' hands the backend non-contiguous views
+    tp: int = 1  # tensor-parallel ranks P (level 'tp' only)
     id: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -91,8 +95,11 @@ class Case:
         check_choice("layout", self.layout, LAYOUTS)
         if self.level != "kernel" and min(self.lengths) < 1:
             raise ValueError(f"level {self.level!r} appends a token, so every length must be >= 1")
-        if self.level == "layer-model" and set(self.lengths) != {self.t_max}:
-            raise ValueError("layer-model cases run whole sequences: every length must equal t_max")
+        check_int("tp", self.tp, minimum=1, maximum=MAX_TP)
+        if (self.tp != 1) and self.level != "tp":
+            raise ValueError(f"tp applies to level 'tp' only, got tp={self.tp} at level {self.level!r}")
+        if self.level in ("layer-model", "tp") and set(self.lengths) != {self.t_max}:
+            raise ValueError(f"{self.level} cases run whole sequences: every length must equal t_max")
         if self.level != "kernel" and (self.q_scale != 1.0 or self.near_cancel or self.layout != "contiguous"):
             raise ValueError("q_scale, near_cancel and layout are kernel-level adversarial inputs")
         if self.near_cancel and self.spec.qk_norm:
@@ -121,6 +128,7 @@ class Case:
             f"+theta{self.spec.rope_theta:g}" if self.spec.rope_theta != DEFAULT_ROPE_THETA else "",
             "+strided" if self.layout != "contiguous" else "",
             "+differ" if self.expect != "match" else "",  # part of the id: a pass can't turn into an xfail
+            f"+tp{self.tp}" if self.level == "tp" else "",  # P in the id: --tp 2 and --tp 4 records differ
         ))
         return f"{self.level}:{self.spec.short()}:{self.dtype}:T{self.t_max}:L{lens}:s{self.seed}{flags}"
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from ..checks import arg_in_file, arg_out_dir, arg_out_file
+from ..checks import arg_in_file, arg_int, arg_out_dir, arg_out_file
 
 DEFAULT_BACKENDS = ("reference", "materialized", "eager", "inductor")
 DEFAULT_OUT = "reports/verify"
@@ -17,7 +17,8 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TOOLCHAIN, EXIT_NOTHING, EXIT_INTERRUPTED
 VERIFY_DOC = """Run decode backends on a case grid against the float64 oracle (DESIGN §6) and write
 DIR/report.json and DIR/report.md; print a summary per backend and each failing case with
 the one-line command that replays it. With GITHUB_ACTIONS=true each failing case is also
-an ::error annotation.
+an ::error annotation. --tp P runs the `tp` grid instead: token-by-token decode on P
+torch.distributed ranks (lrkv.distributed.harness).
 """
 
 GATE_DOC = """Re-judge a report written by `lrkv verify` under the policy its baseline pins, and sort
@@ -71,6 +72,9 @@ def register(subparsers) -> None:
     v.add_argument("--allow-empty", action="store_true",
                    help="exit 0 even if a backend verified nothing (skips, unavailable, only baselines)")
     v.add_argument("--no-progress", action="store_true", help="no progress bar")
+    v.add_argument("--tp", type=arg_int(minimum=1, maximum=64), metavar="P",
+                   help="tensor parallelism: decode the `tp` grid (instead of --grid) on P gloo ranks and judge the "
+                        "gathered output and each rank's cache bytes (default backends: reference, eager)")
     v.set_defaults(func=cmd_verify)
 
     g = subparsers.add_parser("gate", help="gate a tolerance report against the accepted baseline",
@@ -95,6 +99,9 @@ def _cases(args):
 
     if args.case:
         cases = [Case.from_json(text) for text in args.case]
+    elif args.tp:
+        from ..distributed.harness import tp_grid
+        cases = tp_grid(args.tp)
     else:
         cases = {"default": default_grid, "quick": quick_grid, "mutants": mutant_grid}[args.grid]()
     if args.dtype:
@@ -120,6 +127,9 @@ def _load_backends(args, console):
     for d in args.backend_path:
         add_backend_path(d)
     out = []
+    if args.tp and not args.backend:
+        from ..distributed.harness import DEFAULT_TP_BACKENDS
+        args.backend = list(DEFAULT_TP_BACKENDS)
     for label in (args.backend or DEFAULT_BACKENDS):
         b = get_backend(label)
         check_available(b, label)
@@ -142,6 +152,7 @@ def cmd_verify(args) -> int:
     from .report import build_report, clear_report, verification, write_report
     from .runner import backend_info
     from .tolerance import load_policy
+    from ..distributed import harness as tp_harness  # registers the `tp` case level
 
     console = make_console()
     clear_report(args.out)  # first: no later failure (even a usage error) may leave a stale green report
@@ -149,6 +160,11 @@ def cmd_verify(args) -> int:
         backends = _load_backends(args, console)
         cases = _cases(args)
         policy = load_policy(args.policy)
+        tp = any(c.level == "tp" for c in cases)
+        if tp and not all(c.level == "tp" for c in cases):
+            raise ValueError("--case: tp cases run on their own ranks; do not mix them with other levels in one run")
+        if tp:
+            backends = tp_harness.tp_backends(backends)
     except (ValueError, TypeError, OSError) as e:
         _say(console, f"lrkv verify: {e}", "red")
         return EXIT_USAGE
@@ -162,8 +178,12 @@ def cmd_verify(args) -> int:
         return EXIT_OK if args.allow_empty else EXIT_NOTHING
     t0 = time.perf_counter()
     records: list[dict] = []
-    grid = "case" if args.case else args.grid
+    grid = "case" if args.case else ("tp" if args.tp else args.grid)
     try:
+        if tp:
+            _say(console, f"lrkv verify: decoding on tensor-parallel ranks ({len(cases)} cases x {len(backends)} "
+                          "backends, one spawn per P)")
+            tp_harness.prefetch(cases, backends)
         _run_with_progress(cases, backends, policy, console, not args.no_progress, records)
     except KeyboardInterrupt:
         report = build_report(records, policy, infos, grid=grid, argv=sys.argv[1:],
@@ -223,6 +243,7 @@ def cmd_gate(args) -> int:
     from .gate import (BLOCKING, EXIT_NOTHING as GATE_NOTHING, baseline_from_report, classify, counts, exit_code,
                        load_baseline, render_markdown, write_baseline)
     from .report import load_report
+    from ..distributed import harness as _tp  # noqa: F401 — registers the `tp` case level for re-judging
 
     from .console import annotate_entries
 

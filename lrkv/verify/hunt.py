@@ -71,6 +71,8 @@ def hunt(labels, levels, examples: int, seed: int, progress=None) -> dict:
                 if not ok:
                     failures.append({"backend": b.name, "id": case.id, "status": rec["status"],
                                      "reason": rec["reason"], "repro": rec["repro"]})
+                    print(f"FALSE FAILURE {rec['status']} {b.name} {case.id}: {rec['reason'][:300]}\n"
+                          f"  {rec['repro']}", file=sys.stderr, flush=True)
             if progress is not None:
                 progress(level, stats, failures)
 

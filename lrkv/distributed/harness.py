@@ -1,0 +1,215 @@
+"""The harness level `tp`: `lrkv verify --backend X --tp P` (issue 15; DESIGN §6, §7).
+
+A `tp` case is a whole sequence (lengths = t_max), decoded token by token on P ranks
+(`runner.run_jobs`: torch.multiprocessing + gloo) by the backend's TP layer
+(`steps.tp_layer_for`: its own `tp_layer`, else its kernel — or layer — on each rank's head
+shard). The oracle is the single-process reference decode in float64 (and, as a second path
+that must agree, the materialized decode); the usual rule judges three outputs, each an
+ordinary record output the gate re-judges from its evidence:
+
+    y                  [B, T, d]  rank 0's y against the float64 oracle (err_base: the
+                                  single-process reference decode at τ vs its own float64 run)
+    rank_disagreement  [B, T, d]  max over ranks r of |y_r − y_0|: the all-reduce leaves y
+                                  replicated, so the oracle's value is 0 (a missing all-reduce
+                                  leaves partial sums that differ)
+    cache_excess       [P]        per rank, cache elements per token actually allocated
+                                  (numel·element_size of its cache tensors / B·T_max·bytes)
+                                  minus the formula (`lrkv.spec.per_device_cache_elements`
+                                  where it applies, `partition.rank_cache_elements` otherwise);
+                                  oracle 0, atol 0: one element off fails
+
+Spawning ranks costs seconds, so `prefetch` runs every (backend, case) of a run in one spawn
+per P before the runner asks for them. Under `--tp` every backend is wrapped (`TPBackend`)
+with role 'verified': what its records verify is the backend's tensor-parallel decode —
+sharding, replication and the all-reduce — against the single-process oracle, which none of
+them is, not even the float64 reference run sharded.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..reference import lrkv as ref
+from ..spec import AttentionSpec, per_device_cache_elements
+from ..verify.bounds import Conditioning, ConditioningProbe, layer_gain
+from ..verify.cases import Case, make_model_inputs
+from ..verify.levels import Level, decode_sequence, register_level
+from .partition import plan_rank, rank_cache_elements
+from .runner import TPJob, run_jobs
+
+DEFAULT_TP_BACKENDS = ("reference", "eager")  # inductor would compile once in every rank
+TP_TIMEOUT_S = 100.0  # one spawn; below the policy's default case_timeout (120 s)
+TP_PG_TIMEOUT_S = 30.0
+
+_RESULTS: dict[tuple[int, str], list[dict] | str] = {}  # (id(backend), case id) -> run_jobs outcome
+
+
+# ----------------------------------------------------------------------------- cases
+def tp_grid(tp: int) -> list[Case]:
+    """Tiny `tp` cases for P ranks: an even head split, an uneven one (2P + 1 heads),
+    RoPE + QK-RMSNorm (key_scale sharded with the heads), and the low precisions."""
+    even, uneven = AttentionSpec.lrkv(2 * tp, 16, 4), AttentionSpec.lrkv(2 * tp + 1, 16, 3)
+    qkn = AttentionSpec.lrkv(2 * tp, 16, 4, rope="exact", qk_norm=True)
+    return [
+        Case("tp", even, "float64", (5, 5), 5, tp=tp),
+        Case("tp", uneven, "float64", (4, 4), 4, seed=1, tp=tp),
+        Case("tp", qkn, "float64", (4, 4, 4), 4, seed=2, tp=tp),
+        Case("tp", even, "float32", (5, 5), 5, tp=tp),
+        Case("tp", uneven, "bfloat16", (4, 4), 4, seed=1, tp=tp),
+    ]
+
+
+def _job(backend, case: Case) -> TPJob:
+    return TPJob(case.spec, batch=case.batch, steps=case.t_max, seed=case.seed, dtype=case.dtype,
+                 backend=backend, case=case.to_dict())
+
+
+def model_inputs(case: Case):
+    """The layer-model level's draw for the same seed: weights and x [B, T, d] at τ."""
+    return make_model_inputs(case.replace(level="layer-model", tp=1))
+
+
+# ----------------------------------------------------------------------------- running
+def prefetch(cases: list[Case], backends: list[tuple[str, object]]) -> None:
+    """Run every (backend, tp case) pair, one spawn per P, and keep the outcomes for `call`."""
+    by_tp: dict[int, list[tuple[object, Case]]] = {}
+    for case in cases:
+        if case.level == "tp":
+            for _, b in backends:
+                if _applies(b, case):
+                    by_tp.setdefault(case.tp, []).append((b, case))
+    for tp, pairs in by_tp.items():
+        outcomes = run_jobs([_job(b, c) for b, c in pairs], tp, timeout_s=TP_TIMEOUT_S * len(pairs),
+                            pg_timeout_s=TP_PG_TIMEOUT_S)
+        for (b, c), out in zip(pairs, outcomes):
+            _RESULTS[(id(b), c.id)] = out
+
+
+def _applies(backend, case: Case) -> bool:
+    from ..verify.runner import not_applicable
+
+    try:
+        ok, _ = backend.available()
+    except Exception:  # noqa: BLE001 — the runner records why
+        return False
+    return ok and not not_applicable(backend, case)
+
+
+def _outcome(backend, case: Case) -> list[dict]:
+    out = _RESULTS.pop((id(backend), case.id), None)
+    if out is None:
+        out = run_jobs([_job(backend, case)], case.tp, timeout_s=TP_TIMEOUT_S, pg_timeout_s=TP_PG_TIMEOUT_S)[0]
+    if isinstance(out, str):
+        raise RuntimeError(f"tensor-parallel run on {case.tp} ranks failed: {out}")
+    return out
+
+
+def expected_elements(spec: AttentionSpec, tp: int, rank: int) -> int:
+    """Cache elements per token per layer rank `rank` must hold (key_scale included)."""
+    n = rank_cache_elements(spec, plan_rank(spec, tp, rank))
+    try:
+        formula = per_device_cache_elements(spec, tp, include_key_scale=True)
+    except ValueError:  # P does not divide H: the per-rank split rule is the formula
+        return n
+    if formula != n:
+        raise AssertionError(f"split rule {n} != per_device_cache_elements {formula} (rank {rank})")
+    return formula
+
+
+def _call(backend, inp, case: Case) -> dict[str, torch.Tensor]:
+    results = sorted(_outcome(backend, case), key=lambda r: r["rank"])
+    tau, tokens = case.torch_dtype, case.batch * case.t_max
+    y0 = results[0]["y"]
+    spread = torch.zeros_like(y0)
+    for r in results[1:]:
+        if r["y"].shape != y0.shape:
+            raise ValueError(f"rank {r['rank']} returned y {list(r['y'].shape)}, rank 0 {list(y0.shape)}")
+        spread = torch.maximum(spread, (r["y"] - y0).abs())
+    esize = torch.empty((), dtype=tau).element_size()
+    excess = [r["nbytes"] / (tokens * esize) - expected_elements(case.spec, case.tp, r["rank"]) for r in results]
+    return {"y": y0, "rank_disagreement": spread, "cache_excess": torch.tensor(excess, dtype=torch.float64).to(tau)}
+
+
+# ----------------------------------------------------------------------------- the oracle
+def _single_process(decode_name: str, case: Case):
+    def path(inp):
+        step = lambda w, x, c, p: ref.layer_step(w, x, c, p, decode=getattr(ref, decode_name))  # noqa: E731
+        y = decode_sequence(step, inp.weights, inp.x, case)
+        return {"y": y, "rank_disagreement": torch.zeros_like(y),
+                "cache_excess": torch.zeros(case.tp, dtype=y.dtype)}  # replicated y, exact bytes
+    return path
+
+
+def _conditioning(inp, case: Case) -> Conditioning:
+    probe = ConditioningProbe(ref.decode_attention)
+    decode_sequence(lambda w, x, c, p: ref.layer_step(w, x, c, p, decode=probe), inp.weights, inp.x, case)
+    cond = probe.cond
+    extra, cond.gain = layer_gain(inp.weights)
+    cond.n += extra
+    return cond
+
+
+def _outputs(case: Case) -> dict:
+    B, T, d, tau = case.batch, case.t_max, case.spec.d_model, case.torch_dtype
+    return {"y": ((B, T, d), tau), "rank_disagreement": ((B, T, d), tau), "cache_excess": ((case.tp,), tau)}
+
+
+register_level(Level(
+    name="tp", needs="kernel", make_inputs=model_inputs,
+    paths=lambda case: {"incremental": _single_process("decode_attention", case),
+                        "incremental-materialized": _single_process("materialized_decode_attention", case)},
+    consistency=lambda case: [("incremental", "incremental-materialized")], call=_call, outputs=_outputs,
+    conditioning=_conditioning,
+))
+
+
+# ----------------------------------------------------------------------------- backends
+def distributed_unavailable() -> str:
+    """Why `tp` cases cannot run here ('' when they can): torch.distributed with gloo is needed."""
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return "this torch build has no torch.distributed"
+    if not dist.is_gloo_available():
+        return "this torch build has no gloo backend for torch.distributed"
+    return ""
+
+
+class TPBackend:
+    """A backend as the `tp` level runs it: same name, dtypes and levels, role 'verified' (see
+    the module docstring), pickled whole into every rank."""
+
+    role = "verified"
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.name, self.levels, self.dtypes = inner.name, inner.levels, inner.dtypes
+        self.description = f"{getattr(inner, 'description', '')} — on tensor-parallel ranks".strip(" —")
+
+    def available(self):
+        why = distributed_unavailable()
+        return (False, why) if why else self.inner.available()
+
+    def supports(self, case: Case) -> tuple[bool, str]:
+        """The inner backend asked about what each rank runs: its kernel on the case's shapes."""
+        inner = getattr(self.inner, "supports", None)
+        return (True, "") if inner is None else inner(per_rank_case(case))
+
+    def configure(self, case: Case) -> None:
+        inner = getattr(self.inner, "configure", None)
+        if inner is not None:
+            inner(per_rank_case(case))
+
+    def __getattr__(self, name):  # decode_attention, layer_step, tp_layer …
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+def per_rank_case(case: Case) -> Case:
+    """A `tp` case as the kernel-level case each rank's decode is (hints such as splits kept)."""
+    return case.replace(level="kernel", tp=1) if case.level == "tp" else case
+
+
+def tp_backends(backends: list[tuple[str, object]]) -> list[tuple[str, object]]:
+    return [(label, TPBackend(b)) for label, b in backends]
