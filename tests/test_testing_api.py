@@ -147,3 +147,15 @@ def test_strategies_draw_a_non_default_rope_theta_and_it_is_checked():
     with pytest.raises(AssertionError, match="FAIL default-theta"):
         check_case(THETA_BUG, case)
     assert torch.isfinite(torch.tensor(case.spec.rope_theta))
+
+
+def test_a_report_from_check_backend_is_gated_like_one_from_lrkv_verify(tmp_path):
+    from lrkv import cli
+    from lrkv.verify.report import validate_report
+
+    report = check_backend(EXAMPLE, grid="quick")
+    validate_report(report.data)
+    jpath, _ = report.write(tmp_path / "r")
+    base = str(tmp_path / "base.json")
+    assert cli.main(["gate", str(jpath), "--baseline", base, "--update-baseline"]) == 0
+    assert cli.main(["gate", str(jpath), "--baseline", base]) == 0

@@ -7,7 +7,6 @@ gate agree on every verdict; failures name their replay command,
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -120,8 +119,9 @@ def check_backend(backend: Any, *, grid: str | Iterable[Case] = "default", level
     pol = _policy(policy)
     t0 = time.perf_counter()
     records = run(cases, [(target.label, target.backend)], pol)
-    data = build_report(records, pol, [backend_info(target.backend, target.label)],
-                        grid=grid if isinstance(grid, str) else "cases", argv=list(sys.argv[1:2]),
+    grid_name = grid if isinstance(grid, str) else "cases"
+    data = build_report(records, pol, [backend_info(target.backend, target.label)], grid=grid_name,
+                        argv=["lrkv.testing.check_backend", target.label, f"grid={grid_name}"],
                         seconds=time.perf_counter() - t0)
     report = Report(data)
     if raise_on_failure and not report.ok:  # fail/error, or nothing verified
