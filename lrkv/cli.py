@@ -27,7 +27,7 @@ VERBS: dict[str, tuple[str, str]] = {
     "proofs": ("lrkv.proofs.cli", "run the symbolic proofs of the paper's algebra"),
     "export": ("lrkv.compiled.cli", "export a verified ONNX / AOTInductor / TensorRT engine"),
     "bench": ("lrkv.bench.cli", "time one decode step of LRKV and its peers side by side"),
-    "cache": ("lrkv.spec.cache_cli", "size KV caches and deployments from the cache formulas"),
+    "cache": ("lrkv.spec.cache_cli", "size a deployment: KV cache of LRKV and its peers side by side"),
     "init": ("lrkv.testing.init", "set up lrkv verification in your own repository"),
 }
 EXIT_USAGE = 2

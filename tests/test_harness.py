@@ -218,9 +218,9 @@ def test_default_grid_coverage():
     assert {c.spec.rope for c in grid if c.level == "layer-model"} == {"none", "exact", "aligned", "latent"}
     assert any(c.spec.qk_norm for c in grid)
     assert {c.dtype for c in grid} == {"float64", "float32", "bfloat16", "float16"}
-    assert {c.level for c in grid} == {"kernel", "layer", "layer-model"}
+    assert {c.level for c in grid} == {"kernel", "layer", "layer-model", "kernel-paged", "kernel-extend"}
     assert any(c.q_scale == 100 for c in grid) and any(c.near_cancel for c in grid)
-    assert any(not c.nan_garbage for c in grid) and all(c.nan_garbage or c.level == "kernel" for c in grid)
+    assert any(not c.nan_garbage for c in grid) and all(c.nan_garbage or c.level.startswith("kernel") for c in grid)
     assert any(c.splits and c.t_max % c.splits for c in grid)
     differ = [c for c in grid if c.expect == "differ"]
     assert differ and all(c.level == "layer-model" and c.spec.rope == "latent" for c in differ)

@@ -1,5 +1,6 @@
-"""The gate must be able to say no: every deliberately broken backend (lrkv.verify.mutants)
-is rejected by the harness and the gate, while the correct backends pass the same cases."""
+"""The gate must be able to say no: every deliberately broken backend (lrkv.verify.mutants,
+and the paged-decode / extend ones of lrkv.verify.mutants_paged) is rejected by the harness
+and the gate, while the correct backends pass the same cases."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from lrkv.verify import gate
 from lrkv.verify.backend import get_backend
 from lrkv.verify.cases import mutant_grid
 from lrkv.verify.mutants import ALL_MUTANTS
+from lrkv.verify.mutants_paged import ALL_PAGED_EXTEND_MUTANTS
 from lrkv.verify.report import build_report
 from lrkv.verify.runner import backend_info, run
 from lrkv.verify.tolerance import load_policy
@@ -39,12 +41,15 @@ def test_correct_backends_pass_the_mutant_grid(correct_report, baseline):
     bad = [(r["backend"], r["id"], r["reason"]) for r in recs if r["status"] not in ("pass", "skip")]
     assert not bad, bad
     skips = [r for r in recs if r["status"] == "skip"]
-    assert all("not supported" in r["reason"] for r in skips)  # dtypes a backend lacks: recorded, not dropped
+    # levels and dtypes a backend lacks: recorded, not dropped
+    assert all("not supported" in r["reason"] or r["reason"].startswith("not implemented") for r in skips)
+    verified = {(r["backend"], r["level"]) for r in recs if r["status"] == "pass"}
+    assert {("reference", "kernel-paged"), ("reference", "kernel-extend"), ("eager", "kernel-extend")} <= verified
     entries = gate.classify(correct_report, baseline)
     assert gate.exit_code(entries, correct_report) == 0
 
 
-@pytest.mark.parametrize("mutant", ALL_MUTANTS, ids=lambda m: m.name)
+@pytest.mark.parametrize("mutant", ALL_MUTANTS + ALL_PAGED_EXTEND_MUTANTS, ids=lambda m: m.name)
 def test_every_mutant_is_rejected(mutant, correct_report, baseline):
     assert mutant.bug, "each mutant says what is wrong with it"
     report = _report([(mutant.name, mutant())])

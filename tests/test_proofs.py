@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import json
 from fractions import Fraction
 
@@ -17,12 +18,13 @@ import sympy as sp
 from lrkv.cli import main
 from lrkv.proofs import paper_data as data
 from lrkv.proofs import (
-    associativity, diversity, endpoints, formulas, gradients, mla, rmsnorm, rope, softmax, splitk,
+    associativity, diversity, endpoints, formulas, gradients, mla, rmsnorm, rope, softmax, special_cases, splitk,
 )
 from lrkv.proofs.record import STATUSES, Proof, Verdict
 from lrkv.proofs.registry import EXPECTED, REGISTRY, load_all
 from lrkv.proofs.report import SCHEMA, validate_report
 from lrkv.proofs.symbolic import matrix, rope_matrix
+from lrkv.spec import PAPER_SCALES
 
 pytestmark = pytest.mark.proofs
 
@@ -30,10 +32,16 @@ load_all()
 NAMES = list(REGISTRY)
 
 
+@functools.lru_cache(maxsize=None)
+def _good(name: str) -> Proof:
+    """The proof run with its correct defaults, once per session (records are frozen)."""
+    return REGISTRY[name].fn()
+
+
 # ----------------------------------------------------------------------------- every proof as expected
 @pytest.mark.parametrize("name", NAMES)
 def test_proof_returns_expected_status(name):
-    p = REGISTRY[name].fn()
+    p = _good(name)
     assert isinstance(p, Proof)
     assert p.status == EXPECTED[name], f"{name}: {p.status} ({p.summary})"
     assert p.name == name and p.claim and p.source and p.summary
@@ -48,9 +56,11 @@ def test_registry_covers_issue_items():
     assert EXPECTED["rope_latent_general_claim"] == "refuted"
     assert {n for n, e in EXPECTED.items() if e == "reconciled"} >= {
         "paper_table12_bytes", "paper_table12_pct_128m", "paper_g4_128m", "paper_table8_fractions",
-        "paper_table8_mla384_prose", "paper_fig9_ceiling"}
+        "paper_table8_mla384_prose"}
     assert {n for n, e in EXPECTED.items() if e == "inconsistent"} == {
-        "paper_table12_pct_2p5b", "paper_table12_pct_6p3b", "paper_g4_2p5b", "paper_table2_combined"}
+        "paper_table12_pct_2p5b", "paper_table12_pct_6p3b", "paper_g4_2p5b", "paper_table2_combined",
+        "paper_fig9_ceiling", "paper_bpb_label", "v1_fewer_steps"}
+    assert {n for n, e in EXPECTED.items() if e == "refuted"} == {"rope_latent_general_claim", "paper_table8_frontier"}
 
 
 # ----------------------------------------------------------------------------- wrong variants
@@ -97,8 +107,11 @@ WRONG = [
     ("single_softmax", dict(decode=softmax.rank_scaled_decode), "private logits scaled by 1/sqrt(r)"),
     ("score_scale_sqrt_dh", dict(scales=lambda d_h, r: (1 / sp.sqrt(d_h), 1 / sp.sqrt(r))), "1/sqrt(r) on private"),
     ("score_scale_sqrt_dh", dict(scales=lambda d_h, r: (1 / sp.sqrt(r), 1 / sp.sqrt(r))), "1/sqrt(r) everywhere"),
+    ("score_scale_sqrt_dh", dict(scales=lambda d_h, r: (1 / d_h, 1 / d_h)), "1/d_h"),
     # item 3
     ("rope_commutation_condition", dict(latent_map=lambda B, R: B.T * R * B), "latent map without (B^T B)^-1"),
+    ("rope_commutation_condition", dict(latent_map=lambda B, R: 2 * rope.least_squares_latent_map(B, R)),
+     "twice the forced latent map"),
     ("rope_latent_general_claim", dict(instance=lambda: (sp.Matrix([[1, 0]]), rope_matrix([sp.pi]))),
      "a half turn is not a counterexample"),
     ("rope_latent_general_claim", dict(instance=lambda: (sp.eye(2), rope_matrix([sp.pi / 2]))),
@@ -127,14 +140,23 @@ WRONG = [
     ("param_ratio_eq10", dict(formula=lambda H, d_h, r, d, **_: 1 / H + (r / d_h) * (1 + 1 / H)),
      "d = H d_h form used for every d"),
     ("decode_arithmetic", dict(formula=lambda d_h, r, T, **_: 1 + r / d_h), "r/T term dropped"),
-    ("tp_payload_mla_mlra", dict(formulas=lambda: {**formulas.per_device_formulas(),
-                                                   "mla": lambda d_c, d_rope, P, **_: d_c / P + d_rope}),
-     "MLA latent sharded"),
+    ("tp_payload_mla_mlra", dict(shard=lambda shape, P: shape[2] // P if len(shape) == 3
+                                 else formulas.shard_by_head_axis(shape, P)), "head-free tensors sharded"),
+    ("tp_payload_mla_mlra", dict(shard=lambda shape, P: shape[2] if len(shape) == 3 else shape[2] * shape[3]),
+     "head axis never sharded"),
+    ("planner_formulas", dict(tokens_that_fit=lambda s, N, bud, dt, P: -(-bud // (N * 2 * 1000))), "tokens rounded up"),
     # item 6
     ("endpoint_rank0_mqa", dict(cache=lambda H, d_h: 2 * d_h + 2 * H), "per-head slot at r = 0"),
     ("endpoint_rank0_mqa", dict(projection=lambda W_S, U, B: W_S + sp.ones(*W_S.shape)), "heads differ at r = 0"),
     ("endpoint_full_rank_mha", dict(construct=lambda W_S, W_h, r: endpoints.full_rank_construction(W_S, W_h, 1)),
      "construction truncated below d_h"),
+    ("v1_full_rank_recovers_mha", dict(min_rank=lambda d, d_h: d), "d_model claimed as the least rank"),
+    ("v1_full_rank_recovers_mha", dict(min_rank=lambda d, d_h: d_h - 1), "one below d_h claimed enough"),
+    ("v1_gqa_special_case", dict(split=lambda W1, W2, r: W1), "W_S = one group's weights at r = d_h/2"),
+    ("v1_gqa_special_case", dict(construct=lambda W_S, W_g, r: endpoints.full_rank_construction(W_S, W_g, 1)),
+     "residual truncated below d_h"),
+    ("factor_gauge", dict(transform=lambda U, B, C: (U * C, B * C)), "B C instead of B C^-T"),
+    ("factor_gauge", dict(transform=lambda U, B, C: (U * C, B * C.T)), "B C^T instead of B C^-T"),
     # item 7
     ("factor_gradients", dict(gradients=lambda G, U, B: {**gradients.paper_gradients(G, U, B),
                                                          "W_S": (G[0] + G[1]) / 2}), "W_S gets the mean"),
@@ -149,6 +171,13 @@ WRONG = [
     ("bilinear_map_gauge", dict(change=diversity.plane_mixing_change), "change mixes rotary planes"),
     ("centred_gram_ceiling", dict(centring=lambda n: sp.eye(n)), "uncentred Gram"),
     ("centred_gram_ceiling", dict(ceiling=lambda H: Fraction(1)), "ceiling H/H"),
+    ("frobenius_trace_identity", dict(forms=lambda qi, ki, qj, kj: {"swapped": (ki.T * kj * qi.T * qj).trace()}),
+     "query factors swapped"),
+    ("frobenius_trace_identity", dict(forms=lambda qi, ki, qj, kj: {"no_transpose": (ki.T * kj).trace() * (qi.T * qj).trace()}),
+     "product of traces"),
+    ("paper_centring_drop", dict(printed=_tampered(data.CENTRING_DROP, ("printed_range",), ("5.8", "5.9"))),
+     "drop of 5.8–5.9"),
+    ("paper_centring_drop", dict(centring=lambda n: sp.eye(n)), "uncentred Gram"),
     # item 10 — tampered printed numbers
     ("paper_table7_cache_fractions", dict(printed=_tampered(data.TABLE7, ("reported_range_pct",), ("45", "48"))),
      "range too narrow"),
@@ -178,7 +207,32 @@ WRONG = [
      "40.4 would match the cells"),
     ("paper_table3_centred_ceiling", dict(printed=_tampered(data.TABLE3, ("centred", "128M", "LRKV"), "84.0")),
      "above the ceiling"),
-    ("paper_fig9_ceiling", dict(printed=_tampered(data.FIG9, ("plotted_at_most",), "6.5")), "above H"),
+    ("paper_fig9_ceiling", dict(printed=_tampered(data.FIG9, ("plotted_exceeds",), "4")), "values under the ceiling"),
+    ("paper_table8_frontier", dict(printed=_tampered(data.TABLE8_CE, ("mla_ce",), {128: "2.95", 192: "2.95", 384: "2.95"})),
+     "MLA worse everywhere"),
+    ("paper_table8_frontier", dict(dominates=lambda a, b: False), "nothing dominates"),
+    ("paper_bpb_label", dict(printed=_tampered(data.BPB_LABEL, ("labelled_bpb",), "4.151")), "4.151 is CE/ln 2"),
+    ("paper_bpb_label", dict(printed=_tampered(data.BPB_LABEL, ("labelled_bpb",), "0.873")), "0.873 is the BPB"),
+    ("paper_cache_reduction_range", dict(printed=_tampered(data.CACHE_REDUCTION, ("printed_range_pct",), ("47", "55"))),
+     "47–55% is the reduction"),
+    ("paper_cache_reduction_range", dict(printed=_tampered(data.CACHE_REDUCTION, ("printed_range_pct",), ("46", "50"))),
+     "46–50% fits neither"),
+    ("v1_flops_reduction", dict(fig3=_tampered(data.TABLE1, ("fig3_savings_pct",), ("10", "10", "10", "10"))),
+     "Fig. 3 savings of 10%"),
+    ("v1_flops_reduction", dict(printed=_tampered(data.V1_SUMMARY, ("flops_reduction_pct",), ("40", "45"))),
+     "a 40–45% reduction"),
+    ("v1_fewer_steps", dict(printed=_tampered(data.V1_SUMMARY, ("fewer_steps_pct",), "18.7")), "MHA's 18.7%"),
+    ("v1_fewer_steps", dict(printed=_tampered(data.V1_SUMMARY, ("fewer_steps_pct",), "15.8")), "s/(1+s) vs MHA"),
+    ("mlra_decode_speedup", dict(printed=_tampered(data.MLRA_SPEEDUP, ("speedup",), "3.5")), "above the bound"),
+    ("mlra_decode_speedup", dict(per_device=lambda spec, P: formulas.per_device_cache_elements(spec, 1)),
+     "no sharding: bound 1x"),
+    ("paper_table1_ranking", dict(printed=_tampered(data.TABLE1_FULL, ("ce", "MQA"), ("2.929", "2.573", "2.408", "2.280"))),
+     "MQA best at 6.3B"),
+    ("paper_table2_task_deltas", dict(printed=_tampered(data.TABLE2_DELTAS, ("printed_delta",),
+                                                        ("+4.1", "+6.7", "+2.9", "+1.1", "+1.7"))), "HumanEval sign"),
+    ("review_hand_example", dict(printed=_tampered(data.HAND_EXAMPLE, ("printed", "score"), 7)), "score 7"),
+    ("paper_cross_table_ordering", dict(printed=_tampered(data.CROSS_TABLE, ("table8_r64", "bpb"), "0.870")),
+     "BPB agrees with CE"),
 ]
 
 
@@ -188,6 +242,182 @@ def test_wrong_variant_is_rejected(name, variant, why):
     assert p.status != p.expected, f"{name} accepted a wrong variant ({why}): {p.summary}"
     if p.expected == "proved" and p.item < 10:
         assert p.status == "refuted"
+
+
+_I = lambda B, n: sp.Identity(n) if not isinstance(B, sp.MatrixBase) else sp.eye(n)  # noqa: E731
+
+# (proof, variant, the sub-check it must make fail): each sub-check can fail on its own.
+SUBCHECKS = [
+    ("rope_commutation_condition", dict(mismatch=lambda E, B, R: E * B.T + B.T * R), "for_all_z"),
+    ("rope_commutation_condition", dict(latent_map=lambda B, R: 2 * rope.least_squares_latent_map(B, R)), "forced"),
+    ("rope_commutation_condition", dict(complement=_I), "gap"),
+    ("rope_commutation_condition", dict(instance=lambda: (sp.eye(4)[:, :2], rope_matrix(sp.symbols("p0 p1")))),
+     "instance"),  # columns e_0, e_1 take one axis of two different rotary planes: not invariant
+    ("score_scale_sqrt_dh", dict(summed_logit=lambda q, s, z, B: q * s.T), "one_dot_product"),
+    ("score_scale_sqrt_dh", dict(variance=lambda n: n + 2), "variance_is_d_h"),
+    ("score_scale_sqrt_dh", dict(scales=lambda d_h, r: (1 / sp.sqrt(d_h), 1 / sp.sqrt(r))), "derived_scale"),
+    ("score_scale_sqrt_dh", dict(spec_scale=lambda spec: max(spec.rank, 1) ** -0.5), "spec_scale"),
+    ("paper_fig9_ceiling", dict(printed=_tampered(data.FIG9, ("plotted_exceeds",), "4")), "above_centred_ceiling"),
+    ("paper_fig9_ceiling", dict(printed=_tampered(data.FIG9, ("inferred_at_most",), "6.5")), "uncentred_candidate"),
+    ("v1_full_rank_recovers_mha", dict(min_rank=lambda d, d_h: d), "below_min_rank_fails"),
+    ("v1_gqa_special_case", dict(construct=lambda W_S, W_g, r: endpoints.full_rank_construction(W_S, W_g, 1)),
+     "r_d_h_suffices"),
+    ("v1_gqa_special_case", dict(split=lambda W1, W2, r: W1), "two_groups_at_half"),
+    ("factor_gauge", dict(transform=lambda U, B, C: (U * C, B * C)), "gauge_invariance"),
+    ("factor_gauge", dict(shift=lambda U, B, D: U * B.T), "shift_breaks_rank"),
+    ("paper_centring_drop", dict(printed=_tampered(data.CENTRING_DROP, ("printed_range",), ("5.8", "5.9"))),
+     "drops_match"),
+    ("paper_centring_drop", dict(centring=lambda n: sp.eye(n)), "orthogonal_drop_is_100_over_H"),
+    ("paper_centring_drop", dict(table3=_tampered(data.TABLE3, ("centred", "2.5B", "MHA"), "90.0")),
+     "drop_within_orthogonal"),
+    ("paper_table1_ranking", dict(printed=_tampered(data.TABLE1_FULL, ("gap_2p5b_vs_mha",), "0.010")),
+     "gap_2p5b_vs_mha"),
+    ("paper_table1_ranking", dict(printed=_tampered(data.TABLE1_FULL, ("nearest_6p3b",), "MHA")), "nearest_6p3b"),
+    ("paper_table1_ranking", dict(printed=_tampered(data.TABLE1_FULL, ("ce", "MQA"), ("2.929", "2.573", "2.408", "2.330"))),
+     "mqa_beats_mha_6p3b"),
+    ("review_hand_example", dict(printed=_tampered(data.HAND_EXAMPLE, ("basis_column",), (1, 1))), "materialized_key"),
+    ("review_hand_example", dict(printed=_tampered(data.HAND_EXAMPLE, ("printed", "weighted_private"), 4)),
+     "weighted_private"),
+]
+
+
+# sub-checks of the older proofs, each made to fail by an input aimed at it
+SUBCHECKS += [
+    ("mla_absorption", dict(scores=lambda q, Z, W: (q * W) * Z.T), "general"),
+    ("mla_absorption", dict(scores=lambda q, Z, W: (q * W.T) * Z.T * 2), "explicit_scores"),
+    ("mla_absorption", dict(values=lambda a, Z, W: (a * Z) * W * 2), "explicit_values"),
+    ("mla_absorption", dict(spec_scale=lambda spec: spec.head_dim ** -0.5), "v3_scale"),
+    ("single_softmax", dict(decode=softmax.separate_softmax_decode), "candidate_equals_materialized"),
+    ("single_softmax", dict(demo=softmax.factored_decode), "separate_branches_differ"),
+    ("single_softmax", dict(combine=lambda sa, sb: (sa + sb) / 2), "product_rule"),
+    ("bilinear_map_gauge", dict(change=diversity.plane_mixing_change), "candidate_commutes"),
+    ("bilinear_map_gauge", dict(breaking_change=diversity.plane_aligned_change), "plane_mixing_breaks"),
+    ("rmsnorm_square_norm", dict(square_norm=lambda s, z, B: (s * s.T)[0] + (z * B.T * B * z.T)[0]), "expansion"),
+    ("rmsnorm_square_norm", dict(code_tie=lambda: rmsnorm._code_tie(
+        lambda s, z, B, eps: rmsnorm.joint_key_scale(s, z, B, eps=eps) * 1.001)), "code_joint_key_scale"),
+    ("rmsnorm_joint_not_separate", dict(normalise=rmsnorm.separate_normalise), "candidate_is_joint"),
+    ("rmsnorm_joint_not_separate", dict(demo=rmsnorm.joint_normalise), "separate_changes_direction"),
+    ("rope_aligned_basis", dict(basis=lambda planes, d_h, r: matrix("g", d_h, r)), "symbolic_commutation"),
+    ("rope_exact_contraction", dict(contraction=lambda q, z, B, R: (q * B) * z.T), "explicit"),
+    ("rope_exact_contraction", dict(bracket=lambda q, R, B: q * B), "bracket_depends_on_position"),
+    ("endpoint_rank0_mqa", dict(projection=lambda W_S, U, B: W_S + sp.ones(*W_S.shape)), "heads_equal_W_S"),
+    ("endpoint_rank0_mqa", dict(cache=lambda H, d_h: 2 * d_h + 2 * H), "cache_and_params_are_mqa"),
+    ("endpoint_full_rank_mha", dict(construct=lambda W_S, W_h, r: endpoints.full_rank_construction(W_S, W_h, 1)),
+     "construction_at_and_above_d_h"),
+    ("endpoint_full_rank_mha", dict(below_rank=2), "unreachable_below_d_h"),
+]
+SUBCHECKS += [
+    ("bilinear_map_gauge", dict(gauges=lambda a: [("rotation", sp.diag(2, 1), sp.diag(2, 1))]), "linear_orthogonal"),
+    ("bilinear_map_gauge", dict(gauges=lambda a: [(lab, q, q) for lab, q, _ in diversity.linear_gauges(a)]),
+     "linear_invertible"),
+    ("bilinear_map_gauge", dict(compose=lambda Ri, Rj: Ri * Rj), "relative_position"),
+    ("rope_aligned_basis", dict(code_pattern=lambda d_h, r: rope._code_pattern(d_h, r, check_theta=500.0)),
+     "code_layout"),
+    ("rope_exact_contraction", dict(contraction=lambda q, z, B, R: (q * R * B) * z.T), "general"),
+    ("frobenius_trace_identity", dict(forms=lambda qi, ki, qj, kj: {
+        **diversity.review_trace_forms(qi, ki, qj, kj), "english_review": (ki.T * kj * qi.T * qj).trace()}),
+     "english_review"),
+    ("frobenius_trace_identity", dict(forms=lambda qi, ki, qj, kj: {
+        **diversity.review_trace_forms(qi, ki, qj, kj), "chinese_review": (ki.T * kj * qi.T * qj).trace()}),
+     "chinese_review"),
+    ("v1_full_rank_recovers_mha", dict(construct=lambda W_S, W_h, r: endpoints.full_rank_construction(W_S, W_h, 1)),
+     "at_d_model"),
+    ("v1_full_rank_recovers_mha", dict(construct=lambda W_S, W_h, r: endpoints.full_rank_construction(W_S, W_h, 1)),
+     "at_min_rank"),
+    ("v1_full_rank_recovers_mha", dict(ratio=lambda spec: Fraction(spec.rank, spec.head_dim)), "cache"),
+    ("v1_gqa_special_case", dict(generic_rank=lambda M: 1), "difference_generic_rank_d_h"),
+    ("v1_gqa_special_case", dict(generic_rank=lambda M: 1), "two_groups_need_half"),
+    ("paper_table1_ranking", dict(printed=_tampered(data.TABLE1_FULL, ("ce", "LRKV"), ("2.893", "2.509", "2.376", "2.310"))),
+     "lrkv_lowest_everywhere"),
+    ("review_hand_example", dict(printed=_tampered(data.HAND_EXAMPLE, ("printed", "score"), 7)), "score"),
+    ("review_hand_example", dict(printed=_tampered(data.HAND_EXAMPLE, ("printed", "shared_score"), 4)),
+     "shared_and_projected"),
+    ("review_hand_example", dict(printed=_tampered(data.HAND_EXAMPLE, ("printed", "private_contribution"), (5, 5))),
+     "private_contribution"),
+]
+SUBCHECKS += [
+    ("splitk_online_softmax", dict(merge=_no_private_rescale), "output"),
+    # the merged state claims a reference twice the one its sums are relative to: out is right, lse is not
+    ("splitk_online_softmax", dict(merge=lambda a, b, M: dataclasses.replace(splitk.online_merge(a, b, M), M=2 * M)),
+     "lse"),
+]
+SUBCHECKS += [
+    ("centred_gram_ceiling", dict(general=lambda n: sp.Identity(n)), "general_J_ones"),
+    ("centred_gram_ceiling", dict(centring=lambda n: sp.eye(n)), "explicit_rank_deficient"),
+    ("centred_gram_ceiling", dict(entropy_term=lambda x: x * sp.log(2 * x)), "gibbs"),
+    ("centred_gram_ceiling", dict(ceiling=lambda H: Fraction(1)), "ceilings"),
+]
+SUBCHECKS += [
+    ("paper_table7_cache_fractions", dict(scales={**PAPER_SCALES, "2.5B": dataclasses.replace(
+        PAPER_SCALES["2.5B"], rank=64)}), "presets_match_table7"),
+    ("paper_table7_cache_fractions", dict(printed=_tampered(data.TABLE7, ("reported_range_pct",), ("45", "48"))),
+     "inside_reported_range"),
+    ("paper_table7_cache_fractions", dict(printed=_tampered(data.TABLE7, ("review_recomputed_pct", "6.3B"), "45.13")),
+     "review_recomputation"),
+]
+_R = formulas.lrkv_cache_ratio
+SUBCHECKS += [
+    ("cache_ratio_eq9", dict(formula=lambda H, d_h, r, **_: r / d_h), "derivation"),
+    ("cache_ratio_eq9", dict(spec_impls={"off by one": lambda H, d_h, r: _R(H, d_h, r + 1)}), "spec_on_grid"),
+    ("cache_ratio_eq9", dict(bytes_fn=lambda spec, N, **kw: formulas.model_cache_bytes(spec, N, **kw) // 2), "eq8_bytes"),
+    ("break_even_rank", dict(bound=lambda H, d_h, **_: d_h), "derivation"),
+    ("break_even_rank", dict(spec_fn=lambda H, d_h: formulas.break_even_rank(H, d_h) + 1),
+     "brute_force_closed_form_spec_agree"),
+    ("full_rank_ratio", dict(formula=lambda H, d_h, **_: sp.Integer(1)), "derivation"),
+    ("full_rank_ratio", dict(spec_impls={"no shared block": lambda H, d_h: Fraction(1)}), "spec_on_grid"),
+    ("rank_ceiling", dict(bound=lambda H, d_h, c, **_: d_h * c), "derivation"),
+    ("rank_ceiling", dict(spec_fn=lambda H, d_h, c: max(0, formulas.rank_ceiling(H, d_h, max(c, Fraction(1, H)))) + 1),
+     "brute_force_closed_form_spec_agree"),
+    ("rank_ceiling", dict(spec_fn=lambda H, d_h, c: formulas.rank_ceiling(H, d_h, max(c, Fraction(1, H)))),
+     "below_floor_raises"),
+    ("tp_replication", dict(formula=lambda H, d_h, r, P, **_: 1 / H + r / d_h), "derivation"),
+    ("tp_replication", dict(spec_impls={"unreplicated": lambda H, d_h, r, P: _R(H, d_h, r)}), "spec_on_grid"),
+    ("param_ratio_eq10", dict(formula=lambda H, d_h, r, d, **_: 1 / H + (r / d_h) * (1 + 1 / H)), "derivation"),
+    ("param_ratio_eq10", dict(spec_impls={"cache ratio": lambda H, d_h, r, d: _R(H, d_h, r)}), "spec_on_grid"),
+    ("param_ratio_eq10", dict(formula=lambda H, d_h, r, d, **_: 1 / H + r / d_h), "d_equals_H_d_h"),
+    ("decode_arithmetic", dict(formula=lambda d_h, r, T, **_: 1 + r / d_h), "derivation"),
+    ("decode_arithmetic", dict(spec_impls={"no r/T": lambda H, d_h, r, T: 1 + Fraction(r, d_h)}), "spec_on_grid"),
+]
+from lrkv.spec import planner as _planner  # noqa: E402
+
+SUBCHECKS += [
+    ("planner_formulas", dict(model_bytes=lambda s, N, T, dt: _planner.model_bytes(s, N, T + 1, dt)), "model_bytes"),
+    ("planner_formulas", dict(per_device_bytes=lambda s, N, T, dt, P: _planner.model_bytes(s, N, T, dt)),
+     "per_device_bytes"),
+    ("planner_formulas", dict(tokens_that_fit=lambda s, N, bud, dt, P: _planner.tokens_that_fit(s, N, bud, dt, P) + 1),
+     "tokens_that_fit"),
+    ("planner_formulas", dict(padded_elements=lambda s, align: _planner.padded_elements(s, 1)), "padded"),
+]
+SUBCHECKS += [("factor_gradients", dict(gradients=lambda G, U, B: {**gradients.paper_gradients(G, U, B),
+                                                                  "W_S": (G[0] + G[1]) / 2}), c)
+              for c in ("general", "explicit_linear", "explicit_nonlinear")]
+
+
+def test_every_subcheck_is_made_to_fail_somewhere():
+    """A proof that records boolean sub-checks has, for each one, a SUBCHECKS entry aimed at it."""
+    covered = {(n, c) for n, _, c in SUBCHECKS}
+    missing = []
+    for name in NAMES:
+        checks = _good(name).evidence.get("checks")
+        if isinstance(checks, dict):
+            missing += [(name, c) for c, v in checks.items() if isinstance(v, bool) and (name, c) not in covered]
+    assert not missing, f"sub-checks no test makes fail: {missing}"
+
+
+def test_generic_rank_helper_sees_degenerate_matrices():
+    """The generic-rank sub-checks of v1_gqa_special_case can fail: a rank-1 symbolic product and
+    a difference of equal groups are recognised as rank-deficient."""
+    assert special_cases.max_minor_rank(matrix("u", 3, 1) * matrix("b", 2, 1).T) == 1
+    assert special_cases.max_minor_rank(matrix("g", 3, 2) - matrix("g", 3, 2)) == 0
+    assert special_cases.max_minor_rank(matrix("g", 3, 2)) == 2
+
+
+@pytest.mark.parametrize("name,variant,check", SUBCHECKS, ids=[f"{n}:{c}" for n, _, c in SUBCHECKS])
+def test_each_subcheck_can_fail(name, variant, check):
+    good = _good(name)
+    assert good.evidence["checks"][check] is True
+    bad = REGISTRY[name].fn(**variant)
+    assert bad.evidence["checks"][check] is False, f"{name}: sub-check {check} accepted a wrong input"
 
 
 def test_every_proof_has_a_wrong_variant():
@@ -294,9 +524,17 @@ def test_reconciliations_name_the_assumption():
     common = t12.evidence["common_readings"]
     natural = {(c["dtype"], tuple(v["layers"] for v in c["per_scale"].values()))
                for c in common if c["context"] == 2048 and c["batch"] == 1}
-    assert natural == {("bfloat16", (12, 36, 36)), ("float32", (6, 18, 18))}
+    assert natural == {("float8", (24, 72, 72)), ("bfloat16", (12, 36, 36)), ("float32", (6, 18, 18)),
+                       ("float64", (3, 9, 9))}
     assert all(c["unit"] == "MiB" for c in common)
-    assert "rank 64" in t12.assumption and "MiB" in t12.assumption
+    # the widened search: the numbers fix only layers·batch·context·bytes, and Table 5's 18 layers at
+    # 2.5B fit bf16 too (two sequences, or 4,096 tokens) — not only fp32
+    per = t12.evidence["per_scale"]
+    assert [per[k]["layers_batch_context_bytes"] for k in ("128M", "2.5B", "6.3B")] == [[24 * 2048], [72 * 2048], [72 * 2048]]
+    t5 = {(s["dtype"], s["batch"], s["context"]) for s in per["2.5B"]["readings_with_table5_layers"]}
+    assert {("float32", 1, 2048), ("bfloat16", 2, 2048), ("bfloat16", 1, 4096)} <= t5
+    assert "rank 64" in t12.assumption and "MiB" in t12.assumption and "cannot separate" in t12.assumption
+    assert "Only fp32" not in t12.assumption
     g4 = REGISTRY["paper_g4_128m"].fn()
     assert "rank 46" in g4.assumption
     t2 = REGISTRY["paper_table2_combined"].fn()

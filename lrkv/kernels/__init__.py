@@ -2,6 +2,7 @@
 
     decode.decode_attention        fused split-K decode, contiguous cache (Eqs. 6–7)
     decode.paged_decode_attention  the same over a paged cache
+    extend.extend_attention        ragged causal extend (chunked prefill, speculative), contiguous or paged
     append.append / paged_append   write one token's cache entries, bit-exact
     backend.TritonBackend          the `triton` backend of `lrkv verify`
     runtime                        cuda | interpreter | fallback, and `interpreter()`

@@ -3,7 +3,9 @@
     lrkv verify --backend triton                    (registered name)
     lrkv verify --backend lrkv.kernels.backend:TritonBackend
 
-Kernel level: `decode_attention` (the contract of `lrkv.reference.contract`).
+Kernel level: `decode_attention` (the contract of `lrkv.reference.contract`); levels
+`kernel-paged` and `kernel-extend`: `paged_decode_attention` and `extend_attention`
+(DESIGN §4), the same kernels over a page table and the ragged causal extend kernel.
 Layer level: `layer_step` = projections (torch, at the weights' dtype) → Triton append →
 Triton decode → output projection, the same steps as `lrkv.reference.lrkv.layer_step`.
 
@@ -33,7 +35,7 @@ from .mutants import KERNEL_MUTANTS, mutant_code
 
 class TritonBackend(BaseBackend):
     name = "triton"
-    levels = frozenset({"kernel", "layer"})
+    levels = frozenset({"kernel", "kernel-paged", "kernel-extend", "layer"})
     # float64 runs through tl.dot in the interpreter and through the broadcast-and-sum path
     # (no tensor cores) on a GPU: it is there for tight checks, not speed.
     dtypes = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
@@ -47,6 +49,7 @@ class TritonBackend(BaseBackend):
         self._hints: dict[str, int] = {}  # per-case launch hints from configure()
         if mutant is not None and mutant != "none":
             self.name = f"triton[{mutant}]"
+            self.levels = self.levels - {"kernel-extend"}  # the mutants live in the decode kernels
 
     # ------------------------------------------------------------------ protocol
     def available(self) -> tuple[bool, str]:
@@ -110,6 +113,39 @@ class TritonBackend(BaseBackend):
             move(q), move(shared_k), move(shared_v), move(latent_k), move(latent_v), move(basis_k),
             move(basis_v), move(lengths), scale=scale, key_scale=move(key_scale), rope=rope,
             mutant=self.mutant, **self._launch())
+        return out.to(home), lse.to(home)
+
+    def _mover(self, home: torch.device):
+        dev = self._device()
+        if dev is None or home == dev:
+            return lambda t: t
+        return lambda t: t if t is None else t.to(dev)
+
+    def paged_decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
+                               page_table, *, scale, key_scale=None, rope=None):
+        from .decode import paged_decode_attention
+
+        home = q.device
+        move = self._mover(home)
+        out, lse = paged_decode_attention(
+            move(q), move(shared_k), move(shared_v), move(latent_k), move(latent_v), move(basis_k),
+            move(basis_v), move(lengths), move(page_table), scale=scale, key_scale=move(key_scale), rope=rope,
+            mutant=self.mutant, **self._launch())
+        return out.to(home), lse.to(home)
+
+    def extend_attention(self, q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v,
+                         lengths, *, scale, key_scale=None, rope=None, page_table=None):
+        from .extend import extend_attention
+
+        if self.mutant not in (None, "none"):
+            raise TypeError(f"backend {self.name!r}: kernel mutants are compiled into the decode kernels only")
+        home = q.device
+        move = self._mover(home)
+        launch = {k: v for k, v in self._launch().items() if k != "num_splits"}  # extend has no splits
+        out, lse = extend_attention(
+            move(q), move(cu_seqlens_q), move(shared_k), move(shared_v), move(latent_k), move(latent_v),
+            move(basis_k), move(basis_v), move(lengths), scale=scale, key_scale=move(key_scale), rope=rope,
+            page_table=move(page_table), **launch)
         return out.to(home), lse.to(home)
 
     # ------------------------------------------------------------------ layer level

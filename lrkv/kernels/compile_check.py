@@ -56,6 +56,12 @@ DEFAULT_VARIANTS = (
     Variant(dtype="float64", block_t=16, d_h=32, r=8, group=4),
 )
 
+EXTEND_VARIANTS = (
+    Variant(num_warps=8),  # bf16, the decode benchmark's main shape
+    Variant(dtype="float16", rope_exact=True, key_scale=True, paged=True, num_warps=8),
+    Variant(dtype="float64", d_h=32, r=8, group=4),
+)
+
 
 def _signature(fn, ptr_types: dict[str, str], const: dict[str, object]):
     sig = {}
@@ -125,6 +131,39 @@ def compile_variant(v: Variant, arch: int = 90) -> dict:
     return dict(variant={**asdict(v), "dot": dot}, seconds=round(time.perf_counter() - t0, 2), **usage)
 
 
+def compile_extend(v: Variant, arch: int = 90) -> dict:
+    """Compile the extend kernel (`_extend_kernels.py`) for `v` (its `mutant` is ignored)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    import torch
+
+    from . import runtime
+    from .decode import DOT_MODES, default_dot
+
+    runtime._load("cuda")
+    K = runtime._load("cuda", runtime._EXTEND_FILE)
+    dot = v.dot or default_dot(getattr(torch, v.dtype), on_gpu=True)
+    el = _TL[v.dtype]
+    acc = "fp64" if v.dtype == "float64" else "fp32"
+    ptrs = {n: f"*{el}" for n in ("Q", "SK", "SV", "LK", "LV", "BK", "BV", "KS")}
+    ptrs.update(CU="*i32", COS=f"*{acc}", SIN=f"*{acc}", LENGTHS="*i32", PT="*i32", SCALE=f"*{acc}",
+                OUT=f"*{acc}", LSE=f"*{acc}")
+    const = dict(GROUP=v.group, BLOCK_H=next_pow2(v.group, 16), BLOCK_T=v.block_t,
+                 BLOCK_D=next_pow2(v.d_h, 16), BLOCK_R=next_pow2(v.r, 16), BLOCK_B=16, HAS_KS=v.key_scale,
+                 ROPE_EXACT=v.rope_exact, PAGED=v.paged, DOT=DOT_MODES[dot], ACC_FP64=v.dtype == "float64")
+    sig, constexprs = _signature(K.extend_kernel, ptrs, const)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*TRITON_DEFAULT_FP_FUSION.*")
+        k = triton.compile(ASTSource(K.extend_kernel, sig, constexprs),
+                           target=GPUTarget("cuda", arch, 32), options=dict(num_warps=v.num_warps))
+    usage = _resource_usage(k.asm["cubin"])
+    return dict(kernel="extend_kernel", variant={**asdict(v), "dot": dot},
+                seconds=round(time.perf_counter() - t0, 2), **usage)
+
+
 def compile_aux(arch: int = 90) -> list[dict]:
     """The combine and append kernels, once each."""
     import triton
@@ -161,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         r = compile_variant(v, args.arch)
         results.append(r)
         print(json.dumps(r))
-    for r in compile_aux(args.arch):
+    for r in [*compile_aux(args.arch), *(compile_extend(v, args.arch) for v in EXTEND_VARIANTS)]:
         results.append(r)
         print(json.dumps(r))
     if args.json:

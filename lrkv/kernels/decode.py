@@ -4,8 +4,8 @@
                      *, scale, key_scale=None, rope=None, ...)          contiguous cache
     paged_decode_attention(..., lengths, page_table, *, scale, ...)    paged cache
 
-Both implement the kernel-level contract of DESIGN §4 and return (out [B, H, d_h],
-lse [B, H]) in q's dtype. They validate every argument before launch, pick the launch
+Both implement the kernel-level contract of DESIGN §4 and return out [B, H, d_h] in q's
+dtype and lse [B, H] in the accumulation dtype (float32, float64 for float64 inputs). They validate every argument before launch, pick the launch
 shape, then call `torch.ops.lrkv.factored_decode`, registered with
 `torch.library.triton_op` so `torch.compile` sees (and can fuse around) the two Triton
 kernels on a GPU. In fallback mode (no GPU, TRITON_INTERPRET unset, see
@@ -32,6 +32,7 @@ import torch
 from torch.library import triton_op, wrap_triton
 
 from ..reference.contract import validate_decode_inputs
+from ..reference.lrkv import accumulation_dtype
 from ..reference.lrkv import decode_attention as reference_decode_attention
 from ..reference.rope import ExactRope, rope_freqs
 from . import runtime
@@ -205,7 +206,7 @@ def factored_decode(
     out = torch.empty((B, H, D), dtype=acc, device=q.device)
     lse = torch.empty((B, H), dtype=acc, device=q.device)
     if B == 0:
-        return out.to(q.dtype), lse.to(q.dtype)
+        return out.to(q.dtype), lse
     scale_t = torch.full((1,), scale, dtype=acc, device=q.device)
     ks = key_scale if key_scale is not None else q  # never read when HAS_KS is False
     cos = rope_cos if rope_cos is not None else q
@@ -230,7 +231,8 @@ def factored_decode(
         BLOCK_S=next_pow2(num_splits, 2), BLOCK_D=block_d, BLOCK_R=block_r,
         ACC_FP64=acc == torch.float64, MUTANT=mutant, num_warps=4,
     )
-    return out.to(q.dtype), lse.to(q.dtype)
+    # lse stays in the accumulation dtype (DESIGN §4): merging partial states needs fp32
+    return out.to(q.dtype), lse
 
 
 # ----------------------------------------------------------------------------- wrappers
@@ -268,7 +270,7 @@ def _fallback(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengt
     out, lse = reference_decode_attention(
         f(q), f(shared_k), f(shared_v), f(latent_k), f(latent_v), f(basis_k), f(basis_v), lengths,
         scale=scale, key_scale=f(key_scale), rope=rope, check=False)
-    return out.to(q.dtype), lse.to(q.dtype)
+    return out.to(q.dtype), lse.to(accumulation_dtype(q.dtype))
 
 
 def _check_launch(q: torch.Tensor, tensors: dict, *, num_splits, group_size, block_t, num_warps, dot,

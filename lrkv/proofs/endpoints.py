@@ -51,6 +51,7 @@ def endpoint_rank0_mqa(*, projection=head_projection, cache=lrkv_cache) -> Verdi
                 bad.append({"H": Hv, "d_h": dh, "lrkv_cache": cache(Hv, dh), "mqa_cache": cache_elements(mqa),
                             "lrkv_params": kv_param_count(lr), "mqa_params": kv_param_count(mqa)})
     ev = {"heads_equal_W_S": shared, "d": d, "d_h": d_h, "H": H, "grid_mismatches": bad,
+          "checks": {"heads_equal_W_S": shared, "cache_and_params_are_mqa": not bad},
           "cache_at_r0": "2 d_h per token and layer = MQA", "ratio_at_r0": "1/H"}
     if shared and not bad:
         return Verdict("proved", "With empty factors U_h (d×0) and B_h (d_h×0) every W_h equals the "
@@ -74,7 +75,7 @@ def full_rank_construction(W_S, W_h, r):
     source="Sec. 3 (full-rank endpoint); Chinese review §2.1; English review Sec. 3",
     expected="proved",
 )
-def endpoint_full_rank_mha(*, construct=full_rank_construction) -> Verdict:
+def endpoint_full_rank_mha(*, construct=full_rank_construction, below_rank=1) -> Verdict:
     d, d_h, H = 3, 2, 2
     W_S = matrix("w", d, d_h)
     targets = [matrix(f"m{h}", d, d_h) for h in range(H)]
@@ -87,13 +88,14 @@ def endpoint_full_rank_mha(*, construct=full_rank_construction) -> Verdict:
             ok &= holds and U.shape == (d, r) and B.shape == (d_h, r)
             ev["constructions"].append({"r": r, "head": h, "U_shape": list(U.shape), "B_shape": list(B.shape), **e})
     # Below d_h: every d_h×d_h minor of a symbolic U (d×1) B^T (1×d_h) vanishes identically.
-    U1, B1 = matrix("u", d, 1), matrix("b", d_h, 1)
+    U1, B1 = matrix("u", d, below_rank), matrix("b", d_h, below_rank)
     prod = U1 * B1.T
     minors = [sp.expand(prod.extract(list(rows), list(range(d_h))).det()) for rows in combinations(range(d), d_h)]
     target = sp.Matrix([[1, 0], [0, 1], [0, 0]])  # W_h − W_S with rank 2
-    ev["rank_below_d_h"] = {"r": 1, "minors_of_UBt": [str(m) for m in minors],
+    ev["rank_below_d_h"] = {"r": below_rank, "minors_of_UBt": [str(m) for m in minors],
                             "target_difference": jsonable(target), "target_minor": str(target[:2, :].det())}
     below = all(m == 0 for m in minors) and target[:2, :].det() != 0
+    ev["checks"] = {"construction_at_and_above_d_h": ok, "unreachable_below_d_h": below}
     if ok and below:
         return Verdict("proved", "For symbolic W_S and W_h (3×2) the construction reproduces W_h exactly "
                        "at r = d_h and r = d_h + 1; at r = 1 < d_h every 2×2 minor of U B^T is identically "

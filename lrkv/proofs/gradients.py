@@ -91,7 +91,8 @@ def factor_gradients(*, gradients=paper_gradients) -> Verdict:
     gen_ok, gen = _general(gradients)
     lin_ok, lin = _explicit(gradients, "linear")
     nl_ok, nl = _explicit(gradients, "nonlinear")
-    ev = {"general_sizes_H2": gen, "explicit_linear_d2_dh2_r1_H2": lin, "explicit_nonlinear_f": jsonable(nl)}
+    ev = {"general_sizes_H2": gen, "explicit_linear_d2_dh2_r1_H2": lin, "explicit_nonlinear_f": jsonable(nl),
+          "checks": {"general": gen_ok, "explicit_linear": lin_ok, "explicit_nonlinear": nl_ok}}
     if gen_ok and lin_ok and nl_ok:
         return Verdict("proved", "sympy's matrix derivative of Σ_h tr(G_h^T(W_S + U_h B_h^T)) equals the three "
                        "formulas for symbolic sizes; entry-wise differentiation agrees for fully symbolic "

@@ -148,11 +148,97 @@ TABLE3 = {
                 "2.5B": {"MHA": "94.0", "LRKV": "93.5", "MQA": "91.0", "MLA": "91.6", "GQA": "91.7"}},
 }
 
-# Fig. 9 (p. 17): captioned as centred effective rank for six heads.
+# Fig. 9 (App. C): captioned as centred effective rank for six heads. The sources describe the
+# plot; neither gives plotted values. What they state and what is inferred are kept apart.
 FIG9 = {
     "source": "Fig. 9 (App. C); English review Sec. 6 ('several plotted values appear above five'); "
-              "Chinese review §4.5 ('the curves come close to 6')",
+              "Chinese review §4.5 ('纵轴曲线接近 6': the curves come close to 6)",
     "heads": 6, "caption": "centred (PCA)",
-    "plotted_exceeds": "5",  # values strictly above this appear in the plot
-    "plotted_at_most": "6",  # and none above this
+    "plotted_exceeds": "5",  # stated: values strictly above this appear in the plot (English review)
+    "described_near": "6",  # stated: the curves come close to this (Chinese review)
+    # inferred, not stated: no plotted value above 6 ("close to 6" read as an upper bound)
+    "inferred_at_most": "6",
+    "inferred_basis": "read from 'close to 6'; no source states an upper bound or any exact value",
+}
+
+# Table 8 (p. 25) final CE per configuration, and the prose's frontier claim.
+TABLE8_CE = {
+    "source": "Table 8, p. 25 (Chinese review §4.4; English review Sec. 5)",
+    "lrkv_ce": {8: "2.908", 16: "2.905", 32: "2.896", 64: "2.888", 128: "2.877"},
+    "mla_ce": {128: "2.901", 192: "2.898", 384: "2.894"},
+    "mha_ce": "2.903",
+    "prose": "LRKV dominates MLA's performance–memory frontier across the range (Sec. 4.3, as the Chinese "
+             "review §4.4 reports it: '全面支配 MLA 前沿')",
+}
+
+# Sec. 4.3: 'CE = 2.877 ... 4.156 BPB' (Chinese review §4.4), against Table 8's r = 128 row.
+BPB_LABEL = {
+    "source": "Sec. 4.3 (Chinese review §4.4: 'Sec. 4.3 另把 CE=2.877 对应的 4.156 标成 BPB')",
+    "ce": "2.877", "labelled_bpb": "4.156", "table8_bpb_same_model": "0.873",
+}
+
+# The v1 summary (seed 002, arXiv 2601.11471v1): claims none of the other sources check.
+V1_SUMMARY = {
+    "source": "v1 summary (seed 002_f21a33665827dac0.txt)",
+    "full_rank_endpoint": "r = d_model (equivalent to standard multi-head attention)",
+    "gqa_special_case": "MQA and GQA are special cases of LRKV",
+    "flops_reduction_pct": ("20", "25"),  # 'reduces total FLOPs by 20–25%' at 2.5B
+    "flops_scale": "2.5B",
+    "fewer_steps_pct": "15",  # 'reaches the same loss about 15% earlier in training steps'
+}
+
+# The paper body's 'reduces the KV cache by 45%–53%' against the abstract's 'uses 45%–53%'.
+CACHE_REDUCTION = {
+    "source": "Sec. 4 prose ('减少 45%–53%') vs abstract ('使用 45%–53%'), Chinese review §2.5",
+    "printed_range_pct": ("45", "53"),
+    "main_scales": ("128M", "1.2B", "2.5B", "6.3B"),
+}
+
+# Table 3 (p. 16) centring drops as the Chinese review states them (§4.5: 'about 4.8–4.9 points').
+CENTRING_DROP = {
+    "source": "Table 3, p. 16; Chinese review §4.5 ('MHA/LRKV 的约 4.8–4.9 个百分点下降')",
+    "scale": "2.5B", "families": ("MHA", "LRKV"), "printed_range": ("4.8", "4.9"),
+}
+
+# MLRA summary (seed 003): 4-way TP decoding, 2.8x decode speed-up over MLA.
+MLRA_SPEEDUP = {
+    "source": "MLRA summary (seed 003_4b971f0e7afb0179.txt: '相比 MLA 2.8 倍的解码加速', 4-way TP)",
+    "tp": 4, "speedup": "2.8",
+    # sizes: DeepSeek-V3 inference/model.py ModelArgs (kv_lora_rank 512, qk_rope_head_dim 64),
+    # split into 4 latent heads as in SongtaoLiu0823/MLRA model/mlra_4_gen.py
+    "kv_lora_rank": 512, "rope_dim": 64, "n_latent_heads": 4,
+}
+
+# Table 1 (p. 5), all five rows, and the reviews' readings of it.
+TABLE1_FULL = {
+    "source": "Table 1, p. 5 (Chinese review §4.1; English review Sec. 5)",
+    "scales": ("128M", "1.2B", "2.5B", "6.3B"),
+    "ce": {"MHA": ("2.903", "2.530", "2.389", "2.319"), "GQA": ("2.918", "2.536", "2.397", "2.354"),
+           "MQA": ("2.929", "2.573", "2.408", "2.304"), "MLA": ("2.901", "2.564", "2.392", "2.377"),
+           "LRKV": ("2.893", "2.509", "2.376", "2.288")},
+    # English review Sec. 5: 'absolute CE difference from MHA is 0.013' (2.5B); 'at 6.3B the nearest
+    # baseline by CE is MQA, with a difference of 0.016'; Chinese review: 6.3B MQA beats MHA
+    "gap_2p5b_vs_mha": "0.013", "nearest_6p3b": "MQA", "gap_6p3b_nearest": "0.016",
+}
+
+# Table 2 (p. 6), 2.5B per-task change LRKV − MHA (Chinese review §4.3; English review Fig. 6).
+TABLE2_DELTAS = {
+    "source": "Table 2, p. 6 (Chinese review §4.3 table; English review Sec. 5, Fig. 6)",
+    "printed_delta": ("+4.1", "+6.7", "+2.9", "+1.1", "-1.7"),
+}
+
+# English review Sec. 3: the hand calculation of Eqs. 6–7.
+HAND_EXAMPLE = {
+    "source": "English review Sec. 3 ('For a small hand calculation ...')",
+    "q": (2, 1), "shared_key": (1, 3), "latent": 4, "basis_column": (1, -1),
+    "printed": {"materialized_key": (5, -1), "score": 9, "shared_score": 5, "projected_query": 1,
+                "weights": ("1/4", "3/4"), "private_values": (2, 6), "weighted_private": 5,
+                "private_contribution": (5, -5)},
+}
+
+# Chinese review §4.4: Table 1's 128M LRKV (r = 46) against Table 8's r = 64 — CE and BPB rank them
+# in opposite orders.
+CROSS_TABLE = {
+    "source": "Table 1, p. 5 and Table 8, p. 25 (Chinese review §4.4)",
+    "table1_r46": {"ce": "2.893", "bpb": "0.872"}, "table8_r64": {"ce": "2.888", "bpb": "0.875"},
 }

@@ -32,7 +32,9 @@ PROOF_MODULES: tuple[str, ...] = (
     "lrkv.proofs.splitk",  # item 8
     "lrkv.proofs.mla",  # item 9
     "lrkv.proofs.diversity",  # item 9
+    "lrkv.proofs.special_cases",  # item 6
     "lrkv.proofs.paper_numbers",  # item 10
+    "lrkv.proofs.paper_claims",  # item 10
 )
 
 

@@ -28,7 +28,7 @@ ITEMS = {
     3: "RoPE and the factored cache",
     4: "QK-RMSNorm on the factored key",
     5: "Cache, parameter and decode-cost formulas (Eqs. 8–10)",
-    6: "Endpoints of the rank knob",
+    6: "Endpoints of the rank knob and what the factorisation contains",
     7: "Gradients of the factors",
     8: "Split-K online softmax",
     9: "MLA absorption and head-diversity geometry",
@@ -201,14 +201,16 @@ def to_markdown(report: dict) -> str:
     lines = [
         "# LRKV proof report",
         "",
-        f"{s['total']} claims about Low-Rank Key-Value attention (arXiv 2601.11471v3) checked with sympy and exact "
+        f"{s['total']} claims about Low-Rank Key-Value attention (arXiv 2601.11471v3 and its v1) and MLRA "
+        f"(arXiv 2603.02188) checked with sympy and exact "
         f"arithmetic: {head}; {verdict}.",
         "",
         "LRKV gives every attention head the key/value projection W_h = W_shared + U_h B_h^T: one dense projection "
         "shared by all heads plus a rank-r private correction. The cache stores the shared features x W_shared "
         "once and each head's r-wide latent x U_h, and decode contracts them without rebuilding per-head keys "
-        "(Eqs. 6–7). The claims below are the paper's algebra, the suite's own decode identities, and the "
-        "numbers printed in the paper's tables.",
+        "(Eqs. 6–7). The claims below are the paper's algebra, the suite's own decode identities, the "
+        "numbers printed in the paper's tables, and the claims of the two reviews, the v1 summary and the MLRA "
+        "summary (docs/proofs.md maps each one to its proof).",
         "",
         "Statuses: " + "; ".join(f"**{k}** — {v}" for k, v in STATUS_MEANING.items()) + ".",
         "Symbolic proofs use general symbols (MatrixSymbols of symbolic size, symbolic angles) or small matrices "

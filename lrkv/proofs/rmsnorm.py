@@ -44,8 +44,9 @@ def joint_square_norm(s, z, B):
     return _dot(s, s) + 2 * (s * B * z.T)[0] + (z * (B.T * B) * z.T)[0]
 
 
-def _code_tie() -> dict:
-    """lrkv.reference.norms.joint_key_scale against the exact formula on small integer inputs."""
+def _code_tie(scale_fn=None) -> dict:
+    """lrkv.reference.norms.joint_key_scale (or `scale_fn`) against the exact formula on small integer inputs."""
+    scale_fn = scale_fn or joint_key_scale
     worst = 0.0
     cases = 0
     for seed in range(3):
@@ -53,7 +54,7 @@ def _code_tie() -> dict:
         s = torch.randint(-3, 4, (2, 4), generator=g).double()  # [T, d_h]
         z = torch.randint(-3, 4, (2, 3, 2), generator=g).double()  # [T, H, r]
         B = torch.randint(-3, 4, (3, 4, 2), generator=g).double()  # [H, d_h, r]
-        got = joint_key_scale(s, z, B, eps=0.5)  # [T, H]
+        got = scale_fn(s, z, B, eps=0.5)  # [T, H]
         for t in range(2):
             for h in range(3):
                 k = sp.Matrix([s[t].tolist()]) + sp.Matrix([z[t, h].tolist()]) * sp.Matrix(B[h].tolist()).T
@@ -70,13 +71,14 @@ def _code_tie() -> dict:
     source="Sec. 4.3, p. 9 (post-projection RMSNorm); English review Sec. 8 (d_h n² expansion)",
     expected="proved",
 )
-def rmsnorm_square_norm(*, square_norm=joint_square_norm, sizes=(3, 2)) -> Verdict:
+def rmsnorm_square_norm(*, square_norm=joint_square_norm, sizes=(3, 2), code_tie=_code_tie) -> Verdict:
     d_h, r = sizes
     s, z, B = row("s", d_h), row("z", r), matrix("b", d_h, r)
     k = s + z * B.T
     ok, ev = check_identity(lambda: sp.Matrix([[_dot(k, k)]]), lambda: sp.Matrix([[square_norm(s, z, B)]]))
     evidence = {"explicit": {"d_h": d_h, "r": r, "entries": "all symbols", **ev},
-                "code_joint_key_scale": _code_tie()}
+                "code_joint_key_scale": code_tie()}
+    evidence["checks"] = {"expansion": ok, "code_joint_key_scale": evidence["code_joint_key_scale"]["passes"]}
     if ok and evidence["code_joint_key_scale"]["passes"]:
         return Verdict("proved", "The expansion holds as a polynomial identity in all entries (d_h = 3, "
                        "r = 2); the cross term 2 s·(zB^T) is what separate normalisation would drop. "
@@ -102,12 +104,12 @@ def separate_normalise(s, p, eps):
     source="Sec. 4.3, p. 9; English review Sec. 8; Chinese review §2.7",
     expected="proved",
 )
-def rmsnorm_joint_not_separate(*, normalise=joint_normalise) -> Verdict:
+def rmsnorm_joint_not_separate(*, normalise=joint_normalise, demo=separate_normalise) -> Verdict:
     s, p = row("s", 2), row("p", 2)
     ok, ev = check_identity(lambda: rms_normalise(s + p, EPS), lambda: normalise(s, p, EPS))
     evidence: dict = {"candidate_vs_joint": {"d_h": 2, "entries": "all symbols, epsilon > 0", **ev}}
     s0, p0 = sp.Matrix([[1, 0]]), sp.Matrix([[0, 2]])
-    joint, sep = rms_normalise(s0 + p0, 0), separate_normalise(s0, p0, 0)
+    joint, sep = rms_normalise(s0 + p0, 0), demo(s0, p0, 0)
     cross = sp.simplify(joint[0] * sep[1] - joint[1] * sep[0])  # 2-D cross product: 0 iff parallel
     q = sp.Matrix([[1, 0]])
     evidence["counterexample"] = {
@@ -116,6 +118,7 @@ def rmsnorm_joint_not_separate(*, normalise=joint_normalise) -> Verdict:
         "cross_product_joint_x_separate": str(cross),
         "score_with_q=(1,0)": {"joint": str(sp.nsimplify(_dot(q, joint))), "separate": str(_dot(q, sep))},
     }
+    evidence["checks"] = {"candidate_is_joint": ok, "separate_changes_direction": cross != 0}
     if ok and cross != 0:
         return Verdict("proved", "Counterexample s = (1,0), zB^T = (0,2), ε = 0: the joint key is "
                        "(1,2)/√(5/2) but separate normalisation gives (√2, √2) — not parallel "

@@ -33,10 +33,35 @@ RK_ = sp.Symbol("r", positive=True, integer=True)
 
 
 # ----------------------------------------------------------------------------- (a) the condition
+def _inv(M):
+    """Inverse of an explicit matrix, or the symbolic Inverse of a matrix expression."""
+    return M.inv() if isinstance(M, sp.MatrixBase) else sp.Inverse(M)
+
+
 def least_squares_latent_map(B, R):
     """The only E that can satisfy E B^T = B^T R when B has full column rank:
-    multiply on the right by B (B^T B)^{-1}."""
-    return B.T * R * B * sp.Inverse(B.T * B)
+    multiply the condition on the right by B (B^T B)^{-1}."""
+    return B.T * R * B * _inv(B.T * B)
+
+
+def latent_mismatch(E, B, R):
+    """M with z E B^T − z B^T R = z M: the coefficient matrix of the mismatch."""
+    return E * B.T - B.T * R
+
+
+def orthogonal_complement(B, n):
+    """Π⊥ = I − B (B^T B)^{-1} B^T, the projector onto the complement of col(B)."""
+    I = sp.Identity(n) if not isinstance(B, sp.MatrixBase) else sp.eye(n)
+    return I - B * _inv(B.T * B) * B.T
+
+
+def invariant_instance():
+    """d_h = 2, r = 2 is trivially invariant; d_h = 4, r = 2 with B = one whole rotary plane
+    (columns e_0, e_2 scaled by a block [[a, b], [-b, a]]) is the smallest non-trivial one."""
+    a, b, phi0, phi1 = sp.symbols("a b phi_0 phi_1", real=True)
+    B = sp.zeros(4, 2)
+    B[0, 0], B[2, 0], B[0, 1], B[2, 1] = a, b, -b, a
+    return B, rope_matrix([phi0, phi1])
 
 
 @proof(
@@ -46,45 +71,75 @@ def least_squares_latent_map(B, R):
     source="Sec. 3, p. 4 (RoPE paragraph); English review Sec. 8; Chinese review §2.7",
     expected="proved",
 )
-def rope_commutation_condition(*, latent_map=least_squares_latent_map) -> Verdict:
+def rope_commutation_condition(*, latent_map=least_squares_latent_map, mismatch=latent_mismatch,
+                               complement=orthogonal_complement, instance=invariant_instance) -> Verdict:
+    """Four sub-checks, each of which a wrong input makes fail (tests/test_proofs.py):
+
+    for_all_z   the mismatch z E B^T − z B^T R is z·M(E, B, R) (value and Jacobian in z), so it
+                vanishes for every latent iff M = 0;
+    forced      E B^T = B^T R, multiplied on the right by B (B^T B)^{-1}, forces
+                E = B^T R B (B^T B)^{-1}: the candidate must equal it (a latent map of twice the
+                right one fails here — the earlier form E·B^T·B·(B^T B)^{-1} − E was 0 for every E);
+    gap         with that E, M = −B^T R Π⊥: zero iff R^T maps col(B) into itself;
+    instance    at a B whose column space IS invariant (one whole rotary plane, symbolic angles)
+                the candidate E satisfies M = 0 exactly.
+    """
     evidence: dict = {}
+    checks: dict[str, bool] = {}
     # (1) For all z ⇔ for the matrix: the residual is linear in z with coefficient matrix M.
     d_h, r = 4, 2
     z, B, E = row("z", r), matrix("b", d_h, r), matrix("e", r, r)
     phi = sp.symbols("phi_0 phi_1", real=True)
     R = rope_matrix(phi)
     res_z = z * E * B.T - z * B.T * R
-    M = E * B.T - B.T * R
-    linear = is_zero(residual(res_z, z * M))
-    jac = is_zero(residual(res_z.jacobian(list(z)).T, M))  # d res_j / d z_i = M[i, j]
+    try:
+        M = mismatch(E, B, R)
+        linear = is_zero(residual(res_z, z * M))
+        jac = is_zero(residual(res_z.jacobian(list(z)).T, M))  # d res_j / d z_i = M[i, j]
+    except (sp.ShapeError, ValueError, TypeError):
+        linear = jac = False
+    checks["for_all_z"] = linear and jac
     evidence["for_all_z_iff_matrix_identity"] = {
         "d_h": d_h, "r": r, "entries": "all symbols, symbolic angles phi_0, phi_1",
         "residual_equals_z_times_M": linear, "jacobian_equals_M": jac,
     }
-    # (2) General sizes: E is forced, and the condition is invariance of col(B).
+    # (2)–(3) General sizes: E is forced, and the condition is invariance of col(B).
     Bg, Rg = sp.MatrixSymbol("B", N_, RK_), sp.MatrixSymbol("R", N_, N_)
-    proj = Bg * sp.Inverse(Bg.T * Bg) * Bg.T  # orthogonal projector onto col(B)
     try:
         Eg = latent_map(Bg, Rg)
-        forced = general_residual(Eg * Bg.T * Bg * sp.Inverse(Bg.T * Bg), Eg)  # E B^T = B^T R ⇒ this E
-        gap = general_residual(Eg * Bg.T - Bg.T * Rg, -(Bg.T * Rg * (sp.Identity(N_) - proj)))
-        forced_ok, gap_ok = general_is_zero(forced), general_is_zero(gap)
+        # E B^T = B^T R  ⇒  E = E (B^T B)(B^T B)^{-1} = (E B^T) B (B^T B)^{-1} = (B^T R) B (B^T B)^{-1}
+        forced = general_residual(Eg, (Bg.T * Rg) * Bg * sp.Inverse(Bg.T * Bg))
+        gap = general_residual(Eg * Bg.T - Bg.T * Rg, -(Bg.T * Rg * complement(Bg, N_)))
+        checks["forced"], checks["gap"] = general_is_zero(forced), general_is_zero(gap)
         evidence["general_sizes"] = {
-            "E": str(Eg), "E_consistent_residual": jsonable(forced),
+            "E": str(Eg), "E_minus_BtR_B_inv_BtB": jsonable(forced),
             "E_Bt_minus_Bt_R_plus_Bt_R_Piperp": jsonable(gap),
             "reading": "E B^T − B^T R = −B^T R Π⊥, Π⊥ = I − B(B^T B)^{-1}B^T: zero iff Π⊥ R^T B = 0, "
                        "i.e. R^T (and, over all t, every rotation) maps col(B) into col(B)",
         }
     except (sp.ShapeError, ValueError, TypeError) as e:
-        forced_ok = gap_ok = False
+        checks["forced"] = checks["gap"] = False
         evidence["general_sizes"] = {"error": f"{type(e).__name__}: {e}"}
-    if linear and jac and forced_ok and gap_ok:
+    # (4) An invariant instance: the candidate must make the mismatch vanish identically.
+    try:
+        Bi, Ri = instance()
+        Mi = residual(latent_map(Bi, Ri) * Bi.T, Bi.T * Ri, how="trig").applyfunc(sp.simplify)
+        checks["instance"] = is_zero(Mi)
+        evidence["invariant_instance"] = {"B": short(Bi), "M": "0" if checks["instance"] else nonzero_evidence(Mi)}
+    except (sp.ShapeError, ValueError, TypeError, ZeroDivisionError) as e:
+        checks["instance"] = False
+        evidence["invariant_instance"] = {"error": f"{type(e).__name__}: {e}"}
+    evidence["checks"] = checks
+    if all(checks.values()):
         return Verdict("proved", "The mismatch z E B^T − z B^T R is z·M with M = E B^T − B^T R, so it "
-                       "vanishes for every latent iff M = 0. For full-column-rank B the only candidate "
-                       "is E = B^T R B (B^T B)^{-1}, and then M = −B^T R Π⊥: zero iff the rotation keeps "
-                       "the column space of B invariant. Proved for symbolic sizes (MatrixSymbol) and "
-                       "fully symbolic 4×2 B with symbolic angles.", evidence)
-    return Verdict("refuted", "The candidate latent map does not satisfy the derivation.", evidence)
+                       "vanishes for every latent iff M = 0. Right-multiplying E B^T = B^T R by "
+                       "B (B^T B)^{-1} forces E = B^T R B (B^T B)^{-1} (full column rank), and then "
+                       "M = −B^T R Π⊥: zero iff the rotation keeps the column space of B invariant. "
+                       "Proved for symbolic sizes (MatrixSymbol) and fully symbolic 4×2 B with symbolic "
+                       "angles; at a one-plane basis the forced E gives M = 0 exactly.", evidence)
+    failed = [k for k, v in checks.items() if not v]
+    return Verdict("refuted", f"Sub-check(s) {failed} fail for the candidate latent map / mismatch / "
+                   "projector.", evidence)
 
 
 # ----------------------------------------------------------------------------- (b) refutation
@@ -165,8 +220,9 @@ def head_plane_angles(planes, phis):
     return [phis[p] for p in planes]
 
 
-def _code_pattern(d_h: int, r: int) -> tuple[list[tuple[int, ...]], dict]:
-    """Read the planes back from the code's aligned_basis and check its layout and frequencies."""
+def _code_pattern(d_h: int, r: int, check_theta: float = 10000.0) -> tuple[list[tuple[int, ...]], dict]:
+    """Read the planes back from the code's aligned_basis and check its layout and frequencies
+    (against the head frequencies of `check_theta`; the basis is built at theta 10000)."""
     g = torch.Generator().manual_seed(3)
     freqs = rope_freqs(d_h, 10000.0)
     basis, latent_freqs = aligned_basis(2, d_h, r, std=1.0, generator=g, head_freqs=freqs)
@@ -182,10 +238,11 @@ def _code_pattern(d_h: int, r: int) -> tuple[list[tuple[int, ...]], dict]:
             expect[p, k], expect[p + half_d, k], expect[p, k + half_r], expect[p + half_d, k + half_r] = a, b, -b, a
         if not torch.equal(Bh, expect):
             problems.append(f"head {h}: layout differs from the [[a,b],[-b,a]] plane blocks")
-        if not torch.equal(latent_freqs[h], freqs[list(planes)]):
+        check = rope_freqs(d_h, check_theta)
+        if not torch.equal(latent_freqs[h], check[list(planes)]):
             problems.append(f"head {h}: latent frequencies are not the head's plane frequencies")
         for t in (1, 7, 1000):  # the code's own matrices: B^T R_t = E_t B^T to float64 rounding
-            Rt = rotation_matrix(d_h, t, freqs)
+            Rt = rotation_matrix(d_h, t, check)
             Et = rotation_matrix(r, t, latent_freqs[h])
             err = (Bh.T @ Rt - Et @ Bh.T).abs().max().item()
             if err > 1e-12:
@@ -201,19 +258,20 @@ def _code_pattern(d_h: int, r: int) -> tuple[list[tuple[int, ...]], dict]:
     expected="proved",
 )
 def rope_aligned_basis(*, basis=aligned_symbolic_basis, latent_angles=head_plane_angles,
-                       d_h: int = 6, r: int = 4) -> Verdict:
+                       d_h: int = 6, r: int = 4, code_pattern=None) -> Verdict:
     phis = sp.symbols(f"phi_0:{d_h // 2}", real=True)  # one symbolic angle per plane: any t, any theta
-    code_planes, code_ev = _code_pattern(d_h, r)
+    code_planes, code_ev = (code_pattern or _code_pattern)(d_h, r)
     evidence: dict = {"code_aligned_basis": code_ev, "symbolic": []}
-    all_ok = not code_ev["problems"]
+    sym_ok = True
     for planes in code_planes:
         B = basis(planes, d_h, r)
         R, E = rope_matrix(phis), rope_matrix(latent_angles(planes, phis))
         res = residual(B.T * R, E * B.T)
         ok = is_zero(res)
-        all_ok &= ok
+        sym_ok &= ok
         evidence["symbolic"].append({"planes": list(planes), "B": short(B), "residual": "0" if ok else nonzero_evidence(res)})
-    if all_ok:
+    evidence["checks"] = {"code_layout": not code_ev["problems"], "symbolic_commutation": sym_ok}
+    if all(evidence["checks"].values()):
         return Verdict("proved", "Each block [[a,b],[-b,a]] commutes with the plane rotation "
                        "[[c,s],[-s,c]], so B^T R = E B^T holds as a polynomial identity in a_k, b_k, "
                        "cos φ_p, sin φ_p for symbolic angles (d_h = 6, r = 4). The code's aligned_basis "
@@ -229,6 +287,11 @@ def exact_contraction(q, z, B, R):
     return (q * R.T * B) * z.T
 
 
+def query_bracket(q, R, B):
+    """The query-side map of the exact private score, q̃ R_j^T B."""
+    return q * R.T * B
+
+
 @proof(
     "rope_exact_contraction",
     item=3,
@@ -236,7 +299,7 @@ def exact_contraction(q, z, B, R):
     source="English review Sec. 8 (exact decode option); DESIGN §5 `exact` mode",
     expected="proved",
 )
-def rope_exact_contraction(*, contraction=exact_contraction) -> Verdict:
+def rope_exact_contraction(*, contraction=exact_contraction, bracket=query_bracket) -> Verdict:
     evidence: dict = {}
     q, z = sp.MatrixSymbol("q", 1, N_), sp.MatrixSymbol("z", 1, RK_)
     B, R = sp.MatrixSymbol("B", N_, RK_), sp.MatrixSymbol("R", N_, N_)
@@ -251,9 +314,11 @@ def rope_exact_contraction(*, contraction=exact_contraction) -> Verdict:
     qe, ze, Be, Re = row("q", 2), row("z", 1), matrix("b", 2, 1), rope_matrix([phi])
     ok, ev = check_identity(lambda: qe * (ze * Be.T * Re).T, lambda: contraction(qe, ze, Be, Re))
     evidence["explicit"] = {"d_h": 2, "r": 1, "angle": "symbolic phi", **ev}
-    bracket = qe * Re.T * Be
-    evidence["bracket_depends_on_position"] = {"d_bracket_d_phi": str(sp.simplify(bracket.diff(phi)[0]))}
-    if gen_ok and ok:
+    d_bracket = sp.simplify(bracket(qe, Re, Be).diff(phi)[0])
+    moves = d_bracket != 0
+    evidence["bracket_depends_on_position"] = {"d_bracket_d_phi": str(d_bracket)}
+    evidence["checks"] = {"general": gen_ok, "explicit": ok, "bracket_depends_on_position": moves}
+    if gen_ok and ok and moves:
         return Verdict("proved", "Transposing the rotated private key gives R_j^T B z_j^T; the identity "
                        "holds for symbolic sizes and for a symbolic 2-D rotation. The bracket q̃ R_j^T B "
                        "has a non-zero derivative in the angle, so it cannot be hoisted out of the scan: "

@@ -94,6 +94,7 @@ def splitk_online_softmax(*, merge=online_merge) -> Verdict:
     fresh = lambda: sp.Symbol(f"M_{next(counter)}", positive=True)  # noqa: E731 - a new reference e^{m}
 
     failures, checked = [], 0
+    flags = {"output": True, "lse": True}
 
     def check(label: str, state: State) -> None:
         nonlocal checked
@@ -103,6 +104,8 @@ def splitk_online_softmax(*, merge=online_merge) -> Verdict:
         ok_out, ev_out = check_identity(lambda: finalize(state, B), lambda: ref, how="rational")
         ok_lse, ev_lse = check_identity(lambda: sp.Matrix([[state.M * state.l]]), lambda: sp.Matrix([[total]]),
                                         how="rational")  # e^{lse} = e^{m}·l = Σ e^{x_i}
+        flags["output"] &= ok_out
+        flags["lse"] &= ok_lse
         if not (ok_out and ok_lse):
             failures.append({"grouping": label, "output": ev_out, "lse": ev_lse})
 
@@ -132,7 +135,7 @@ def splitk_online_softmax(*, merge=online_merge) -> Verdict:
 
     ev = {"tokens": N_TOKENS, "d_h": D_H, "r": RANK, "set_partitions": n_partitions, "merge_trees": n_trees,
           "groupings_checked": checked, "references": "independent positive symbols per tile and per merge",
-          "failures": failures[:3], "failure_count": len(failures)}
+          "failures": failures[:3], "failure_count": len(failures), "checks": dict(flags)}
     if not failures:
         return Verdict("proved", f"All {n_partitions} tilings of 4 tokens and all {n_trees} merge trees, with "
                        "symbolic references per tile and per merge, give exactly Σ e^{x_i}(v_i + z_i B^T) / "

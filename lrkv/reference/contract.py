@@ -107,3 +107,186 @@ def validate_decode_inputs(
             if not torch.isfinite(torch.where(m, t, 0)).all():
                 raise ValueError(f"{name} contains NaN or Inf inside the valid length of some sequence")
     return B, T, H, d_h, r
+
+
+# ----------------------------------------------------------------------------- paged layout
+def check_page_table(page_table, lengths, *, num_pages: int, page: int) -> int:
+    """page_table [B, max_pages] int32; every entry a sequence reads (the pages covering
+    [0, lengths[b])) lies in [0, num_pages). Returns the capacity max_pages · page."""
+    if page_table.dtype != torch.int32:
+        raise TypeError(f"page_table must be int32, got {page_table.dtype}")
+    B, max_pages = page_table.shape
+    capacity = max_pages * page
+    if B and (int(lengths.min()) < 0 or int(lengths.max()) > capacity):
+        raise ValueError(f"lengths must lie in [0, max_pages*page_size={capacity}], got min "
+                         f"{int(lengths.min())}, max {int(lengths.max())}")
+    if B:
+        used = torch.arange(max_pages, device=lengths.device)[None, :] * page < lengths[:, None]  # [B, max_pages]
+        bad = used & ((page_table < 0) | (page_table >= num_pages))
+        if bad.any():
+            b, i = (int(x) for x in bad.nonzero()[0])
+            raise ValueError(f"page_table[{b}, {i}] = {int(page_table[b, i])} is outside [0, num_pages="
+                             f"{num_pages}) but sequence {b} (length {int(lengths[b])}) reads that page")
+    return capacity
+
+
+def valid_physical_slots(page_table: torch.Tensor, lengths: torch.Tensor, page: int):
+    """(page index, row in page) of every valid (b, t < lengths[b]) slot, b-major."""
+    B, max_pages = page_table.shape
+    t = torch.arange(max_pages * page, device=page_table.device)
+    valid = t[None, :] < lengths[:, None]  # [B, capacity]
+    b_idx, t_idx = valid.nonzero(as_tuple=True)
+    pages = page_table[b_idx, t_idx // page].long()
+    return pages, t_idx % page
+
+
+CACHE_INPUTS = ("shared_k", "shared_v", "latent_k", "latent_v", "key_scale")
+
+
+def check_cache(named: dict, *, B: int, H: int, d_h: int, paged: bool) -> tuple[int, int]:
+    """Shapes of the cache tensors for B sequences of H heads. Contiguous: [B, T, ...];
+    paged: [P, page, ...]. Returns (rows, T) = (B, T_max) or (P, page_size)."""
+    shared_k, latent_k = named["shared_k"], named["latent_k"]
+    what = "[num_pages, page_size" if paged else "[B, T_max"
+    if shared_k.dim() != 3:
+        raise ValueError(f"shared_k must be {what}, d_h], got shape {list(shared_k.shape)}")
+    if latent_k.dim() != 4:
+        raise ValueError(f"latent_k must be {what}, H, r], got shape {list(latent_k.shape)}")
+    rows, T = shared_k.shape[:2]
+    if not paged:
+        check_shape("shared_k", shared_k, (B, T, d_h))
+    elif T < 1:
+        raise ValueError(f"page_size (shared_k.shape[1]) must be >= 1, got {T}")
+    r = latent_k.shape[3]
+    check_shape("shared_k", shared_k, (rows, T, d_h))
+    check_shape("shared_v", named["shared_v"], (rows, T, d_h))
+    check_shape("latent_k", latent_k, (rows, T, H, r))
+    check_shape("latent_v", named["latent_v"], (rows, T, H, r))
+    check_shape("basis_k", named["basis_k"], (H, d_h, r))
+    check_shape("basis_v", named["basis_v"], (H, d_h, r))
+    check_shape("lengths", named["lengths"], (B,))
+    if named.get("key_scale") is not None:
+        check_shape("key_scale", named["key_scale"], (rows, T, H))
+    return rows, T
+
+
+def check_finite_cache(named: dict, lengths: torch.Tensor, page_table=None) -> None:
+    """No NaN/Inf inside any sequence's valid length (slots past it are garbage)."""
+    if page_table is None:
+        B, T = named["shared_k"].shape[:2]
+        valid = torch.arange(T, device=lengths.device)[None, :] < lengths[:, None]  # [B, T]
+        pick = lambda t: torch.where(valid.reshape(B, T, *([1] * (t.dim() - 2))), t, 0)  # noqa: E731
+    else:
+        if not lengths.numel() or int(lengths.max()) == 0:
+            return
+        rows, slots = valid_physical_slots(page_table, lengths, named["shared_k"].shape[1])
+        pick = lambda t: t[rows, slots]  # noqa: E731
+    for name in CACHE_INPUTS:
+        t = named.get(name)
+        if t is not None and not torch.isfinite(pick(t)).all():
+            raise ValueError(f"{name} contains NaN or Inf inside the valid length of some sequence")
+
+
+def _named(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, key_scale, **more) -> dict:
+    named = dict(q=q, shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v,
+                 basis_k=basis_k, basis_v=basis_v, lengths=lengths, **more)
+    if key_scale is not None:
+        named["key_scale"] = key_scale
+    check_tensors(named)
+    return named
+
+
+def validate_paged_inputs(
+    q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table, *,
+    scale, key_scale=None, rope=None, check_finite: bool = True,
+) -> tuple[int, int, int, int, int, int, int]:
+    """The paged decode contract of DESIGN §4 (layout of §3).
+
+    shared_k/v [P, page, d_h], latent_k/v [P, page, H, r], key_scale [P, page, H],
+    page_table [B, max_pages] int32: logical slot t of sequence b lives in physical page
+    page_table[b, t // page] at row t % page. Entries covering [0, lengths[b]) must lie in
+    [0, P); the others are never read and may hold anything (e.g. -1).
+
+    Returns (B, H, d_h, r, P, page_size, max_pages).
+    """
+    named = _named(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, key_scale,
+                   page_table=page_table)
+    if q.dim() != 3:
+        raise ValueError(f"q must be [B, H, d_h], got shape {list(q.shape)}")
+    if page_table.dim() != 2:
+        raise ValueError(f"page_table must be [B, max_pages], got shape {list(page_table.shape)}")
+    B, H, d_h = q.shape
+    P, page = check_cache(named, B=B, H=H, d_h=d_h, paged=True)
+    check_shape("page_table", page_table, (B, page_table.shape[1]))
+    check_dtypes_and_device(named)
+    check_page_table(page_table, lengths, num_pages=P, page=page)
+    check_scale_and_rope(scale, rope, d_h)
+    if check_finite:
+        check_finite_query_and_bases(named)
+        check_finite_cache(named, lengths, page_table)
+    return B, H, d_h, latent_k.shape[3], P, page, page_table.shape[1]
+
+
+# ----------------------------------------------------------------------------- extend
+def check_cu_seqlens(cu_seqlens_q, lengths, n_tokens: int) -> None:
+    """cu_seqlens_q [B+1] int32: cu[0] = 0, non-decreasing, cu[B] = N, and no sequence
+    extends by more tokens than it holds (n_b = cu[b+1] − cu[b] <= lengths[b])."""
+    if cu_seqlens_q.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"cu_seqlens_q must be int32 (or int64), got {cu_seqlens_q.dtype}")
+    cu = cu_seqlens_q.long()
+    if int(cu[0]) != 0:
+        raise ValueError(f"cu_seqlens_q[0] must be 0, got {int(cu[0])}")
+    n = cu[1:] - cu[:-1]  # [B]
+    if (n < 0).any():
+        b = int((n < 0).nonzero()[0])
+        raise ValueError(f"cu_seqlens_q must be non-decreasing: cu_seqlens_q[{b + 1}] = {int(cu[b + 1])} < "
+                         f"cu_seqlens_q[{b}] = {int(cu[b])}")
+    if int(cu[-1]) != n_tokens:
+        raise ValueError(f"cu_seqlens_q[-1] must equal the number of query tokens q.shape[0] = {n_tokens}, "
+                         f"got {int(cu[-1])}")
+    over = n > lengths.long()
+    if over.any():
+        b = int(over.nonzero()[0])
+        raise ValueError(f"sequence {b} extends by n_b = {int(n[b])} tokens but its length (cache tokens, "
+                         f"the new ones included) is {int(lengths[b])}: cu_seqlens_q and lengths disagree")
+
+
+def validate_extend_inputs(
+    q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
+    scale, key_scale=None, rope=None, page_table=None, check_finite: bool = True,
+) -> tuple[int, int, int, int, int]:
+    """The extend contract of DESIGN §4: q [N, H, d_h] ragged by cu_seqlens_q [B+1]; the cache
+    contiguous ([B, T_max, ...]) or, with page_table [B, max_pages], paged ([P, page, ...]).
+
+    Returns (N, B, H, d_h, r).
+    """
+    more = dict(cu_seqlens_q=cu_seqlens_q)
+    if page_table is not None:
+        more["page_table"] = page_table
+    named = _named(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, key_scale, **more)
+    if q.dim() != 3:
+        raise ValueError(f"q must be [N, H, d_h] (all sequences' new tokens), got shape {list(q.shape)}")
+    if cu_seqlens_q.dim() != 1 or cu_seqlens_q.shape[0] < 1:
+        raise ValueError(f"cu_seqlens_q must be [B+1], got shape {list(cu_seqlens_q.shape)}")
+    N, H, d_h = q.shape
+    B = cu_seqlens_q.shape[0] - 1
+    if lengths.dim() != 1 or lengths.shape[0] != B:
+        raise ValueError(f"cu_seqlens_q has B+1 = {B + 1} entries, so lengths must have shape [{B}], got "
+                         f"{list(lengths.shape)}")
+    if page_table is not None and page_table.dim() != 2:
+        raise ValueError(f"page_table must be [B, max_pages], got shape {list(page_table.shape)}")
+    rows, T = check_cache(named, B=B, H=H, d_h=d_h, paged=page_table is not None)
+    check_dtypes_and_device(named)
+    if page_table is None:
+        if B and (int(lengths.min()) < 0 or int(lengths.max()) > T):
+            raise ValueError(f"lengths must lie in [0, T_max={T}], got min {int(lengths.min())}, "
+                             f"max {int(lengths.max())}")
+    else:
+        check_shape("page_table", page_table, (B, page_table.shape[1]))
+        check_page_table(page_table, lengths, num_pages=rows, page=T)
+    check_cu_seqlens(cu_seqlens_q, lengths, N)
+    check_scale_and_rope(scale, rope, d_h)
+    if check_finite:
+        check_finite_query_and_bases(named)
+        check_finite_cache(named, lengths, page_table)
+    return N, B, H, d_h, latent_k.shape[3]

@@ -1,7 +1,8 @@
 """Built-in backends (DESIGN §4): reference, materialized, eager, inductor.
 
 Each implements the kernel level (`decode_attention`, the contract of
-`lrkv.reference.contract`) and the layer level (`layer_step`). The layer level reuses the
+`lrkv.reference.contract`) and the layer level (`layer_step`); reference, materialized and
+eager also the paged-decode and extend levels (`lrkv.reference.paged`, `.extend`). The layer level reuses the
 reference `layer_step` with the backend's decode plugged in, except inductor, which
 compiles the whole step.
 """
@@ -11,6 +12,8 @@ from __future__ import annotations
 import torch
 
 from ..reference.contract import validate_decode_inputs
+from ..reference import extend as ref_extend
+from ..reference import paged as ref_paged
 from ..reference.lrkv import decode_attention, layer_step, materialized_decode_attention
 from .backend import BaseBackend
 from .inductor import compiled_decode, compiled_layer_step
@@ -24,7 +27,8 @@ class ReferenceBackend(BaseBackend):
 
     name = "reference"
     role = "baseline"  # the oracle itself: passes by construction
-    levels = frozenset({"kernel", "layer"})
+    levels = frozenset({"kernel", "kernel-paged", "kernel-extend", "layer"})
+    paged_fn, extend_fn = "paged_decode_attention", "extend_attention"  # names in lrkv.reference.*
     dtypes = F64
     description = "float64 factored decode (Eqs. 6-7), the oracle"
 
@@ -32,6 +36,17 @@ class ReferenceBackend(BaseBackend):
                          scale, key_scale=None, rope=None):
         return decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
                                 scale=scale, key_scale=key_scale, rope=rope)
+
+    def paged_decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
+                               page_table, *, scale, key_scale=None, rope=None):
+        return getattr(ref_paged, self.paged_fn)(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v,
+                                                 lengths, page_table, scale=scale, key_scale=key_scale, rope=rope)
+
+    def extend_attention(self, q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v,
+                         lengths, *, scale, key_scale=None, rope=None, page_table=None):
+        return getattr(ref_extend, self.extend_fn)(q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v,
+                                                   basis_k, basis_v, lengths, scale=scale, key_scale=key_scale,
+                                                   rope=rope, page_table=page_table)
 
     def layer_step(self, weights, x_t, cache, positions):
         return layer_step(weights, x_t, cache, positions, decode=self.decode_attention)
@@ -42,6 +57,7 @@ class MaterializedBackend(ReferenceBackend):
 
     name = "materialized"
     description = "float64 decode over explicit K_h, V_h"
+    paged_fn, extend_fn = "materialized_paged_decode_attention", "materialized_extend_attention"
 
     def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
                          scale, key_scale=None, rope=None):

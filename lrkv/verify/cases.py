@@ -11,6 +11,11 @@ Levels:
   layer-model  incremental `layer_step`s from an empty cache vs the training-form
                `layer_forward` over the whole sequence (the model). rope='latent' is the
                paper's Sec. 3 claim and is EXPECTED to differ here (expect='differ').
+  kernel-paged the paged decode contract: the kernel case's cache scattered into pages of
+               `page_size` slots (shuffled unless page_shuffle=False; sequences 0 and 1
+               sharing their first `shared_prefix` tokens' pages; unused pages garbage)
+  kernel-extend the extend contract: `n_new[b]` new tokens per sequence (ragged, causal),
+               over a contiguous cache, or a paged one when page_size > 0
   tp           the same incremental decode on `tp` tensor-parallel ranks (torch.distributed)
                against the single-process float64 decode; its plug-in is lrkv.distributed.harness
 """
@@ -32,7 +37,9 @@ from ..spec import AttentionSpec, as_dtype, dtype_name
 
 DEFAULT_ROPE_THETA = 10000.0
 
-CASE_LEVELS = ("kernel", "layer", "layer-model", "tp")
+CASE_LEVELS = ("kernel", "layer", "layer-model", "tp", "kernel-paged", "kernel-extend")
+KERNEL_LEVELS = ("kernel", "kernel-paged", "kernel-extend")  # the kernel contracts of DESIGN §4
+MAX_PAGE_SIZE = 1 << 16
 EXPECTATIONS = ("match", "differ")
 DTYPES = ("float64", "float32", "bfloat16", "float16")
 LAYOUTS = ("contiguous", "strided")  # strided: shared K/V packed in one tensor, latents stored head-major
@@ -50,7 +57,7 @@ MAX_TP = 64  # ranks of a tp case: each is a process on this machine
 class Case:
     """One check. `id` is derived from the other fields when left empty."""
 
-    level: str  # kernel | layer | layer-model (levels.py has the plug-in of each)
+    level: str  # one of CASE_LEVELS (levels.py has the plug-in of each)
     spec: AttentionSpec  # the LRKV layer (family 'lrkv')
     dtype: str  # τ: dtype of every float input the backend receives
     lengths: tuple[int, ...]  # valid cache length per sequence (after the new token); batch = len
@@ -64,6 +71,10 @@ class Case:
     expect: str = "match"  # 'differ': known to deviate (latent RoPE vs the model); recorded, not gated
     layout: str = "contiguous"  # kernel cache layout: 'strided' hands the backend non-contiguous views
     tp: int = 1  # tensor-parallel ranks P (level 'tp' only)
+    page_size: int = 0  # kernel-paged (>= 1), kernel-extend (0: contiguous cache): slots per page
+    page_shuffle: bool = True  # physical pages in a random order (False: sequence-major order)
+    shared_prefix: int = 0  # sequences 0 and 1 share their first shared_prefix tokens' pages (whole pages)
+    n_new: tuple[int, ...] = ()  # kernel-extend: new tokens per sequence (n_b <= lengths[b]; 0 allowed)
     id: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -93,19 +104,58 @@ class Case:
         check_int("tile", self.tile, minimum=0, maximum=MAX_T)
         check_choice("expect", self.expect, EXPECTATIONS)
         check_choice("layout", self.layout, LAYOUTS)
-        if self.level != "kernel" and min(self.lengths) < 1:
+        if self.level not in KERNEL_LEVELS and min(self.lengths) < 1:
             raise ValueError(f"level {self.level!r} appends a token, so every length must be >= 1")
         check_int("tp", self.tp, minimum=1, maximum=MAX_TP)
         if (self.tp != 1) and self.level != "tp":
             raise ValueError(f"tp applies to level 'tp' only, got tp={self.tp} at level {self.level!r}")
         if self.level in ("layer-model", "tp") and set(self.lengths) != {self.t_max}:
             raise ValueError(f"{self.level} cases run whole sequences: every length must equal t_max")
-        if self.level != "kernel" and (self.q_scale != 1.0 or self.near_cancel or self.layout != "contiguous"):
-            raise ValueError("q_scale, near_cancel and layout are kernel-level adversarial inputs")
+        if self.level not in KERNEL_LEVELS and (self.q_scale != 1.0 or self.near_cancel):
+            raise ValueError("q_scale and near_cancel are kernel-level adversarial inputs")
+        if self.level != "kernel" and self.layout != "contiguous":
+            raise ValueError("layout is a kernel-level adversarial input (the paged and extend levels "
+                             "have their own layouts)")
+        self._check_paged_extend()
         if self.near_cancel and self.spec.qk_norm:
             raise ValueError("near_cancel with qk_norm would make key_scale inconsistent; use one")
         if not self.id:
             object.__setattr__(self, "id", self._derive_id())
+
+    def _check_paged_extend(self) -> None:
+        check_int("page_size", self.page_size, minimum=0, maximum=MAX_PAGE_SIZE)
+        check_bool("page_shuffle", self.page_shuffle)
+        check_int("shared_prefix", self.shared_prefix, minimum=0, maximum=MAX_T)
+        if isinstance(self.n_new, (str, bytes)) or not hasattr(self.n_new, "__iter__"):
+            raise TypeError(f"n_new must be a sequence of integers, got {self.n_new!r}")
+        object.__setattr__(self, "n_new", tuple(check_int(f"n_new[{i}]", n, minimum=0)
+                                                for i, n in enumerate(self.n_new)))
+        paged_level = self.level in ("kernel-paged", "kernel-extend")
+        if not paged_level and (self.page_size or self.shared_prefix or not self.page_shuffle):
+            raise ValueError("page_size, page_shuffle and shared_prefix apply to levels kernel-paged and "
+                             "kernel-extend only")
+        if self.level == "kernel-paged" and self.page_size < 1:
+            raise ValueError("page_size: a kernel-paged case needs page_size >= 1")
+        if self.level == "kernel-extend":
+            if len(self.n_new) != self.batch:
+                raise ValueError(f"n_new must give one count per sequence ({self.batch}), got {list(self.n_new)}")
+            over = [b for b, (n, L) in enumerate(zip(self.n_new, self.lengths)) if n > L]
+            if over:
+                raise ValueError(f"n_new[{over[0]}] = {self.n_new[over[0]]} exceeds lengths[{over[0]}] = "
+                                 f"{self.lengths[over[0]]}: the new tokens are part of the length")
+            if self.splits or self.tile:
+                raise ValueError("splits and tile are decode split-K hints; kernel-extend cases take none")
+        elif self.n_new:
+            raise ValueError("n_new applies to level kernel-extend only")
+        if self.shared_prefix:
+            if self.page_size < 1 or self.batch < 2:
+                raise ValueError("shared_prefix needs page_size >= 1 and at least two sequences")
+            if self.shared_prefix % self.page_size:
+                raise ValueError(f"shared_prefix ({self.shared_prefix}) must be a whole number of pages "
+                                 f"(page_size {self.page_size})")
+            if self.shared_prefix > min(self.lengths[:2]):
+                raise ValueError(f"shared_prefix ({self.shared_prefix}) must not exceed the lengths of "
+                                 f"sequences 0 and 1 ({list(self.lengths[:2])})")
 
     @property
     def batch(self) -> int:
@@ -127,6 +177,10 @@ class Case:
             f"+tile{self.tile}" if self.tile else "",
             f"+theta{self.spec.rope_theta:g}" if self.spec.rope_theta != DEFAULT_ROPE_THETA else "",
             "+strided" if self.layout != "contiguous" else "",
+            f"+page{self.page_size}" if self.page_size else "",
+            "+inorder" if not self.page_shuffle else "",
+            f"+prefix{self.shared_prefix}" if self.shared_prefix else "",
+            "+new" + "-".join(map(str, self.n_new)) if self.n_new else "",
             "+differ" if self.expect != "match" else "",  # part of the id: a pass can't turn into an xfail
             f"+tp{self.tp}" if self.level == "tp" else "",  # P in the id: --tp 2 and --tp 4 records differ
         ))
@@ -137,6 +191,7 @@ class Case:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["spec"] = self.spec.to_dict()
         d["lengths"] = list(self.lengths)
+        d["n_new"] = list(self.n_new)
         return d
 
     def to_json(self) -> str:
@@ -302,6 +357,8 @@ def _projected_sequence(case: Case) -> tuple[LRKVWeights, torch.Tensor, dict[str
     spec, B, T = case.spec, case.batch, case.t_max
     weights = init_lrkv_weights(spec, seed=case.seed)
     x = torch.randn(B, T, spec.d_model, generator=_generator(case, 1), dtype=torch.float64)
+    if case.shared_prefix:  # a common prompt: the same tokens give the same cache entries
+        x[1, :case.shared_prefix] = x[0, :case.shared_prefix]
     entries = project_token(weights, x, torch.arange(T)[None, :].expand(B, T))
     return weights, x, entries
 
@@ -323,6 +380,15 @@ def make_kernel_inputs(case: Case) -> KernelInputs:
     """Kernel-level inputs at the case dtype (drawn in float64 from real projections, then rounded)."""
     if case.level != "kernel":
         raise ValueError(f"make_kernel_inputs needs a kernel case, got level {case.level!r}")
+    inputs, _ = draw_kernel_inputs(case)
+    inputs = inputs.to(case.torch_dtype)
+    return strided_layout(inputs) if case.layout == "strided" else inputs
+
+
+def draw_kernel_inputs(case: Case) -> tuple[KernelInputs, dict[str, torch.Tensor]]:
+    """The float64 draw of every kernel-level contract (decode, paged, extend): the contiguous
+    cache with garbage past each length, the last token's query, and every slot's entries
+    (e['q'] [B, T_max, H, d_h] holds the query of each position, ×q_scale)."""
     weights, _, e = _projected_sequence(case)
     B = case.batch
     lengths = torch.tensor(case.lengths, dtype=torch.int32)
@@ -338,8 +404,7 @@ def make_kernel_inputs(case: Case) -> KernelInputs:
     cached = {name: _fill_garbage(t, valid, case, 10 + i) for i, (name, t) in enumerate(cached.items())}
     inputs = KernelInputs(q=q, basis_k=weights.basis_k, basis_v=weights.basis_v, lengths=lengths,
                           scale=case.spec.head_dim ** -0.5, rope=decode_rope(case.spec), **cached)
-    inputs = inputs.to(case.torch_dtype)
-    return strided_layout(inputs) if case.layout == "strided" else inputs
+    return inputs, dict(e, q=e["q"] * case.q_scale)
 
 
 def make_layer_inputs(case: Case) -> LayerInputs:
@@ -378,14 +443,20 @@ def empty_cache(case: Case, dtype: torch.dtype) -> FactoredCache:
 
 def make_inputs(case: Case):
     """The input bundle of any level."""
-    return {"kernel": make_kernel_inputs, "layer": make_layer_inputs,
-            "layer-model": make_model_inputs}[case.level](case)
+    from .levels import get_level
+
+    return get_level(case.level).make_inputs(case)
 
 
 def case_shapes(case: Case) -> dict:
     s = case.spec
-    return {"batch": case.batch, "t_max": case.t_max, "lengths": list(case.lengths), "n_heads": s.n_heads,
-            "head_dim": s.head_dim, "rank": s.rank, "d_model": s.d_model}
+    shapes = {"batch": case.batch, "t_max": case.t_max, "lengths": list(case.lengths), "n_heads": s.n_heads,
+              "head_dim": s.head_dim, "rank": s.rank, "d_model": s.d_model}
+    if case.page_size:
+        shapes["page_size"] = case.page_size
+    if case.level == "kernel-extend":
+        shapes["n_new"] = list(case.n_new)
+    return shapes
 
 
 from .grid import default_grid, mutant_grid, quick_grid  # noqa: E402  (grid builds on Case)

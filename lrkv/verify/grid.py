@@ -8,6 +8,12 @@ nearly cancel, split counts that don't divide T); a non-default RoPE base (θ = 
 every level; and non-contiguous caches (shared K/V packed in one tensor, latents stored
 head-major and viewed as [B, T, H, r]).
 
+Paged decode and extend (levels kernel-paged, kernel-extend): page sizes 1, 16 and 5/7
+(not dividing T_max); shuffled physical pages and one in-order pool; pages shared by two
+sequences (a common prefix); unused pages full of NaN (and once of large finite garbage);
+n_b of 0, 1, 2–8 and a 66-token chunk in one ragged batch; lengths at tile (16, 32, 33) and
+page boundaries; every RoPE mode the kernels see and QK-RMSNorm.
+
 Budget: the grid must run in under 3 minutes on 2 CPU cores for the default backends. The
 costly part is inductor (float64/float32 only), which compiles once per (graph, dtype,
 static shape) — T is dynamic. So the float32/float64 cases share nine kernel families (most
@@ -108,9 +114,36 @@ def _model_cases() -> list[Case]:
     ]
 
 
+def _paged_cases() -> list[Case]:
+    p = lambda *a, **kw: _cases("kernel-paged", *a, **kw)  # noqa: E731
+    return [
+        # lengths at page and tile boundaries (16, 32 + 1), an empty sequence, one token
+        *p(BASE, ("float64", "bfloat16"), (16, 33, 1, 0), 40, page_size=16, tile=16, splits=2),
+        *p(QKN_EXACT, ("float32", "float16"), (40, 17, 9), 41, page_size=1, shared_prefix=9),
+        # a page size that divides nothing, sequences 0 and 1 sharing two pages
+        *p(EXACT, ("float64", "bfloat16"), (37, 21, 14), 40, page_size=7, shared_prefix=14),
+        *p(ALIGNED_QKN, ("float32",), (32, 31, 48), 48, page_size=16, page_shuffle=False, nan_garbage=False),
+    ]
+
+
+def _extend_cases() -> list[Case]:
+    e = lambda *a, **kw: _cases("kernel-extend", *a, **kw)  # noqa: E731
+    return [
+        # one ragged batch: chunked prefill (66 tokens), speculative (5), decode (1), idle (0);
+        # the long chunk once, without the per-tile RoPE of 'exact' (the Triton interpreter
+        # runs one program per query token); exact RoPE gets a 20-token chunk in float64
+        *e(ALIGNED_QKN, ("bfloat16",), (70, 9, 5, 12), 72, n_new=(66, 1, 5, 0)),
+        *e(QKN_EXACT, ("float64",), (24, 9, 5, 12), 24, n_new=(20, 1, 5, 0)),
+        # paged, lengths at page boundaries, a shared 16-token prefix
+        *e(EXACT, ("float32", "float16"), (33, 16, 8, 3), 40, n_new=(8, 2, 1, 0), page_size=16, shared_prefix=16),
+        *e(ALIGNED_QKN, ("float32",), (17, 40, 1), 41, n_new=(3, 7, 1), page_size=5),
+        *e(BASE, ("bfloat16",), (9, 12), 12, n_new=(4, 8), page_size=1),
+    ]
+
+
 def default_grid() -> list[Case]:
     """Every case `lrkv verify` runs by default."""
-    return _kernel_cases() + _layer_cases() + _model_cases()
+    return _kernel_cases() + _layer_cases() + _model_cases() + _paged_cases() + _extend_cases()
 
 
 def quick_grid() -> list[Case]:
@@ -128,8 +161,10 @@ def quick_grid() -> list[Case]:
 def mutant_grid() -> list[Case]:
     """Small cases that every deliberately broken backend must fail on at least one of
     (tiles smaller than T, NaN garbage, distinct heads, r < d_h, one long float16 case, a
-    non-default RoPE base and a non-contiguous cache)."""
+    non-default RoPE base and a non-contiguous cache; shuffled pages and ragged chunks with
+    exact RoPE for the paged and extend mutants)."""
     s = AttentionSpec.lrkv(3, 16, 5)
+    s_exact = AttentionSpec.lrkv(3, 16, 5, rope="exact")
     return [
         Case("kernel", s, "float64", (9, 40, 23), 48, tile=8, splits=2),
         Case("kernel", s, "float32", (9, 40, 23), 48, tile=8, splits=2, seed=1),
@@ -137,4 +172,8 @@ def mutant_grid() -> list[Case]:
         Case("kernel", AttentionSpec.lrkv(2, 16, 4), "float16", (4099, 3001), 4099),
         Case("kernel", AttentionSpec.lrkv(3, 16, 4, rope="exact", rope_theta=LONG_THETA), "float64", (9, 30), 32),
         Case("kernel", s, "float32", (9, 40, 23), 48, layout="strided", seed=2),
+        Case("kernel-paged", s, "float64", (9, 40, 23), 48, page_size=8),
+        Case("kernel-paged", s_exact, "float32", (16, 33, 7), 40, page_size=16, seed=1),
+        Case("kernel-extend", s_exact, "float64", (12, 40, 23), 48, n_new=(6, 3, 1)),
+        Case("kernel-extend", s, "float32", (9, 20, 16), 24, n_new=(2, 8, 0), page_size=4, seed=1),
     ]

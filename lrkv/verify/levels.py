@@ -185,3 +185,7 @@ register_level(Level(
     outputs=lambda case: {"y": ((case.batch, case.t_max, case.spec.d_model), case.torch_dtype)},
     conditioning=_model_conditioning,
 ))
+
+
+# ----------------------------------------------------------------------------- kernel-paged, kernel-extend
+from . import levels_paged  # noqa: E402,F401  (registers the paged-decode and extend levels)

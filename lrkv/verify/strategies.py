@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from ..spec import ROPE_MODES, AttentionSpec
-from .cases import Case, make_kernel_inputs, make_layer_inputs
+from .cases import KERNEL_LEVELS, Case, make_kernel_inputs, make_layer_inputs
 from .runner import repro_command
 
 CI_MAX_EXAMPLES = 15  # per property and backend; the whole `-m equivalence` run must stay in minutes
@@ -37,7 +37,8 @@ ROPE_THETAS = (10000.0, 500.0)
 MIN_OUTPUTS = 16
 MIN_ROWS = 4
 
-__all__ = ["ROPE_THETAS", "lrkv_specs", "cases", "kernel_inputs", "layer_inputs", "caches", "register_profiles",
+__all__ = ["ROPE_THETAS", "lrkv_specs", "cases", "kernel_inputs", "layer_inputs", "caches", "paged_inputs",
+           "extend_inputs", "register_profiles",
            "load_profile", "repro_command", "PROFILES"]
 
 
@@ -86,17 +87,35 @@ def cases(draw, *, level: str = "kernel", dtypes=("float64",), specs=None, batch
     if level == "layer-model":
         lengths = (t_max,) * B
     else:
-        lo = 0 if level == "kernel" else 1
+        lo = 0 if level in KERNEL_LEVELS else 1
         lengths = tuple(draw(st.lists(st.integers(lo, t_max), min_size=B, max_size=B)))
-    kernel_adv = adversarial and level == "kernel"
+    kernel_adv = adversarial and level in KERNEL_LEVELS
+    extend = level == "kernel-extend"
     return Case(
         level=level, spec=spec, dtype=dtype, lengths=lengths, t_max=t_max,
         seed=draw(st.integers(0, 2**16)),
         nan_garbage=draw(st.sampled_from((True, True, False))) if adversarial else True,
         q_scale=draw(st.sampled_from((1.0, 1.0, 100.0))) if kernel_adv else 1.0,
         near_cancel=draw(st.booleans()) if kernel_adv and not spec.qk_norm else False,
-        splits=draw(st.integers(0, 5)), tile=draw(st.integers(0, 9)),
+        splits=0 if extend else draw(st.integers(0, 5)), tile=0 if extend else draw(st.integers(0, 9)),
+        **(draw(_pages(level, lengths, t_max)) if level in ("kernel-paged", "kernel-extend") else {}),
     )
+
+
+@st.composite
+def _pages(draw, level: str, lengths: tuple[int, ...], t_max: int) -> dict:
+    """The paged / extend fields: a page size (1, small, one not dividing T_max, or all of it),
+    shuffled or in-order pages, a shared prefix of whole pages, and n_b of 0, 1, a few, or all."""
+    out = {}
+    if level == "kernel-paged" or draw(st.booleans()):  # extend: contiguous or paged
+        page = draw(st.sampled_from((1, 2, 3, 5, 16, t_max)))
+        out.update(page_size=page, page_shuffle=draw(st.sampled_from((True, True, False))))
+        shareable = min(lengths[:2]) // page if len(lengths) >= 2 else 0
+        if shareable and draw(st.booleans()):
+            out["shared_prefix"] = page * draw(st.integers(1, shareable))
+    if level == "kernel-extend":
+        out["n_new"] = tuple(draw(st.sampled_from(sorted({0, min(1, n), min(3, n), n}))) for n in lengths)
+    return out
 
 
 def kernel_inputs(**kw):
@@ -107,6 +126,20 @@ def kernel_inputs(**kw):
 def layer_inputs(**kw):
     """(case, LayerInputs): weights, a partly filled NaN-garbage cache, the token to append."""
     return cases(level="layer", **kw).map(lambda c: (c, make_layer_inputs(c)))
+
+
+def paged_inputs(**kw):
+    """(case, PagedInputs): a kernel-paged case and its inputs at the case dtype."""
+    from .levels_paged import make_paged_inputs
+
+    return cases(level="kernel-paged", **kw).map(lambda c: (c, make_paged_inputs(c)))
+
+
+def extend_inputs(**kw):
+    """(case, ExtendInputs): a kernel-extend case (ragged n_b, contiguous or paged) and its inputs."""
+    from .levels_paged import make_extend_inputs
+
+    return cases(level="kernel-extend", **kw).map(lambda c: (c, make_extend_inputs(c)))
 
 
 def caches(**kw):

@@ -1,0 +1,131 @@
+"""`lrkv cache` — size a deployment: LRKV's KV cache beside MHA, GQA, MQA, MLA and MLRA.
+
+    lrkv cache --preset 2.5B --seq-len 32K --batch 64
+    lrkv cache --preset 6.3B --layers 32 --rank 54 --seq-len 8K --batch 16 --tp 4 --budget-gib 80
+    lrkv cache --preset 2.5B --seq-len 32K --batch 64 --json     # one JSON object on stdout
+
+Per family: bytes per token per layer, its fraction of MHA (Eq. 9 for LRKV), the whole-model
+cache (Eq. 8: N·B·T·b·elements), the bytes ONE device holds under --tp (LRKV replicates its
+shared block, MLA its single latent; heads and MLRA's latent heads shard), the tokens that
+fit one device's --budget-gib, and the physical bytes when every cached tensor's innermost
+width is padded to --align. Also: the largest LRKV rank within --target of MHA's cache.
+32K means 32,768 (K = 1024, M = 1024²). Presets are the paper's scales (Tables 5 and 7);
+--layers is required where Table 5 gives no layer count (128M, 6.3B).
+
+Exit status: 0 ok · 2 bad input (the message names the option).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from fractions import Fraction
+
+
+def _count(text: str) -> int:
+    from lrkv.checks import check_int
+
+    from .planner import parse_count
+    try:
+        return check_int("value", parse_count("value", text), minimum=1)
+    except (TypeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("value ")) from None
+
+
+def _fraction(text: str) -> Fraction:
+    try:
+        v = Fraction(text.strip())
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"expected a fraction such as 0.5 or 1/2, got {text!r}") from None
+    if not 0 < v <= 4:
+        raise argparse.ArgumentTypeError(f"must be in (0, 4] (a fraction of MHA's cache), got {text!r}")
+    return v
+
+
+def _dtype(text: str) -> str:
+    from lrkv.spec.dtypes import as_dtype
+    try:
+        as_dtype(text)
+    except TypeError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def register(subparsers) -> None:
+    from lrkv.checks import arg_float, arg_int
+    from lrkv.spec.presets import PAPER_SCALES
+
+    p = subparsers.add_parser("cache", help="size a deployment: KV cache of LRKV and its peers side by side",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", required=True, choices=sorted(PAPER_SCALES), help="the paper's scale (Table 7)")
+    p.add_argument("--rank", type=arg_int(minimum=0), help="LRKV rank r (default: Table 7's for the preset)")
+    p.add_argument("--layers", type=arg_int(minimum=1), help="layer count N (default: Table 5's, where it has one)")
+    p.add_argument("--seq-len", type=_count, required=True, help="cached tokens per sequence, e.g. 32K")
+    p.add_argument("--batch", type=_count, default=1, help="concurrent sequences (default 1)")
+    p.add_argument("--dtype", type=_dtype, default="bf16", help="cache storage dtype: bf16, fp16, fp32, fp8 (default bf16)")
+    p.add_argument("--tp", type=arg_int(minimum=1), default=1, help="tensor-parallel devices (default 1)")
+    p.add_argument("--budget-gib", type=arg_float(minimum=0, exclusive_minimum=True),
+                   help="cache memory of ONE device in GiB: report the tokens that fit")
+    p.add_argument("--target", type=_fraction, default=Fraction(1, 2),
+                   help="target fraction of MHA's cache for the rank ceiling (default 1/2)")
+    p.add_argument("--align", type=arg_int(minimum=1), default=16,
+                   help="pad each cached tensor's innermost width to a multiple of this (default 16)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON (schema lrkv.cache-plan/1)")
+    p.set_defaults(func=run_cli)
+
+
+def _gib(n: int | None) -> str:
+    return "—" if n is None else f"{n / 2**30:,.2f}"
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from lrkv.spec.planner import GIB, plan
+    from lrkv.spec.presets import preset
+
+    err = Console(stderr=True)
+    scale = preset(args.preset)
+    n_layers = args.layers if args.layers is not None else scale.n_layers
+    if n_layers is None:
+        err.print(f"[red]--layers is required: Table 5 gives no layer count for {scale.label}[/]")
+        return 2
+    if scale.n_heads % args.tp:
+        err.print(f"[red]--tp {args.tp} must divide the {scale.n_heads} query heads of {scale.label}[/]")
+        return 2
+    budget = None if args.budget_gib is None else int(Fraction(args.budget_gib) * GIB)
+    try:
+        result = plan(scale, n_layers=n_layers, batch=args.batch, seq_len=args.seq_len, dtype=args.dtype,
+                      tp=args.tp, rank=args.rank, budget_bytes=budget, target_fraction=args.target,
+                      align=args.align)
+    except (TypeError, ValueError) as e:
+        err.print(f"[red]{e}[/]")
+        return 2
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
+        return 0
+    out = Console(width=None if sys.stdout.isatty() else 160)
+    title = (f"{scale.label}: N={n_layers}, H={scale.n_heads}, d_h={scale.head_dim} · B={args.batch} × "
+             f"T={args.seq_len:,} · {result.dtype} · TP={args.tp} · padding to {args.align}")
+    t = Table(title=title)
+    for col, just in (("family", "left"), ("spec", "left"), ("B/token/layer", "right"), ("of MHA", "right"),
+                      ("model GiB", "right"), ("GiB/device", "right"), ("tokens/device", "right"),
+                      ("padded GiB", "right")):
+        t.add_column(col, justify=just)
+    for r in result.rows:
+        t.add_row(r.family, r.spec, f"{r.bytes_per_token_layer:,}", f"{float(r.fraction_of_mha):.2%}",
+                  _gib(r.model_bytes), _gib(r.per_device_bytes),
+                  "—" if r.tokens_fit is None else f"{r.tokens_fit:,}", _gib(r.padded_bytes))
+    out.print(t)
+    for r in result.rows:
+        if r.note:
+            out.print(f"{r.family}: {r.note}")
+    if budget is not None:
+        out.print(f"budget: {args.budget_gib:g} GiB of cache per device")
+    c = float(result.target_fraction)
+    out.print(f"LRKV rank ceiling for ≤ {c:.2%} of MHA: "
+              + (f"r ≤ {result.rank_ceiling} (floor(d_h(c − 1/H)), Eq. 9)" if result.rank_ceiling is not None
+                 else f"none (below the shared-block floor 1/H = {1 / scale.n_heads:.2%})"))
+    return 0

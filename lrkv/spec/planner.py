@@ -1,0 +1,177 @@
+"""Deployment sizing from the cache formulas (paper Eqs. 8–9; the `lrkv cache` verb).
+
+Everything here is built on lrkv.spec.accounting: per-token elements (`cache_elements`,
+`per_device_cache_elements`) times layers, tokens and bytes per scalar. What this module
+adds is the arithmetic a serving engineer does next:
+
+  whole-model bytes     N · B · T · b · elements                      (Eq. 8 for lrkv)
+  per-device bytes      N · B · T · b · per-device elements under P-way TP
+  tokens that fit       floor(budget / (N · b · per-device elements))  (B·T summed over sequences)
+  padded bytes          every cached tensor's innermost width rounded up to `align`
+  rank ceiling          floor(d_h (c − 1/H)) for a target fraction c of MHA (Eq. 9 solved for r)
+
+The proofs cross-check these functions against the closed forms (`planner_formulas`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+
+from lrkv.checks import check_choice, check_int
+
+from .accounting import (
+    cache_elements, mha_cache_elements, padded_rank, per_device_cache_elements, rank_ceiling,
+)
+from .attention import AttentionSpec
+from .dtypes import dtype_bytes, dtype_name
+from .presets import MLRA4, PaperScale
+
+GIB = 2**30
+# The peers shown beside LRKV, in the order of the table.
+PEERS: tuple[str, ...] = ("mha", "gqa", "mqa", "mla", "mlra", "lrkv")
+_COUNT = re.compile(r"^\s*(\d+)\s*([kKmM]?)\s*$")
+_SUFFIX = {"": 1, "k": 1024, "m": 1024**2}  # 32K = 32,768 tokens, as context lengths are quoted
+
+
+def parse_count(name: str, text: str) -> int:
+    """'32768', '32K' (= 32,768) or '1M' (= 1,048,576) -> int; anything else is a ValueError naming `name`."""
+    if not isinstance(text, str):
+        raise TypeError(f"{name} must be a string such as '32K', got {type(text).__name__}")
+    m = _COUNT.match(text)
+    if not m:
+        raise ValueError(f"{name} must be an integer with an optional K or M suffix (e.g. 32K), got {text!r}")
+    return int(m.group(1)) * _SUFFIX[m.group(2).lower()]
+
+
+def peer_specs(scale: PaperScale, rank: int | None = None) -> dict[str, AttentionSpec]:
+    """LRKV and its peers at one paper scale: Table 7's GQA KV heads and MLA latent, MLRA-4's
+    public-code layout (4 latent heads of 128 + a 64-wide k_rope), LRKV at `rank` (Table 7's if None)."""
+    specs = {f: scale.spec(f) for f in ("mha", "gqa", "mqa", "mla")}
+    specs["mlra"] = scale.spec("mlra", **MLRA4)
+    specs["lrkv"] = scale.spec("lrkv", rank=scale.rank if rank is None else rank)
+    return specs
+
+
+def model_bytes(spec: AttentionSpec, n_layers: int, tokens: int, dtype="bfloat16") -> int:
+    """Whole-model cache bytes for `tokens` cached tokens (B·T summed over sequences), one device."""
+    return n_layers * tokens * cache_elements(spec, include_key_scale=True) * dtype_bytes(dtype)
+
+
+def per_device_bytes(spec: AttentionSpec, n_layers: int, tokens: int, dtype="bfloat16", tp: int = 1) -> int:
+    """Cache bytes held by ONE of `tp` tensor-parallel devices (replicated parts counted in full)."""
+    per_token = per_device_cache_elements(spec, tp, include_key_scale=True)
+    return n_layers * tokens * per_token * dtype_bytes(dtype)
+
+
+def tokens_that_fit(spec: AttentionSpec, n_layers: int, budget_bytes: int, dtype="bfloat16", tp: int = 1) -> int:
+    """The most cached tokens (summed over the batch) whose per-device cache fits `budget_bytes`."""
+    per_token = n_layers * per_device_cache_elements(spec, tp, include_key_scale=True) * dtype_bytes(dtype)
+    return budget_bytes // per_token
+
+
+def padded_elements(spec: AttentionSpec, align: int) -> int:
+    """Elements per token per layer once each cached tensor's innermost width is a multiple of
+    `align` (the physical layout of a kernel that loads whole vectors: r = 55 is stored as 64)."""
+    check_int("align", align, minimum=1)
+    pad = lambda w: padded_rank(w, align)  # noqa: E731
+    f, d_h = spec.family, spec.head_dim
+    if f in ("mha", "gqa", "mqa"):
+        return 2 * spec.n_kv_heads * pad(d_h)  # [B, T, n_kv, d_h] for k and v
+    if f == "mla":
+        return pad(spec.latent_dim) + (pad(spec.rope_dim) if spec.rope_dim else 0)
+    if f == "mlra":
+        return spec.n_latent_heads * pad(spec.latent_dim) + (pad(spec.rope_dim) if spec.rope_dim else 0)
+    n = 2 * pad(d_h) + 2 * spec.n_heads * pad(spec.rank)  # shared [B, T, d_h], latents [B, T, H, r]
+    if spec.qk_norm:
+        n += pad(spec.n_heads)  # key_scale [B, T, H]
+    return n
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    """One family's line of the side-by-side table."""
+
+    family: str
+    spec: str  # AttentionSpec.short()
+    bytes_per_token_layer: int  # one device, all heads
+    fraction_of_mha: Fraction  # Eq. 9 for lrkv
+    model_bytes: int  # whole model, all devices' worth on one
+    per_device_bytes: int | None  # under TP; None when the layout cannot shard at this tp
+    tokens_fit: int | None  # per device, in the budget; None without a budget or when not shardable
+    padded_bytes: int  # whole model, innermost widths aligned
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["fraction_of_mha"] = float(self.fraction_of_mha)
+        return d
+
+
+@dataclass(frozen=True)
+class Plan:
+    preset: str
+    n_layers: int
+    batch: int
+    seq_len: int
+    dtype: str
+    tp: int
+    budget_bytes: int | None
+    target_fraction: Fraction
+    rank_ceiling: int | None  # largest LRKV rank within target_fraction of MHA; None below 1/H
+    align: int
+    rows: tuple[PlanRow, ...]
+
+    def to_dict(self) -> dict:
+        return {
+            "schema": "lrkv.cache-plan/1", "preset": self.preset, "n_layers": self.n_layers,
+            "batch": self.batch, "seq_len": self.seq_len, "tokens": self.batch * self.seq_len,
+            "dtype": self.dtype, "tp": self.tp, "budget_bytes": self.budget_bytes,
+            "target_fraction": float(self.target_fraction), "rank_ceiling": self.rank_ceiling,
+            "align": self.align, "rows": [r.to_dict() for r in self.rows],
+        }
+
+
+def plan(scale: PaperScale, *, n_layers: int, batch: int, seq_len: int, dtype="bfloat16", tp: int = 1,
+         rank: int | None = None, budget_bytes: int | None = None, target_fraction: Fraction = Fraction(1, 2),
+         align: int = 16, families: tuple[str, ...] = PEERS) -> Plan:
+    """Size one deployment for LRKV and its peers side by side."""
+    check_int("n_layers", n_layers, minimum=1)
+    check_int("batch", batch, minimum=1)
+    check_int("seq_len", seq_len, minimum=1)
+    check_int("tp", tp, minimum=1)
+    check_int("align", align, minimum=1)
+    if budget_bytes is not None:
+        check_int("budget_bytes", budget_bytes, minimum=1)
+    if rank is not None:
+        check_int("rank", rank, minimum=0)
+    for f in families:
+        check_choice("family", f, PEERS)
+    if scale.n_heads % tp:
+        raise ValueError(f"tp ({tp}) must divide the {scale.n_heads} query heads of {scale.label}")
+    tokens = batch * seq_len
+    b = dtype_bytes(dtype)
+    specs = peer_specs(scale, rank)
+    rows = []
+    for f in families:
+        s = specs[f]
+        try:
+            dev = per_device_bytes(s, n_layers, tokens, dtype, tp)
+            fit = tokens_that_fit(s, n_layers, budget_bytes, dtype, tp) if budget_bytes is not None else None
+            note = ""
+        except ValueError as e:  # e.g. GQA's 6 KV heads on 4 devices: this layout does not shard evenly
+            dev, fit, note = None, None, str(e)
+        rows.append(PlanRow(
+            family=f, spec=s.short(), bytes_per_token_layer=cache_elements(s, include_key_scale=True) * b,
+            fraction_of_mha=Fraction(cache_elements(s, include_key_scale=True), mha_cache_elements(s)),
+            model_bytes=model_bytes(s, n_layers, tokens, dtype), per_device_bytes=dev, tokens_fit=fit,
+            padded_bytes=n_layers * tokens * padded_elements(s, align) * b, note=note,
+        ))
+    try:
+        ceiling = rank_ceiling(scale.n_heads, scale.head_dim, target_fraction)
+    except ValueError:
+        ceiling = None
+    return Plan(preset=scale.label, n_layers=n_layers, batch=batch, seq_len=seq_len, dtype=dtype_name(dtype),
+                tp=tp, budget_bytes=budget_bytes, target_fraction=Fraction(target_fraction),
+                rank_ceiling=ceiling, align=align, rows=tuple(rows))
