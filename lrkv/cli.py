@@ -1,46 +1,114 @@
-"""The `lrkv` command. Each verb lives in its own module with a `register(subparsers)`."""
+"""lrkv — reference and verification for Low-Rank Key-Value (LRKV) attention.
+
+Run `lrkv VERB --help` for a verb's options.
+
+exit codes (every verb):
+  0    ok
+  1    a check failed
+  2    bad input or usage (the message names the file or field)
+  3    a toolchain is missing here
+  4    nothing was verified
+  130  interrupted
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
+from importlib import resources
 
-# module -> verbs it registers; a module that is not importable is reported, not hidden.
-VERB_MODULES = (
-    "lrkv.selfcheck",
-    "lrkv.verify.cli",
-    "lrkv.proofs.cli",
-    "lrkv.compiled.cli",
-    "lrkv.bench.cli",
-    "lrkv.spec.cache_cli",
-)
+# verb -> (module that registers it, one-line help). Only the chosen verb's module is
+# imported: `lrkv --version` and `lrkv --help` never import torch.
+VERBS: dict[str, tuple[str, str]] = {
+    "verify": ("lrkv.verify.cli", "run decode backends against the float64 oracle; write a tolerance report"),
+    "gate": ("lrkv.verify.cli", "gate a tolerance report against an accepted baseline"),
+    "proofs": ("lrkv.proofs.cli", "run the symbolic proofs of the paper's algebra"),
+    "export": ("lrkv.compiled.cli", "export a verified ONNX / AOTInductor / TensorRT engine"),
+    "bench": ("lrkv.bench.cli", "time one decode step of LRKV and its peers side by side"),
+    "cache": ("lrkv.spec.cache_cli", "size a deployment: KV cache of LRKV and its peers side by side"),
+    "init": ("lrkv.testing.init", "set up lrkv verification in your own repository"),
+}
+EXIT_USAGE = 2
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lrkv", description=__doc__)
+def _present(module: str) -> bool:
+    """Whether the verb's module ships in this installation (checked without importing it)."""
+    parts = module.split(".")
+    return resources.files(parts[0]).joinpath(*parts[1:-1], parts[-1] + ".py").is_file()
+
+
+def available_verbs() -> dict[str, tuple[str, str]]:
+    return {verb: entry for verb, entry in VERBS.items() if _present(entry[0])}
+
+
+def _global_options(parser: argparse.ArgumentParser) -> None:
     from lrkv import __version__
 
     parser.add_argument("--version", action="version", version=f"lrkv {__version__}")
+    noise = parser.add_mutually_exclusive_group()
+    noise.add_argument("-q", "--quiet", action="count", default=0,
+                       help="less output: no progress bar, no summary table")
+    noise.add_argument("-v", "--verbose", action="count", default=0,
+                       help="more output: every record with its reason (-vv: debug logging too)")
+
+
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """The `lrkv` parser; with a verb, that verb's module registers its real sub-parser
+    (the others appear in the verb list only)."""
+    parser = argparse.ArgumentParser(prog="lrkv", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    _global_options(parser)
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
-    for name in VERB_MODULES:
-        try:
-            mod = importlib.import_module(name)
-        except ModuleNotFoundError as e:
-            if e.name == name:
-                continue  # verb not built yet
-            raise
-        mod.register(sub)
+    verbs = available_verbs()
+    if verb in verbs:
+        module = importlib.import_module(verbs[verb][0])
+        module.register(sub)
+    for name, (_, help_) in verbs.items():
+        if name not in sub.choices:
+            sub.add_parser(name, help=help_, add_help=False)
     return parser
 
 
+def _chosen_verb(argv: list[str]) -> str | None:
+    """The first argument that is a verb name (global options come before it)."""
+    for arg in argv:
+        if arg == "--":
+            return None
+        if not arg.startswith("-"):
+            return arg if arg in VERBS else None
+    return None
+
+
+def _logging(args) -> int:
+    verbosity = args.verbose - args.quiet
+    level = {-1: logging.WARNING, 0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
+    logging.basicConfig(level=logging.ERROR if verbosity < -1 else level, format="lrkv: %(message)s")
+    return verbosity
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    verb = _chosen_verb(argv)
+    try:
+        parser = build_parser(verb)
+    except Exception as e:  # noqa: BLE001 — a broken verb module is named, never a traceback
+        module = VERBS[verb][0] if verb else "lrkv"
+        print(f"lrkv {verb}: cannot load {module}: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_USAGE
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    return int(args.func(args) or 0)
+        parser.print_help(sys.stderr)
+        return EXIT_USAGE
+    args.verbosity = _logging(args)
+    if args.verbosity < 0 and hasattr(args, "no_progress"):
+        args.no_progress = True
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print(f"lrkv {args.verb}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

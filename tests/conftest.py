@@ -8,3 +8,7 @@ from lrkv.verify.strategies import load_profile, register_profiles
 
 register_profiles()
 load_profile()
+
+# The equivalence suite runs through lrkv's own pytest plugin, as in a user's repository
+# (installed, the plugin loads from its pytest11 entry point under this same name).
+pytest_plugins = ["lrkv.testing.plugin"]

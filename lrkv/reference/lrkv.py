@@ -63,6 +63,16 @@ def _private_keys_exact(latent_k: torch.Tensor, basis_k: torch.Tensor, rope: Exa
     return apply_rope(k_priv, pos, rope_freqs(d_h, rope.theta))
 
 
+def _zero_garbage(latent: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Latents [B, T, H, r] with the slots past lengths set to 0 before any contraction.
+
+    Masking the logits alone is not enough at reduced precision: CPU bfloat16 matmuls
+    (the `bthr,hdr->bthd` rebuild of exact RoPE) let a NaN in a garbage row turn valid rows
+    NaN too (kernel:lrkv-H2-dh16-r9-rope_exact:bfloat16:T9:L0-1:s0).
+    """
+    return torch.where(valid[..., None, None], latent, 0.0)
+
+
 def _softmax_rows(logits: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Masked softmax over the last dim; empty rows give weights 0 and lse −inf.
 
@@ -95,6 +105,7 @@ def decode_attention(
                                scale=scale, key_scale=key_scale, rope=rope)
     T = shared_k.shape[1]
     valid = _valid_mask(lengths, T)  # [B, T]
+    latent_k = _zero_garbage(latent_k, valid)
     acc = accumulation_dtype(q.dtype)
     q_, shared_k, latent_k, basis_k_ = q.to(acc), shared_k.to(acc), latent_k.to(acc), basis_k.to(acc)
     # Eq. 6: q_h S_K^T + (q_h B_h^K) R_h^{K T}
@@ -127,6 +138,7 @@ def materialized_decode_attention(
                                scale=scale, key_scale=key_scale, rope=rope)
     T = shared_k.shape[1]
     valid = _valid_mask(lengths, T)
+    latent_k = _zero_garbage(latent_k, valid)
     acc = accumulation_dtype(q.dtype)
     if rope is None:
         k_priv = torch.einsum("bthr,hdr->bthd", latent_k, basis_k)

@@ -10,5 +10,5 @@
     gate        PASS/FAIL/REGRESSED/MISSING/ERROR/IMPROVED against ci/baseline.json
     strategies  hypothesis strategies and the ci/dev profiles
     mutants     deliberately broken backends the gate must reject
-    cli         `lrkv verify`, `lrkv gate`
+    cli         `lrkv verify`, `lrkv gate`;  console: plain unwrapped output, ::error annotations, summary table
 """

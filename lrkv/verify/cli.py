@@ -1,15 +1,4 @@
-"""`lrkv verify` and `lrkv gate`.
-
-    lrkv verify [--backend NAME|module:attr ...] [--grid default|quick|mutants] [--case JSON ...]
-                [--dtype D ...] [--level L ...] [--filter TEXT] [--out DIR] [--policy TOML]
-                [--backend-path DIR ...] [--allow-empty] [--no-progress] [--tp P]
-        runs the cases, writes DIR/report.json and DIR/report.md. --tp P runs the `tp` grid:
-        token-by-token decode on P torch.distributed ranks (lrkv.distributed.harness).
-
-    lrkv gate REPORT --baseline FILE [--update-baseline] [--markdown PATH] [--subset]
-        re-judges the report and sorts every case into PASS/FAIL/REGRESSED/MISSING/ERROR/
-        IMPROVED/UNVERIFIED (+XFAIL/SKIP).
-"""
+"""`lrkv verify` and `lrkv gate` (their help texts are VERIFY_DOC and GATE_DOC)."""
 
 from __future__ import annotations
 
@@ -24,6 +13,20 @@ DEFAULT_OUT = "reports/verify"
 GRIDS = ("default", "quick", "mutants")
 PROGRESS_CHARS = 48  # keep the bar and the clock visible on an 80-column terminal
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TOOLCHAIN, EXIT_NOTHING, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+
+VERIFY_DOC = """Run decode backends on a case grid against the float64 oracle (DESIGN §6) and write
+DIR/report.json and DIR/report.md; print a summary per backend and each failing case with
+the one-line command that replays it. With GITHUB_ACTIONS=true each failing case is also
+an ::error annotation. --tp P runs the `tp` grid instead: token-by-token decode on P
+torch.distributed ranks (lrkv.distributed.harness).
+"""
+
+GATE_DOC = """Re-judge a report written by `lrkv verify` under the policy its baseline pins, and sort
+every case into PASS/FAIL/REGRESSED/MISSING/ERROR/IMPROVED/UNVERIFIED (+XFAIL/SKIP); print
+the summary as Markdown (or JSON with --json). The first baseline is made on purpose:
+  lrkv gate REPORT --baseline FILE --update-baseline
+With GITHUB_ACTIONS=true each blocking case is also an ::error annotation.
+"""
 
 VERIFY_EXITS = """exit codes:
   0    every verified case passed, and at least one backend was independently verified
@@ -43,12 +46,13 @@ GATE_EXITS = """exit codes:
   2    bad input or usage: unreadable or malformed report/baseline (the file and field are named)
   4    nothing verified (no non-baseline backend has a passing case); with --update-baseline:
        the baseline would be empty, so it is not written
+  130  interrupted (the baseline is written atomically: never half-updated)
 """
 
 
 def register(subparsers) -> None:
     v = subparsers.add_parser("verify", help="run decode backends against the float64 oracle; write a report",
-                              description=__doc__, epilog=VERIFY_EXITS,
+                              description=VERIFY_DOC, epilog=VERIFY_EXITS,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     v.add_argument("--backend", action="append", metavar="NAME|module:attr",
                    help="a registered name or package.module:attribute (repeatable; default: "
@@ -74,7 +78,7 @@ def register(subparsers) -> None:
     v.set_defaults(func=cmd_verify)
 
     g = subparsers.add_parser("gate", help="gate a tolerance report against the accepted baseline",
-                              description=__doc__, epilog=GATE_EXITS,
+                              description=GATE_DOC, epilog=GATE_EXITS,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     g.add_argument("report", help="report.json written by `lrkv verify`")
     g.add_argument("--baseline", required=True, help="accepted baseline (e.g. ci/baseline.json)")
@@ -84,6 +88,8 @@ def register(subparsers) -> None:
     g.add_argument("--markdown", metavar="PATH", type=arg_out_file(), help="also write the gate summary as Markdown")
     g.add_argument("--subset", action="store_true",
                    help="only judge baseline entries of backends that appear in the report")
+    g.add_argument("--json", action="store_true", help="print the verdict as JSON (exit code, counts, entries) "
+                                                       "instead of Markdown")
     g.set_defaults(func=cmd_gate)
 
 
@@ -136,18 +142,19 @@ def _load_backends(args, console):
 
 
 def _say(console, text: str, style: str = "") -> None:
-    console.print(text, style=style or None, markup=False, highlight=False, soft_wrap=True)
+    from .console import say
+
+    say(console, text, style)
 
 
 def cmd_verify(args) -> int:
-    from rich.console import Console
-
+    from .console import annotate_records, make_console, summary_table
     from .report import build_report, clear_report, verification, write_report
     from .runner import backend_info
     from .tolerance import load_policy
     from ..distributed import harness as tp_harness  # registers the `tp` case level
 
-    console = Console(stderr=True)
+    console = make_console()
     clear_report(args.out)  # first: no later failure (even a usage error) may leave a stale green report
     try:
         backends = _load_backends(args, console)
@@ -189,8 +196,16 @@ def cmd_verify(args) -> int:
     report = build_report(records, policy, infos, grid=grid, argv=sys.argv[1:], seconds=seconds)
     jpath, mpath = write_report(report, args.out)
     tot = report["summary"]["total"]
+    if getattr(args, "verbosity", 0) >= 0:
+        console.print(summary_table(report))
     _say(console, f"{len(cases)} cases, {len(records)} records in {seconds:.1f}s: "
          + ", ".join(f"{n} {s}" for s, n in tot.items() if n))
+    annotate_records(records)
+    if getattr(args, "verbosity", 0) >= 1:  # -v: every other record too, with its reason
+        for r in records:
+            if r["status"] not in ("fail", "error"):
+                why = f": {r['reason']}" if r["reason"] else ""
+                _say(console, f"{r['status'].upper()} {r['backend']} {r['id']}{why}")
     for r in records:
         if r["status"] in ("fail", "error"):
             _say(console, f"{r['status'].upper()} {r['backend']} {r['id']}: {r['reason']}", "red")
@@ -230,11 +245,16 @@ def cmd_gate(args) -> int:
     from .report import load_report
     from ..distributed import harness as _tp  # noqa: F401 — registers the `tp` case level for re-judging
 
+    from .console import annotate_entries
+
     baseline_path = Path(args.baseline)
     try:
         report = load_report(args.report)
         if args.update_baseline and not baseline_path.exists():
             baseline = {"entries": {}, "policy": None}
+        elif not baseline_path.exists():
+            raise ValueError(f"{baseline_path}: no such baseline; to accept this report as the first one, run "
+                             f"`lrkv gate {args.report} --baseline {baseline_path} --update-baseline` and commit it")
         else:
             baseline = load_baseline(baseline_path)
     except (ValueError, OSError) as e:
@@ -242,7 +262,17 @@ def cmd_gate(args) -> int:
         return EXIT_USAGE
     entries = classify(report, baseline, subset=args.subset, check_policy=not args.update_baseline)
     md = render_markdown(entries, report=report)
-    print(md, end="")
+    if args.json:
+        import json
+        from dataclasses import asdict
+
+        print(json.dumps({"report": str(args.report), "baseline": str(baseline_path),
+                          "exit_code": exit_code(entries, report), "counts": counts(entries),
+                          "entries": [asdict(e) for e in entries]}, indent=1))
+    else:
+        print(md, end="")
+    if not args.update_baseline:
+        annotate_entries(entries, report, BLOCKING)
     if args.markdown:
         from .report import write_atomic
         write_atomic(args.markdown, md)

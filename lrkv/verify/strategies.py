@@ -28,14 +28,17 @@ PROFILES = {
                 suppress_health_check=[HealthCheck.too_slow]),
 }
 HEAD_DIMS = (2, 3, 4, 8, 16)  # small, odd included (odd only without RoPE)
+# RoPE bases: the default and a short one (a kernel that ignores rope_theta and assumes
+# 10000 fails on it; 500 turns the low-frequency planes too within a few dozen slots)
+ROPE_THETAS = (10000.0, 500.0)
 # The rule compares error statistics (max, mean) with those of a baseline path; on a 2-element
 # output they are single samples and k = 2 does not bound their ratio. So every drawn case
 # has at least this many outputs (B·H·d_h) and lse rows (B·H); B grows to get there.
 MIN_OUTPUTS = 16
 MIN_ROWS = 4
 
-__all__ = ["lrkv_specs", "cases", "kernel_inputs", "layer_inputs", "caches", "paged_inputs", "extend_inputs",
-           "register_profiles",
+__all__ = ["ROPE_THETAS", "lrkv_specs", "cases", "kernel_inputs", "layer_inputs", "caches", "paged_inputs",
+           "extend_inputs", "register_profiles",
            "load_profile", "repro_command", "PROFILES"]
 
 
@@ -51,8 +54,10 @@ def load_profile(name: str | None = None) -> str:
 
 
 @st.composite
-def lrkv_specs(draw, *, max_heads: int = 4, head_dims=HEAD_DIMS, ropes=ROPE_MODES, qk_norm=None) -> AttentionSpec:
-    """An LRKV layer: any rank 0..d_h the rope mode allows (latent/aligned need an even rank)."""
+def lrkv_specs(draw, *, max_heads: int = 4, head_dims=HEAD_DIMS, ropes=ROPE_MODES, qk_norm=None,
+               rope_thetas=ROPE_THETAS) -> AttentionSpec:
+    """An LRKV layer: any rank 0..d_h the rope mode allows (latent/aligned need an even rank),
+    with a RoPE base drawn from rope_thetas when RoPE is on."""
     H = draw(st.integers(1, max_heads))
     d_h = draw(st.sampled_from(head_dims))
     rope = draw(st.sampled_from(ropes))
@@ -63,7 +68,8 @@ def lrkv_specs(draw, *, max_heads: int = 4, head_dims=HEAD_DIMS, ropes=ROPE_MODE
     else:
         r = draw(st.integers(0, d_h))
     qkn = draw(st.booleans()) if qk_norm is None else qk_norm
-    return AttentionSpec.lrkv(H, d_h, r, rope=rope, qk_norm=qkn)
+    theta = draw(st.sampled_from(tuple(rope_thetas))) if rope != "none" else ROPE_THETAS[0]
+    return AttentionSpec.lrkv(H, d_h, r, rope=rope, qk_norm=qkn, rope_theta=theta)
 
 
 @st.composite

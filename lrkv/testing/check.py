@@ -1,0 +1,129 @@
+"""`check_backend`, `check_case` and `cases_for`: the harness, called from a user's tests.
+
+The same runner as `lrkv verify` (DESIGN §6 rule, §7 records), so a test and the merge
+gate agree on every verdict; failures name their replay command,
+`lrkv verify --backend <module:attr> --case '<json>'`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..checks import check_choice
+from ..spec import dtype_name
+from ..verify.cases import CASE_LEVELS, DTYPES, Case
+from .report import Report
+from .target import Target, resolve
+
+GRIDS = ("default", "quick", "mutants")
+
+
+def grid_cases(grid: str | Iterable[Case] = "default") -> list[Case]:
+    """A named grid of `lrkv.verify.grid`, or the given cases."""
+    from ..verify import grid as grids
+
+    if isinstance(grid, str):
+        check_choice("grid", grid, GRIDS)
+        return {"default": grids.default_grid, "quick": grids.quick_grid, "mutants": grids.mutant_grid}[grid]()
+    cases = list(grid)
+    for c in cases:
+        if not isinstance(c, Case):
+            raise TypeError(f"grid must be a grid name {GRIDS} or an iterable of Case, got a {type(c).__name__}")
+    return cases
+
+
+def _filter(cases: list[Case], levels, dtypes) -> list[Case]:
+    if levels is not None:
+        levels = {check_choice("levels", lv, CASE_LEVELS) for lv in ([levels] if isinstance(levels, str) else levels)}
+        cases = [c for c in cases if c.level in levels]
+    if dtypes is not None:
+        names = set()
+        for d in [dtypes] if isinstance(dtypes, str) else dtypes:
+            try:
+                names.add(check_choice("dtypes", dtype_name(d), DTYPES))
+            except TypeError:
+                raise ValueError(f"dtypes must be among {', '.join(DTYPES)}; got {d!r}") from None
+        cases = [c for c in cases if c.dtype in names]
+    return cases
+
+
+def _policy(policy):
+    from ..verify.tolerance import Policy, load_policy
+
+    if policy is None or isinstance(policy, (str, Path)):
+        return load_policy(policy)
+    if isinstance(policy, Policy):
+        return policy
+    raise TypeError(f"policy must be None, a TOML path or a Policy, got {type(policy).__name__}")
+
+
+def inapplicable(backend: Any, case: Case) -> str | None:
+    """Why the backend does not run this case (its levels/dtypes), or None."""
+    from ..verify.runner import not_applicable
+
+    why = not_applicable(backend, case)
+    return f"{backend.name}: {why}" if why else None
+
+
+def cases_for(backend: Any, grid: str | Iterable[Case] = "default", *, levels=None, dtypes=None) -> list:
+    """The grid's cases as `pytest.param`s for `pytest.mark.parametrize("case", ...)`, ids = case
+    ids; a case the backend does not claim is a skip with its reason, never dropped."""
+    import pytest
+
+    target = resolve(backend) if not isinstance(backend, Target) else backend
+    out = []
+    for case in _filter(grid_cases(grid), levels, dtypes):
+        why = inapplicable(target.backend, case)
+        out.append(pytest.param(case, id=case.id, marks=pytest.mark.skip(reason=why) if why else ()))
+    return out
+
+
+def check_case(backend: Any, case: Case, *, policy=None, backend_ref: str | None = None) -> dict:
+    """Run one case through the harness; return its record (status pass, xfail or skip —
+    a skip carries its reason), raise AssertionError (with the replay command) if it fails
+    or errors."""
+    from ..verify.runner import run
+
+    if not isinstance(case, Case):
+        raise TypeError(f"case must be a lrkv.verify.cases.Case, got {type(case).__name__}")
+    target = backend if isinstance(backend, Target) else resolve(backend, backend_ref)
+    rec = run([case], [(target.label, target.backend)], _policy(policy))[0]
+    if rec["status"] in ("fail", "error"):
+        raise AssertionError(f"{rec['status'].upper()} {rec['backend']} {rec['id']}: {rec['reason']}\n"
+                             f"  replay: {rec['repro']}{_note(target)}")
+    return rec
+
+
+def _note(target: Target) -> str:
+    return f"\n  (note: {target.note})" if target.note else ""
+
+
+def check_backend(backend: Any, *, grid: str | Iterable[Case] = "default", levels=None, dtypes=None,
+                  policy=None, backend_ref: str | None = None, raise_on_failure: bool = True) -> Report:
+    """Verify a backend on a case grid, as `lrkv verify --backend` does, and return the Report.
+
+    backend: an object following the backend protocol, a class or factory, a registered
+    name, or 'package.module:attribute'. backend_ref names an object for replay commands
+    when it cannot be found as a module attribute. Raises AssertionError listing every
+    failing case with its replay command — and when nothing was verified (every case
+    skipped or inapplicable), because a check that checked nothing is not a pass.
+    """
+    from ..verify.report import build_report
+    from ..verify.runner import backend_info, run
+
+    target = resolve(backend, backend_ref)
+    cases = _filter(grid_cases(grid), levels, dtypes)
+    pol = _policy(policy)
+    t0 = time.perf_counter()
+    records = run(cases, [(target.label, target.backend)], pol)
+    grid_name = grid if isinstance(grid, str) else "cases"
+    data = build_report(records, pol, [backend_info(target.backend, target.label)], grid=grid_name,
+                        argv=["lrkv.testing.check_backend", target.label, f"grid={grid_name}"],
+                        seconds=time.perf_counter() - t0)
+    report = Report(data)
+    if raise_on_failure and not report.ok:  # fail/error, or nothing verified
+        raise AssertionError(report.failure_message() + _note(target))
+    return report

@@ -1,0 +1,108 @@
+"""What `lrkv verify` / `lrkv gate` print: summary table, unwrapped replays, no rich markup,
+GitHub annotations, `gate --json`, and a missing baseline's hint."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from lrkv import cli
+from lrkv.spec import AttentionSpec
+from lrkv.verify.cases import Case
+
+CASE = Case("kernel", AttentionSpec.lrkv(3, 8, 3), "float32", (5, 9, 0), 9).to_json()
+GOOD, BAD = "examples.my_backend:backend", "tests.test_testing_api:SCALED"
+
+
+class Markup:
+    """A backend whose error message looks like rich markup."""
+
+    name, levels = "markup", frozenset({"kernel"})
+    dtypes = (torch.float32,)
+
+    def available(self):
+        return True, ""
+
+    def decode_attention(self, *a, **kw):
+        raise ValueError("[red]boom[/red] [bold]x")
+
+
+MARKUP = Markup()
+
+
+def _verify(tmp_path, *backends, extra=()):
+    argv = ["verify", "--case", CASE, "--out", str(tmp_path / "r"), "--no-progress", *extra]
+    for b in backends:
+        argv += ["--backend", b]
+    return cli.main(argv)
+
+
+def test_summary_table_and_unwrapped_replays(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    assert _verify(tmp_path, GOOD, BAD) == 1
+    err = capsys.readouterr().err
+    header = next(line for line in err.splitlines() if "backend" in line and "verdict" in line)
+    assert all(w in header for w in ("pass", "fail", "error", "skip"))
+    assert any("scaled-out" in line and "FAILED" in line for line in err.splitlines())
+    replays = [line for line in err.splitlines() if line.startswith("  replay: ")]
+    assert len(replays) == 1 and len(replays[0]) > 200  # one line, however long
+    assert replays[0].endswith("'") and json.loads(replays[0].split("--case ", 1)[1].strip("'"))
+
+
+def test_quiet_drops_the_table_and_verbose_lists_every_record(tmp_path, capsys):
+    assert cli.main(["-q", "verify", "--case", CASE, "--out", str(tmp_path / "r"), "--backend", GOOD]) == 0
+    err = capsys.readouterr().err
+    assert "verdict" not in err and "PASS my-splitk" not in err
+    assert cli.main(["-v", "verify", "--case", CASE, "--out", str(tmp_path / "r"), "--backend", GOOD]) == 0
+    err = capsys.readouterr().err
+    assert "verdict" in err and "PASS my-splitk kernel:" in err
+
+
+def test_markup_is_printed_as_written(tmp_path, capsys):
+    assert _verify(tmp_path, "tests.test_cli_output:MARKUP") == 1
+    assert "[red]boom[/red] [bold]x" in capsys.readouterr().err
+
+
+def test_github_annotations_per_failing_case(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    assert _verify(tmp_path, GOOD, BAD) == 1
+    out = capsys.readouterr().out.splitlines()
+    ann = [line for line in out if line.startswith("::error ")]
+    assert len(ann) == 1 and "title=lrkv FAIL scaled-out kernel%3A" in ann[0] and "%0Areplay: lrkv verify" in ann[0]
+    monkeypatch.delenv("GITHUB_ACTIONS")
+    assert _verify(tmp_path, GOOD, BAD) == 1
+    assert "::error" not in capsys.readouterr().out
+
+
+def test_gate_json_and_the_first_baseline(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    assert _verify(tmp_path, GOOD) == 0
+    report, base = str(tmp_path / "r" / "report.json"), str(tmp_path / "base.json")
+    capsys.readouterr()
+    assert cli.main(["gate", report, "--baseline", base]) == 2
+    err = capsys.readouterr().err
+    assert "no such baseline" in err and f"--baseline {base} --update-baseline" in err
+    assert cli.main(["gate", report, "--baseline", base, "--update-baseline"]) == 0
+    capsys.readouterr()
+    assert cli.main(["gate", report, "--baseline", base, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["exit_code"] == 0 and data["counts"]["PASS"] == 1 and data["entries"][0]["klass"] == "PASS"
+    assert _verify(tmp_path, BAD.replace("SCALED", "SCALED"), extra=()) == 1  # a regression in a new report
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    rc = cli.main(["gate", report, "--baseline", base, "--json"])
+    out = capsys.readouterr().out
+    data = json.loads(out[:out.index("\n::error")] if "\n::error" in out else out)
+    assert rc == data["exit_code"] == 1
+    assert "::error title=lrkv gate " in out
+
+
+@pytest.mark.parametrize("verb", ["verify", "gate"])
+def test_help_has_its_own_text_and_exit_codes(verb, capsys):
+    with pytest.raises(SystemExit):
+        cli.main([verb, "--help"])
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: lrkv {verb}") and "exit codes:" in out and "130" in out
+    other = "gate" if verb == "verify" else "verify"
+    assert f"lrkv {other} [" not in out

@@ -1,0 +1,27 @@
+"""lrkv used as a downstream repository uses it: ci/downstream-check builds the wheel,
+installs it into a fresh venv outside this checkout, `lrkv init`s a project, and runs its
+tests through the pytest plugin and `lrkv verify` + `lrkv gate` on the starter backend
+(pass) and on a planted bug (fail, with a replay command that resolves). A few minutes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = Path(__file__).resolve().parents[1] / "ci" / "downstream-check"
+LIMIT_S = 900
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="ci/downstream-check is a bash script")
+def test_downstream_round_trip(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run([str(SCRIPT), str(tmp_path / "work")], capture_output=True, text=True, env=env,
+                       timeout=LIMIT_S, cwd=tmp_path)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]
+    assert "ok: the wheel's lrkv" in r.stdout and "downstream check: ok" in r.stdout

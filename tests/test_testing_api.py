@@ -1,0 +1,161 @@
+"""lrkv.testing, the public test API: check_backend, check_case, cases_for, the property checks.
+
+Each check is shown to say NO on a planted bug, with a replay command that resolves."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import find
+
+from examples.my_backend import SplitKDecode
+from lrkv.spec import AttentionSpec
+from lrkv.testing import Report, cases_for, check_backend, check_case, grid_cases, properties, resolve
+from lrkv.verify.backend import get_backend
+from lrkv.verify.cases import Case
+from lrkv.verify.grid import BASE
+from lrkv.verify.strategies import lrkv_specs
+
+EXAMPLE = "examples.my_backend:backend"
+
+
+class ScaledOut(SplitKDecode):
+    """A planted bug: out off by 1 %."""
+
+    name = "scaled-out"
+
+    def decode_attention(self, *args, **kwargs):
+        out, lse = super().decode_attention(*args, **kwargs)
+        return out * 1.01, lse
+
+
+class DefaultTheta(SplitKDecode):
+    """A planted bug: RoPE always with the default base, whatever the spec says."""
+
+    name = "default-theta"
+
+    def decode_attention(self, *args, rope=None, **kwargs):
+        if rope is not None:
+            rope = type(rope)(10000.0) if hasattr(rope, "theta") else rope
+        return super().decode_attention(*args, rope=rope, **kwargs)
+
+
+SCALED = ScaledOut()  # module attributes: the replay names them as tests.test_testing_api:SCALED
+THETA_BUG = DefaultTheta()
+CASE = Case("kernel", AttentionSpec.lrkv(3, 8, 3), "float32", (5, 9, 0), 9, tile=2, splits=3)
+
+
+def test_check_backend_passes_a_correct_backend():
+    report = check_backend(EXAMPLE, grid="quick")
+    assert isinstance(report, Report) and report.ok
+    assert report.counts["pass"] == report.verified == 3 and not report.failures
+
+
+def test_check_backend_lists_each_failure_with_a_replay_that_resolves():
+    with pytest.raises(AssertionError) as e:
+        check_backend(SCALED, grid="quick")
+    msg = str(e.value)
+    assert "2 of 6 cases failed" in msg and msg.count("replay: ") == 2
+    label = "tests.test_testing_api:SCALED"
+    assert f"replay: lrkv verify --backend {label} --case " in msg
+    assert get_backend(label).name == "scaled-out"
+    report = check_backend(SCALED, grid="quick", raise_on_failure=False)
+    assert not report.ok and {r["status"] for r in report.failures} == {"fail"}
+
+
+def test_an_object_that_is_no_module_attribute_needs_backend_ref():
+    class Local(ScaledOut):
+        pass
+    local = Local()
+    target = resolve(local)
+    assert not target.resolvable and "backend_ref" in target.note
+    with pytest.raises(AssertionError, match="pass backend_ref"):
+        check_backend(local, grid="quick")
+    assert resolve(local, backend_ref="tests.test_testing_api:SCALED").label == "tests.test_testing_api:SCALED"
+    # an instance of a module-level class, or the class: module:qualname (the registry instantiates it)
+    assert resolve(ScaledOut()).label == resolve(ScaledOut).label == "tests.test_testing_api:ScaledOut"
+
+
+def test_nothing_verified_is_not_a_pass():
+    with pytest.raises(AssertionError, match="nothing verified"):
+        check_backend(EXAMPLE, grid="quick", dtypes=["float64"])  # the example has no float64
+
+
+@pytest.mark.parametrize("kw, err, field", [
+    (dict(grid="nope"), ValueError, "grid"), (dict(levels=["model"]), ValueError, "levels"),
+    (dict(dtypes=["int8"]), ValueError, "dtype"), (dict(policy=3), TypeError, "policy"),
+    (dict(grid=[1, 2]), TypeError, "grid"), (dict(backend_ref=5), TypeError, "backend_ref"),
+])
+def test_bad_arguments_name_the_field(kw, err, field):
+    with pytest.raises(err, match=field):
+        check_backend(EXAMPLE, **kw)
+
+
+def test_cases_for_ids_and_skips():
+    params = cases_for(EXAMPLE, "quick")
+    assert [p.id for p in params] == [c.id for c in grid_cases("quick")]
+    skipped = {p.id for p in params if p.marks}
+    assert skipped == {c.id for c in grid_cases("quick") if c.level != "kernel" or c.dtype == "float64"}
+    assert all(p.marks[0].kwargs["reason"].startswith("my-splitk: ") for p in params if p.marks)
+    assert any("not implemented" in p.marks[0].kwargs["reason"] for p in params if p.marks)
+
+
+def test_check_case_raises_with_the_replay():
+    assert check_case(EXAMPLE, CASE)["status"] == "pass"
+    with pytest.raises(AssertionError, match=r"replay: lrkv verify --backend tests.test_testing_api:SCALED"):
+        check_case(SCALED, CASE)
+
+
+@pytest.mark.parametrize("name", [n for n in properties.PROPERTIES if n != "append_then_decode_equals_prefill"])
+def test_kernel_properties_pass_and_say_no(name):
+    fn = properties.PROPERTIES[name][0]
+    fn(EXAMPLE, CASE)
+    with pytest.raises(AssertionError, match="replay: lrkv verify --backend tests.test_testing_api:SCALED"):
+        fn(SCALED, CASE)
+
+
+def test_append_then_decode_property_on_a_layer_backend():
+    case = Case("layer-model", BASE, "float32", (6, 6), 6)
+    properties.append_then_decode_equals_prefill("tiled", case)
+
+    class Drops(type(get_backend("tiled"))):
+        name = "drops"
+
+        def layer_step(self, weights, x_t, cache, positions):
+            y, cache = super().layer_step(weights, x_t, cache, positions)
+            cache.latent_v.mul_(1.01)  # corrupts what was appended
+            return y, cache
+    with pytest.raises(AssertionError, match="append-then-decode vs prefill"):
+        properties.append_then_decode_equals_prefill(Drops(), case, backend_ref="tiled")
+    with pytest.raises(ValueError, match="layer"):
+        properties.append_then_decode_equals_prefill(EXAMPLE, case)
+
+
+def test_permutation_bound_is_not_a_zero_slack():
+    """The case of issue 10 §6: the bound was 2.2e-16 with slack 0 on the reference; permuting
+    the batch reorders float64 sums by a few ulp."""
+    case = Case("kernel", AttentionSpec.lrkv(2, 16, 13), "float64", (0, 10), 10, seed=1)
+    properties.permutation_equivariance("reference", case)
+    properties.permutation_equivariance("materialized", case)
+
+
+def test_strategies_draw_a_non_default_rope_theta_and_it_is_checked():
+    spec = find(lrkv_specs(ropes=("exact",)), lambda s: s.rope_theta != 10000.0)
+    assert spec.rope == "exact" and spec.rope_theta == 500.0
+    case = Case("kernel", AttentionSpec.lrkv(2, 8, 4, rope="exact", rope_theta=500.0), "float32", (9, 4), 9)
+    check_case(EXAMPLE, case)
+    with pytest.raises(AssertionError, match="FAIL default-theta"):
+        check_case(THETA_BUG, case)
+    assert torch.isfinite(torch.tensor(case.spec.rope_theta))
+
+
+def test_a_report_from_check_backend_is_gated_like_one_from_lrkv_verify(tmp_path):
+    from lrkv import cli
+    from lrkv.verify.report import validate_report
+
+    report = check_backend(EXAMPLE, grid="quick")
+    validate_report(report.data)
+    jpath, _ = report.write(tmp_path / "r")
+    base = str(tmp_path / "base.json")
+    assert cli.main(["gate", str(jpath), "--baseline", base, "--update-baseline"]) == 0
+    assert cli.main(["gate", str(jpath), "--baseline", base]) == 0
