@@ -2,8 +2,9 @@
 
 Never import this module directly: `lrkv.kernels.runtime.extend_kernels()` loads it once per
 mode, right after `_kernels.py` of the same mode, whose tile helpers (`_to_acc`, `_rsum`,
-`_rmax`, `_mm`, `_ld`) it reuses — so both files follow one set of conventions (masked
-loads, casts right after loads, int64 row offsets; see `_kernels.py`).
+`_rmax`, `_mm`, `_ld`) and slot addressing (`_slot_rows`) it reuses — so both files follow
+one set of conventions (masked loads, casts right after loads, int64 row offsets; see
+`_kernels.py`).
 
 `extend_kernel`: one program per (query token n, group of heads g). The program finds its
 sequence b from cu_seqlens_q (b = #{b' : cu[b'+1] <= n}), its position
@@ -34,6 +35,7 @@ _rsum = _base._rsum
 _rmax = _base._rmax
 _mm = _base._mm
 _ld = _base._ld
+_slot_rows = _base._slot_rows
 
 
 @triton.jit(do_not_specialize=["B", "H", "D", "R", "PAGE_SIZE", "NUM_PAGES", "MAX_PAGES", "SLOT_LIMIT"])
@@ -110,16 +112,8 @@ def extend_kernel(
     for t0 in range(0, limit, BLOCK_T):
         offs_t = t0 + tl.arange(0, BLOCK_T)  # logical slots (= positions)
         tmask = offs_t < limit
-        if PAGED:
-            page_idx = offs_t // PAGE_SIZE
-            tmask = tmask & (page_idx < MAX_PAGES)
-            page = tl.load(PT + b64 * s_ptb + page_idx.to(tl.int64) * s_ptp, mask=tmask, other=0)
-            tmask = tmask & (page >= 0) & (page < NUM_PAGES)
-            row0 = page.to(tl.int64)
-            row1 = (offs_t % PAGE_SIZE).to(tl.int64)
-        else:
-            row0 = tl.full([BLOCK_T], 0, dtype=tl.int64) + b64
-            row1 = offs_t.to(tl.int64)
+        tmask, row0, row1 = _slot_rows(offs_t, tmask, b64, PT, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES, MAX_PAGES,
+                                       PAGED)
 
         # shared K tile, once for the group: [BLOCK_D, BLOCK_T]; logits q_h S_K^T
         kT = tl.load(SK + row0[None, :] * s_skb + row1[None, :] * s_skt + offs_d[:, None] * s_skd,

@@ -125,6 +125,27 @@ def _mm(a, b, DOT: tl.constexpr, A_EXACT: tl.constexpr):
 # Sizes and counts are not specialised on (== 1, % 16): that would only multiply compiles
 # (each test's split size would be a new kernel); strides keep Triton's specialisation,
 # which is what makes unit-stride loads vectorise.
+@triton.jit
+def _slot_rows(offs_t, tmask, b64, PT, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES, MAX_PAGES, PAGED: tl.constexpr):
+    """Where logical slots offs_t of sequence b live (DESIGN §4): (mask, row0, row1).
+
+    Contiguous: row0 = b, row1 = the slot. Paged (the block-table convention): slot j is row
+    j % page_size of page page_table[b, j // page_size]; a slot whose table entry is past
+    max_pages, negative or past the last page is masked off, so no load leaves the allocation.
+    """
+    if PAGED:
+        page_idx = offs_t // PAGE_SIZE
+        tmask = tmask & (page_idx < MAX_PAGES)
+        page = tl.load(PT + b64 * s_ptb + page_idx.to(tl.int64) * s_ptp, mask=tmask, other=0)
+        tmask = tmask & (page >= 0) & (page < NUM_PAGES)
+        row0 = page.to(tl.int64)
+        row1 = (offs_t % PAGE_SIZE).to(tl.int64)
+    else:
+        row0 = offs_t.to(tl.int64) * 0 + b64
+        row1 = offs_t.to(tl.int64)
+    return tmask, row0, row1
+
+
 @triton.jit(do_not_specialize=["H", "D", "R", "SPLIT_SIZE", "PAGE_SIZE", "NUM_PAGES", "MAX_PAGES", "NUM_SPLITS",
                                "SLOT_LIMIT"])
 def decode_split_kernel(
@@ -213,16 +234,8 @@ def decode_split_kernel(
     for t0 in range(split_lo, split_hi, BLOCK_T):
         offs_t = t0 + tl.arange(0, BLOCK_T)  # logical slots (= positions)
         tmask = offs_t < split_hi
-        if PAGED:
-            page_idx = offs_t // PAGE_SIZE
-            tmask = tmask & (page_idx < MAX_PAGES)
-            page = tl.load(PT + b64 * s_ptb + page_idx.to(tl.int64) * s_ptp, mask=tmask, other=0)
-            tmask = tmask & (page >= 0) & (page < NUM_PAGES)
-            row0 = page.to(tl.int64)
-            row1 = (offs_t % PAGE_SIZE).to(tl.int64)
-        else:
-            row0 = tl.full([BLOCK_T], 0, dtype=tl.int64) + b64
-            row1 = offs_t.to(tl.int64)
+        tmask, row0, row1 = _slot_rows(offs_t, tmask, b64, PT, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES, MAX_PAGES,
+                                       PAGED)
 
         # ---- shared K tile, loaded once for the whole group: [BLOCK_D, BLOCK_T]
         kT = tl.load(SK + row0[None, :] * s_skb + row1[None, :] * s_skt + offs_d[:, None] * s_skd,
