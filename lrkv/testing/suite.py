@@ -154,3 +154,12 @@ test_split_tile_invariance = _property_test("split_tile_invariance")
 test_permutation_equivariance = _property_test("permutation_equivariance")
 test_garbage_invariance = _property_test("garbage_invariance")
 test_append_then_decode_equals_prefill = _property_test("append_then_decode_equals_prefill")
+
+
+def test_softmax_shift_invariance(lrkv_target: str) -> None:
+    """Logits shifted by +40 (after scaling): lse moves by the offset, nothing else changes
+    (drawn without QK-norm, where no common offset exists)."""
+    target = load(lrkv_target)
+    _needs(target, "kernel")
+    strategy, cap = family(target, "kernel", qk_norm=False)
+    check(target, strategy, cap, lambda case: properties.softmax_shift_invariance(target, case))

@@ -103,10 +103,14 @@ def _consistency(case: Case, level, f64: dict, bounds: dict[str, float], oracle)
 
 def prepare(case: Case, policy: Policy | None = None) -> Prepared:
     """Draw the case's inputs, run and cross-check the oracle, and measure err_base."""
+    return prepare_inputs(case, get_level(case.level).make_inputs(case), policy)
+
+
+def prepare_inputs(case: Case, inp, policy: Policy | None = None) -> Prepared:
+    """`prepare` for given inputs at τ (a property test's transformed inputs, say)."""
     policy = policy or Policy({}, {}, {})
     c = policy.resolve(ORACLE_TOLERANCE_KEY, "float64").float64_c
     level = get_level(case.level)
-    inp = level.make_inputs(case)
     inp64 = inp.to(torch.float64)
     paths = level.paths(case)
     f64 = {name: fn(inp64) for name, fn in paths.items()}
