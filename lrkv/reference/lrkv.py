@@ -145,6 +145,7 @@ def materialized_decode_attention(
     else:
         k_priv = _private_keys_exact(latent_k, basis_k, rope)
     k = shared_k[:, :, None, :] + k_priv  # [B, T, H, d_h]  K_h, materialized at the input dtype
+    latent_v = _zero_garbage(latent_v, valid)  # the rebuild is a contraction too
     v = shared_v[:, :, None, :] + torch.einsum("bthr,hdr->bthd", latent_v, basis_v)  # V_h
     if key_scale is not None:
         k = k * key_scale[..., None]
