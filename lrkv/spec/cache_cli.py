@@ -12,7 +12,9 @@ width is padded to --align. Also: the largest LRKV rank within --target of MHA's
 32K means 32,768 (K = 1024, M = 1024²). Presets are the paper's scales (Tables 5 and 7);
 --layers is required where Table 5 gives no layer count (128M, 6.3B).
 
-Exit status: 0 ok · 2 bad input (the message names the option).
+Exit status: 0 ok · 2 bad input (the message names the option) · 130 interrupted.
+(1 a check failed, 3 a toolchain missing and 4 nothing verified do not arise: the planner
+only computes.)
 """
 
 from __future__ import annotations

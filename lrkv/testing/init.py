@@ -35,7 +35,8 @@ FILES = {
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "init", help="set up lrkv verification in your own repository",
-        description=__doc__ + "\nexit codes: 0 written · 2 a file exists (use --force) or bad input",
+        description=__doc__ + "\nexit codes: 0 written · 2 a file exists (use --force) or bad input · 130 interrupted "
+                    "(1, 3 and 4 do not arise: init only writes files)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dir", nargs="?", default=".", type=arg_out_dir(), help="the project directory (default: .)")
     p.add_argument("--force", action="store_true", help="overwrite files that exist")
