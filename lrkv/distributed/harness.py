@@ -29,11 +29,9 @@ from __future__ import annotations
 
 import torch
 
-from ..reference import lrkv as ref
 from ..spec import AttentionSpec, per_device_cache_elements
-from ..verify.bounds import Conditioning, ConditioningProbe, layer_gain
 from ..verify.cases import Case, make_model_inputs
-from ..verify.levels import Level, decode_sequence, register_level
+from ..verify.levels import Level, incremental_y, model_conditioning, register_level
 from .partition import plan_rank, rank_cache_elements
 from .runner import TPJob, run_jobs
 
@@ -133,20 +131,10 @@ def _call(backend, inp, case: Case) -> dict[str, torch.Tensor]:
 # ----------------------------------------------------------------------------- the oracle
 def _single_process(decode_name: str, case: Case):
     def path(inp):
-        step = lambda w, x, c, p: ref.layer_step(w, x, c, p, decode=getattr(ref, decode_name))  # noqa: E731
-        y = decode_sequence(step, inp.weights, inp.x, case)
+        y = incremental_y(decode_name, inp, case)
         return {"y": y, "rank_disagreement": torch.zeros_like(y),
                 "cache_excess": torch.zeros(case.tp, dtype=y.dtype)}  # replicated y, exact bytes
     return path
-
-
-def _conditioning(inp, case: Case) -> Conditioning:
-    probe = ConditioningProbe(ref.decode_attention)
-    decode_sequence(lambda w, x, c, p: ref.layer_step(w, x, c, p, decode=probe), inp.weights, inp.x, case)
-    cond = probe.cond
-    extra, cond.gain = layer_gain(inp.weights)
-    cond.n += extra
-    return cond
 
 
 def _outputs(case: Case) -> dict:
@@ -159,7 +147,7 @@ register_level(Level(
     paths=lambda case: {"incremental": _single_process("decode_attention", case),
                         "incremental-materialized": _single_process("materialized_decode_attention", case)},
     consistency=lambda case: [("incremental", "incremental-materialized")], call=_call, outputs=_outputs,
-    conditioning=_conditioning,
+    conditioning=model_conditioning,
 ))
 
 

@@ -145,11 +145,14 @@ def decode_sequence(step: Callable, weights, x: torch.Tensor, case: Case) -> tor
     return torch.stack(ys, dim=1)
 
 
+def incremental_y(decode_name: str, inp, case: Case) -> torch.Tensor:
+    """The reference layer step, token by token from an empty cache, with the named decode.  # [B, T, d]"""
+    step = lambda w, x, c, p: ref.layer_step(w, x, c, p, decode=getattr(ref, decode_name))  # noqa: E731
+    return decode_sequence(step, inp.weights, inp.x, case)
+
+
 def _incremental(decode_name: str, case: Case) -> PathFn:
-    def path(inp):
-        step = lambda w, x, c, p: ref.layer_step(w, x, c, p, decode=getattr(ref, decode_name))  # noqa: E731
-        return {"y": decode_sequence(step, inp.weights, inp.x, case)}
-    return path
+    return lambda inp: {"y": incremental_y(decode_name, inp, case)}
 
 
 def _model_paths(case: Case) -> dict[str, PathFn]:
@@ -166,7 +169,8 @@ def _model_consistency(case: Case) -> list[tuple[str, str]]:
     return pairs
 
 
-def _model_conditioning(inp, case: Case) -> Conditioning:
+def model_conditioning(inp, case: Case) -> Conditioning:
+    """The float64 bound's conditioning of a whole sequence decoded token by token."""
     probe = ConditioningProbe(ref.decode_attention)
     decode_sequence(lambda w, x, c, p: ref.layer_step(w, x, c, p, decode=probe), inp.weights, inp.x, case)
     cond = probe.cond
@@ -183,7 +187,7 @@ register_level(Level(
     name="layer-model", needs="layer", make_inputs=make_model_inputs, paths=_model_paths,
     consistency=_model_consistency, call=_model_call,
     outputs=lambda case: {"y": ((case.batch, case.t_max, case.spec.d_model), case.torch_dtype)},
-    conditioning=_model_conditioning,
+    conditioning=model_conditioning,
 ))
 
 
