@@ -24,9 +24,7 @@ from ..reference.dense import LayerCache
 from ..reference.layers import layer_module
 from ..reference.lrkv import append
 from ..reference.mla import latent_decode_attention
-from ..reference.mlra import MLRACache
-from ..reference.norms import rms_norm
-from ..reference.rope import apply_rope, rope_freqs
+from ..reference.mlra import MLRACache, project_token as mlra_project_token
 from .shard import MLRAShard, Shard, shard_weights
 
 
@@ -48,28 +46,11 @@ class Comm:
 
 
 # ----------------------------------------------------------------------------- mlra
-def mlra_project(shard: MLRAShard, x: torch.Tensor, positions: torch.Tensor) -> dict[str, torch.Tensor]:
-    """mlra.project_token restricted to the rank's latent heads and query heads."""
-    spec = shard.spec
-    d_h, d_c, d_r = spec.head_dim, spec.latent_dim, spec.rope_dim
-    L_p = shard.kv_gain.shape[0]
-    q = torch.einsum("...d,dhe->...he", x, shard.w_q)  # [..., H_p, d_h + d_rope]
-    c, k_pe = (x @ shard.w_kv_a).split([L_p * d_c, d_r], dim=-1)
-    out = {"latent": rms_norm(c.unflatten(-1, (L_p, d_c)), shard.kv_gain, spec.norm_eps)
-           * math.sqrt(spec.d_model / d_c)}  # [..., L_p, d_c]  ĉ
-    if d_r:
-        freqs = rope_freqs(d_r, spec.rope_theta)
-        out["k_rope"] = apply_rope(k_pe, positions, freqs)
-        q = torch.cat((q[..., :d_h], apply_rope(q[..., d_h:], positions[..., None], freqs)), dim=-1)
-    out["q"] = q
-    return out
-
-
 def mlra_local_step(shard: MLRAShard, x_t, cache: MLRACache, positions):
     """Σ over the rank's (branch, head) pairs of O_{b,h} W_O[h] / sqrt(n_b) — the rank's partial y."""
     spec = shard.spec
     d_h = spec.head_dim
-    entries = mlra_project(shard, x_t, positions)
+    entries = mlra_project_token(shard, x_t, positions)  # the rank's latent and query heads
     append(cache, entries, positions)
     q = entries["q"]  # [B, H_p, d_h + d_rope]
     y = torch.zeros(x_t.shape[0], spec.d_model, dtype=x_t.dtype, device=x_t.device)

@@ -287,10 +287,11 @@ def project_token(weights: MLRAWeights, x: torch.Tensor, positions: torch.Tensor
     """Cache entries and decode query of tokens x [..., d] at positions [...].
 
     Returns latent [..., L, d_c] (ĉ), k_rope [..., d_rope] (rotated; rope_dim > 0 only) and
-    q [..., H, d_h + d_rope] with q_pe rotated.
+    q [..., H, d_h + d_rope] with q_pe rotated. L and H are what `weights` holds, so a
+    tensor-parallel rank's shard of the latent and query heads projects with this too.
     """
     spec = weights.spec
-    d_h, d_c, d_r, L = spec.head_dim, spec.latent_dim, spec.rope_dim, spec.n_latent_heads
+    d_h, d_c, d_r, L = spec.head_dim, spec.latent_dim, spec.rope_dim, weights.kv_gain.shape[0]
     q = torch.einsum("...d,dhe->...he", x, weights.w_q)  # [..., H, d_h + d_rope]
     c, k_pe = (x @ weights.w_kv_a).split([L * d_c, d_r], dim=-1)
     c = c.unflatten(-1, (L, d_c))  # [..., L, d_c]
