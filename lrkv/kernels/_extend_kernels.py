@@ -2,9 +2,9 @@
 
 Never import this module directly: `lrkv.kernels.runtime.extend_kernels()` loads it once per
 mode, right after `_kernels.py` of the same mode, whose tile helpers (`_to_acc`, `_rsum`,
-`_rmax`, `_mm`, `_ld`) and slot addressing (`_slot_rows`) it reuses — so both files follow
-one set of conventions (masked loads, casts right after loads, int64 row offsets; see
-`_kernels.py`).
+`_rmax`, `_mm`, `_ld`), slot addressing (`_slot_rows`) and private query (`_q_latent`) it
+reuses — so both files follow one set of conventions (masked loads, casts right after
+loads, int64 row offsets; see `_kernels.py`).
 
 `extend_kernel`: one program per (query token n, group of heads g). The program finds its
 sequence b from cu_seqlens_q (b = #{b' : cu[b'+1] <= n}), its position
@@ -36,6 +36,7 @@ _rmax = _base._rmax
 _mm = _base._mm
 _ld = _base._ld
 _slot_rows = _base._slot_rows
+_q_latent = _base._q_latent
 
 
 @triton.jit(do_not_specialize=["B", "H", "D", "R", "PAGE_SIZE", "NUM_PAGES", "MAX_PAGES", "SLOT_LIMIT"])
@@ -90,15 +91,8 @@ def extend_kernel(
     # q_h B_h^K per head of the group: [BLOCK_H, BLOCK_R]
     q_lat = tl.full([BLOCK_H, BLOCK_R], 0.0, dtype=q.dtype)
     if not ROPE_EXACT:
-        for hh in range(GROUP):
-            h = pid_g * GROUP + hh
-            dv = dmask & ((offs_d * 0 + h) < H)
-            rv = rmask & ((offs_r * 0 + h) < H)
-            qh = tl.load(Q + n64 * s_qn + h * s_qh + offs_d * s_qd, mask=dv, other=0.0)
-            bk = tl.load(BK + h * s_bkh + offs_d[:, None] * s_bkd + offs_r[None, :] * s_bkr,
-                         mask=dv[:, None] & rv[None, :], other=0.0)  # [BLOCK_D, BLOCK_R]
-            ql = _rsum(_to_acc(qh, ACC_FP64)[:, None] * _to_acc(bk, ACC_FP64), 0)  # [BLOCK_R]
-            q_lat = tl.where(rows[:, None] == hh, ql[None, :], q_lat)
+        q_lat = _q_latent(q_lat, Q + n64 * s_qn, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, pid_g, rows, offs_d, offs_r,
+                          dmask, rmask, H, GROUP, False, ACC_FP64)
     if ROPE_EXACT:
         half = D // 2
         perm_d = tl.where(offs_d < half, offs_d + half, offs_d - half)

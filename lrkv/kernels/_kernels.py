@@ -126,6 +126,31 @@ def _mm(a, b, DOT: tl.constexpr, A_EXACT: tl.constexpr):
 # (each test's split size would be a new kernel); strides keep Triton's specialisation,
 # which is what makes unit-stride loads vectorise.
 @triton.jit
+def _q_latent(q_lat, Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, pid_g, rows, offs_d, offs_r, dmask, rmask, H,
+              GROUP: tl.constexpr, NEXT_HEAD_BASIS: tl.constexpr, ACC_FP64: tl.constexpr):
+    """q_h B_h^K for every head of the group (Eq. 6's private query): [BLOCK_H, BLOCK_R].
+
+    One head at a time, because a [BLOCK_H, BLOCK_D, BLOCK_R] product does not fit in
+    registers at d_h = 128. Q_ROW points at the query token's row; NEXT_HEAD_BASIS is the
+    wrong-head-basis mutant (head h reads B_{h+1}).
+    """
+    for hh in range(GROUP):
+        h = pid_g * GROUP + hh
+        hk = h
+        if NEXT_HEAD_BASIS:
+            hk = (h + 1) % H
+        # head-valid masks are built as vectors: the interpreter mis-types scalar & vector
+        dv = dmask & ((offs_d * 0 + h) < H)
+        rv = rmask & ((offs_r * 0 + h) < H)
+        qh = tl.load(Q_ROW + h * s_qh + offs_d * s_qd, mask=dv, other=0.0)
+        bk = tl.load(BK + hk * s_bkh + offs_d[:, None] * s_bkd + offs_r[None, :] * s_bkr,
+                     mask=dv[:, None] & rv[None, :], other=0.0)  # [BLOCK_D, BLOCK_R]
+        ql = _rsum(_to_acc(qh, ACC_FP64)[:, None] * _to_acc(bk, ACC_FP64), 0)  # [BLOCK_R]
+        q_lat = tl.where(rows[:, None] == hh, ql[None, :], q_lat)
+    return q_lat
+
+
+@triton.jit
 def _slot_rows(offs_t, tmask, b64, PT, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES, MAX_PAGES, PAGED: tl.constexpr):
     """Where logical slots offs_t of sequence b live (DESIGN §4): (mask, row0, row1).
 
@@ -200,23 +225,11 @@ def decode_split_kernel(
                 mask=hmask[:, None] & dmask[None, :], other=0.0)
     q = _to_acc(q, ACC_FP64)
 
-    # q_h B_h^K for every head of the group: [BLOCK_H, BLOCK_R]. One head at a time, because
-    # a [BLOCK_H, BLOCK_D, BLOCK_R] product does not fit in registers at d_h = 128.
+    # q_h B_h^K for every head of the group: [BLOCK_H, BLOCK_R]
     q_lat = tl.full([BLOCK_H, BLOCK_R], 0.0, dtype=q.dtype)
     if not ROPE_EXACT:
-        for hh in range(GROUP):
-            h = pid_g * GROUP + hh
-            hk = h
-            if MUTANT == M_WRONG_HEAD_BASIS:
-                hk = (h + 1) % H
-            # head-valid masks are built as vectors: the interpreter mis-types scalar & vector
-            dv = dmask & ((offs_d * 0 + h) < H)
-            rv = rmask & ((offs_r * 0 + h) < H)
-            qh = tl.load(Q + b64 * s_qb + h * s_qh + offs_d * s_qd, mask=dv, other=0.0)
-            bk = tl.load(BK + hk * s_bkh + offs_d[:, None] * s_bkd + offs_r[None, :] * s_bkr,
-                         mask=dv[:, None] & rv[None, :], other=0.0)  # [BLOCK_D, BLOCK_R]
-            ql = _rsum(_to_acc(qh, ACC_FP64)[:, None] * _to_acc(bk, ACC_FP64), 0)  # [BLOCK_R]
-            q_lat = tl.where(rows[:, None] == hh, ql[None, :], q_lat)
+        q_lat = _q_latent(q_lat, Q + b64 * s_qb, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, pid_g, rows, offs_d, offs_r,
+                          dmask, rmask, H, GROUP, MUTANT == M_WRONG_HEAD_BASIS, ACC_FP64)
 
     if ROPE_EXACT:
         # rotate_half(x)[d] = sign_d · x[perm(d)] (rotate-half convention, DESIGN §5)
