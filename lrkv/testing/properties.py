@@ -27,8 +27,8 @@ from ..verify.bounds import U64, kernel_conditioning
 from ..verify.cases import Case, KernelInputs, make_kernel_inputs, make_model_inputs
 from ..verify.levels import decode_sequence, get_level
 from ..verify.metrics import error_metrics
-from ..verify.runner import Prepared, float64_bounds, prepare, prepare_inputs, repro_command
-from ..verify.tolerance import Tolerance, fa3_atol, judge, make_bound
+from ..verify.runner import Prepared, float64_bounds, judge_outputs, prepare, prepare_inputs, repro_command
+from ..verify.tolerance import fa3_atol, judge, make_bound
 from .check import _policy, check_case
 from .target import Target, resolve
 
@@ -37,17 +37,6 @@ SHIFT = 40.0  # common logit offset (after scaling) for the shift-invariance pro
 __all__ = ["matches_reference", "factored_equals_materialized", "split_tile_invariance",
            "permutation_equivariance", "garbage_invariance", "softmax_shift_invariance",
            "append_then_decode_equals_prefill", "PROPERTIES"]
-
-
-def judge_outputs(prep: Prepared, outs: dict[str, torch.Tensor], tol: Tolerance) -> dict[str, tuple]:
-    """Per output: (metrics, bound, ok, reason) under the rule (DESIGN §6), as the runner judges."""
-    verdicts = {}
-    for name, t in outs.items():
-        m = error_metrics(t, prep.ref[name])
-        f64 = None if prep.float64 is None else prep.float64[name]
-        bound = make_bound(prep.base[name], prep.atol[name], tol, f64)
-        verdicts[name] = (m, bound, *judge(m, bound, name))
-    return verdicts
 
 
 class _Ctx:

@@ -235,6 +235,20 @@ def _evidence(prep: Prepared, outs: dict[str, torch.Tensor], tol: Tolerance) -> 
     return ev
 
 
+def judge_outputs(prep: Prepared, outs: dict[str, torch.Tensor], tol: Tolerance) -> dict[str, tuple]:
+    """Per output: (metrics, bound, ok, reason) — each output judged alone by `judge_record`
+    (the one verdict of the runner and the gate: its dtype clause included)."""
+    verdicts = {}
+    for name, t in outs.items():
+        ev = _evidence(prep, {name: t}, tol)[name]
+        status, why = judge_record({"outputs": {name: ev}, "dtype": prep.case.dtype, "expect": "match",
+                                    "spec": prep.case.spec.to_dict(), "oracle": None}, tol)
+        f64 = None if prep.float64 is None else prep.float64[name]
+        verdicts[name] = (error_metrics(t, prep.ref[name]), make_bound(prep.base[name], prep.atol[name], tol, f64),
+                          status == "pass", why)
+    return verdicts
+
+
 def run_case(prep: Prepared, backend, label: str, tol: Tolerance) -> dict:
     """Run one backend on a prepared case and judge it."""
     case = prep.case
