@@ -2,9 +2,9 @@
 
 Never import this module directly: `lrkv.kernels.runtime.extend_kernels()` loads it once per
 mode, right after `_kernels.py` of the same mode, whose tile helpers (`_to_acc`, `_rsum`,
-`_rmax`, `_mm`, `_ld`), slot addressing (`_slot_rows`) and private query (`_q_latent`) it
-reuses — so both files follow one set of conventions (masked loads, casts right after
-loads, int64 row offsets; see `_kernels.py`).
+`_rmax`, `_mm`, `_ld`), slot addressing (`_slot_rows`) and Eq. 6's private query and logits
+(`_q_latent`, `_private_logits`) it reuses — so both kernels follow one set of conventions
+(masked loads, casts right after loads, int64 row offsets; see `_kernels.py`).
 
 `extend_kernel`: one program per (query token n, group of heads g). The program finds its
 sequence b from cu_seqlens_q (b = #{b' : cu[b'+1] <= n}), its position
@@ -37,6 +37,7 @@ _mm = _base._mm
 _ld = _base._ld
 _slot_rows = _base._slot_rows
 _q_latent = _base._q_latent
+_private_logits = _base._private_logits
 
 
 @triton.jit(do_not_specialize=["B", "H", "D", "R", "PAGE_SIZE", "NUM_PAGES", "MAX_PAGES", "SLOT_LIMIT"])
@@ -93,10 +94,6 @@ def extend_kernel(
     if not ROPE_EXACT:
         q_lat = _q_latent(q_lat, Q + n64 * s_qn, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, pid_g, rows, offs_d, offs_r,
                           dmask, rmask, H, GROUP, False, ACC_FP64)
-    if ROPE_EXACT:
-        half = D // 2
-        perm_d = tl.where(offs_d < half, offs_d + half, offs_d - half)
-        sign_d = tl.where(offs_d < half, -1.0, 1.0)
 
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=q.dtype)
     l_i = tl.full([BLOCK_H], 0.0, dtype=q.dtype)
@@ -115,36 +112,10 @@ def extend_kernel(
         logits = _mm(q, _ld(kT, DOT, ACC_FP64), DOT, True)  # [BLOCK_H, BLOCK_T]
 
         # + private logits, summed BEFORE the softmax
-        if ROPE_EXACT:
-            cmask = tmask[:, None] & dmask[None, :]
-            cos = _to_acc(tl.load(COS + offs_t[:, None] * s_cst + offs_d[None, :] * s_csd,
-                                  mask=cmask, other=0.0), ACC_FP64)  # [BLOCK_T, BLOCK_D]
-            sin = _to_acc(tl.load(SIN + offs_t[:, None] * s_cst + offs_d[None, :] * s_csd,
-                                  mask=cmask, other=0.0), ACC_FP64)
-            for hh in range(GROUP):
-                h = pid_g * GROUP + hh
-                dv = dmask & ((offs_d * 0 + h) < H)
-                rv = rmask & ((offs_r * 0 + h) < H)
-                qh = _to_acc(tl.load(Q + n64 * s_qn + h * s_qh + offs_d * s_qd, mask=dv, other=0.0), ACC_FP64)
-                qp = _to_acc(tl.load(Q + n64 * s_qn + h * s_qh + perm_d * s_qd, mask=dv, other=0.0), ACC_FP64)
-                # rope(z_j B_h^T, j)·q_h = z_j · (rope(q_h, −j) B_h): rotate q back per slot
-                q_rot = qh[None, :] * cos - (sign_d * qp)[None, :] * sin  # [BLOCK_T, BLOCK_D]
-                bk = tl.load(BK + h * s_bkh + offs_d[:, None] * s_bkd + offs_r[None, :] * s_bkr,
-                             mask=dv[:, None] & rv[None, :], other=0.0)
-                qb = _mm(q_rot, _ld(bk, DOT, ACC_FP64), DOT, False)  # [BLOCK_T, BLOCK_R]
-                z = tl.load(LK + row0[:, None] * s_lkb + row1[:, None] * s_lkt + h * s_lkh
-                            + offs_r[None, :] * s_lkr, mask=tmask[:, None] & rv[None, :], other=0.0)
-                lh = _rsum(qb * _to_acc(z, ACC_FP64), 1)  # [BLOCK_T]
-                logits = tl.where(rows[:, None] == hh, logits + lh[None, :], logits)
-        else:
-            for hh in range(GROUP):
-                h = pid_g * GROUP + hh
-                rv = rmask & ((offs_r * 0 + h) < H)
-                zk = tl.load(LK + row0[:, None] * s_lkb + row1[:, None] * s_lkt + h * s_lkh
-                             + offs_r[None, :] * s_lkr, mask=tmask[:, None] & rv[None, :], other=0.0)
-                ql = _rsum(tl.where(rows[:, None] == hh, q_lat, 0.0), 0)  # [BLOCK_R]  q_h B_h^K
-                lh = _rsum(_to_acc(zk, ACC_FP64) * ql[None, :], 1)  # [BLOCK_T]  (q_h B_h^K) R_h^{K T}
-                logits = tl.where(rows[:, None] == hh, logits + lh[None, :], logits)
+        logits = _private_logits(logits, q_lat, Q + n64 * s_qn, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr,
+                                 LK, s_lkb, s_lkt, s_lkh, s_lkr, row0, row1, tmask, COS, SIN, s_cst, s_csd,
+                                 offs_t, offs_d, offs_r, dmask, rmask, rows, pid_g, H, D, GROUP, ROPE_EXACT,
+                                 False, DOT, ACC_FP64)
 
         if HAS_KS:  # QK-RMSNorm: the joint inverse RMS multiplies the summed dot product
             ks = _to_acc(tl.load(KS + row0[None, :] * s_ksb + row1[None, :] * s_kst + heads[:, None] * s_ksh,

@@ -151,6 +151,62 @@ def _q_latent(q_lat, Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, pid_g, rows, of
 
 
 @triton.jit
+def _private_logits(logits, q_lat, Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, LK, s_lkb, s_lkt, s_lkh, s_lkr,
+                    row0, row1, tmask, COS, SIN, s_cst, s_csd, offs_t, offs_d, offs_r, dmask, rmask, rows, pid_g,
+                    H, D, GROUP: tl.constexpr, ROPE_EXACT: tl.constexpr, NEXT_HEAD_BASIS: tl.constexpr,
+                    DOT: tl.constexpr, ACC_FP64: tl.constexpr):
+    """logits [BLOCK_H, BLOCK_T] + each head's private logits, Eq. 6's second term, for one tile.
+
+    Without RoPE: (q_h B_h^K)·z_j from q_lat (`_q_latent`). Exact RoPE: rope(k, j)·q =
+    k·rope(q, −j), so instead of rebuilding the rotated private key rope(z_j B_h^T, j) as a
+    [BLOCK_T, d_h] tile (two tl.dots), rotate q_h back by each slot's angle and project it
+    through B_h: the same position-dependent contraction, O(T·r·d_h) per head, one tl.dot per
+    head and tile. One head at a time either way: a [heads, BLOCK_T, r] tile would not fit
+    in registers (it spills at H = 16, r = 64); rows move in and out of the per-group
+    [BLOCK_H, ...] blocks with where(rows == hh), which is cheap next to the loads.
+    NEXT_HEAD_BASIS is the wrong-head-basis mutant.
+    """
+    if ROPE_EXACT:
+        cmask = tmask[:, None] & dmask[None, :]
+        cos = _to_acc(tl.load(COS + offs_t[:, None] * s_cst + offs_d[None, :] * s_csd,
+                              mask=cmask, other=0.0), ACC_FP64)  # [BLOCK_T, BLOCK_D]
+        sin = _to_acc(tl.load(SIN + offs_t[:, None] * s_cst + offs_d[None, :] * s_csd,
+                              mask=cmask, other=0.0), ACC_FP64)
+        # rotate_half(x)[d] = sign_d · x[perm(d)] (rotate-half convention, DESIGN §5)
+        half = D // 2
+        perm_d = tl.where(offs_d < half, offs_d + half, offs_d - half)
+        sign_d = tl.where(offs_d < half, -1.0, 1.0)
+        for hh in range(GROUP):
+            h = pid_g * GROUP + hh
+            hk = h
+            if NEXT_HEAD_BASIS:
+                hk = (h + 1) % H
+            dv = dmask & ((offs_d * 0 + h) < H)
+            rv = rmask & ((offs_r * 0 + h) < H)
+            qh = _to_acc(tl.load(Q_ROW + h * s_qh + offs_d * s_qd, mask=dv, other=0.0), ACC_FP64)
+            qp = _to_acc(tl.load(Q_ROW + h * s_qh + perm_d * s_qd, mask=dv, other=0.0), ACC_FP64)
+            # rope(q_h, −j)_d = q_d cos_{j,d} − sign_d q_{perm(d)} sin_{j,d}   [BLOCK_T, BLOCK_D]
+            q_rot = qh[None, :] * cos - (sign_d * qp)[None, :] * sin
+            bk = tl.load(BK + hk * s_bkh + offs_d[:, None] * s_bkd + offs_r[None, :] * s_bkr,
+                         mask=dv[:, None] & rv[None, :], other=0.0)  # [BLOCK_D, BLOCK_R]  B_h^K
+            qb = _mm(q_rot, _ld(bk, DOT, ACC_FP64), DOT, False)  # [BLOCK_T, BLOCK_R]
+            z = tl.load(LK + row0[:, None] * s_lkb + row1[:, None] * s_lkt + h * s_lkh + offs_r[None, :] * s_lkr,
+                        mask=tmask[:, None] & rv[None, :], other=0.0)  # [BLOCK_T, BLOCK_R]  R_h^K
+            lh = _rsum(qb * _to_acc(z, ACC_FP64), 1)  # [BLOCK_T]  q_h · rope(z_j B_h^T, j)
+            logits = tl.where(rows[:, None] == hh, logits + lh[None, :], logits)
+    else:
+        for hh in range(GROUP):
+            h = pid_g * GROUP + hh
+            rv = rmask & ((offs_r * 0 + h) < H)
+            zk = tl.load(LK + row0[:, None] * s_lkb + row1[:, None] * s_lkt + h * s_lkh + offs_r[None, :] * s_lkr,
+                         mask=tmask[:, None] & rv[None, :], other=0.0)  # [BLOCK_T, BLOCK_R]  R_h^K
+            ql = _rsum(tl.where(rows[:, None] == hh, q_lat, 0.0), 0)  # [BLOCK_R]  q_h B_h^K
+            lh = _rsum(_to_acc(zk, ACC_FP64) * ql[None, :], 1)  # [BLOCK_T]  (q_h B_h^K) R_h^{K T}
+            logits = tl.where(rows[:, None] == hh, logits + lh[None, :], logits)
+    return logits
+
+
+@triton.jit
 def _slot_rows(offs_t, tmask, b64, PT, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES, MAX_PAGES, PAGED: tl.constexpr):
     """Where logical slots offs_t of sequence b live (DESIGN §4): (mask, row0, row1).
 
@@ -231,12 +287,6 @@ def decode_split_kernel(
         q_lat = _q_latent(q_lat, Q + b64 * s_qb, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, pid_g, rows, offs_d, offs_r,
                           dmask, rmask, H, GROUP, MUTANT == M_WRONG_HEAD_BASIS, ACC_FP64)
 
-    if ROPE_EXACT:
-        # rotate_half(x)[d] = sign_d · x[perm(d)] (rotate-half convention, DESIGN §5)
-        half = D // 2
-        perm_d = tl.where(offs_d < half, offs_d + half, offs_d - half)
-        sign_d = tl.where(offs_d < half, -1.0, 1.0)
-
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=q.dtype)
     l_i = tl.full([BLOCK_H], 0.0, dtype=q.dtype)
     m2_i = tl.full([BLOCK_H], float("-inf"), dtype=q.dtype)  # only the separate-softmax mutant uses
@@ -256,50 +306,11 @@ def decode_split_kernel(
         logits = _mm(q, _ld(kT, DOT, ACC_FP64), DOT, True)  # [BLOCK_H, BLOCK_T]  q_h S_K^T
         shared_logits = logits
 
-        # ---- private logits (q_h B_h^K) R_h^{K T}, or the rotated private key for exact RoPE
-        if ROPE_EXACT:
-            cmask = tmask[:, None] & dmask[None, :]
-            cos = _to_acc(tl.load(COS + offs_t[:, None] * s_cst + offs_d[None, :] * s_csd,
-                                  mask=cmask, other=0.0), ACC_FP64)  # [BLOCK_T, BLOCK_D]
-            sin = _to_acc(tl.load(SIN + offs_t[:, None] * s_cst + offs_d[None, :] * s_csd,
-                                  mask=cmask, other=0.0), ACC_FP64)
-            # rope(k, j)·q = k·rope(q, −j). Instead of rebuilding the rotated private key
-            # rope(z_j B_h^T, j) as a [BLOCK_T, d_h] tile (two tl.dots: k and rotate_half(k))
-            # and dotting it with q_h, rotate q_h back by each slot's angle and project it
-            # through B_h: the same position-dependent contraction, O(T·r·d_h) per head,
-            # with one tl.dot per head and tile.
-            for hh in range(GROUP):
-                h = pid_g * GROUP + hh
-                hk = h
-                if MUTANT == M_WRONG_HEAD_BASIS:
-                    hk = (h + 1) % H
-                dv = dmask & ((offs_d * 0 + h) < H)
-                rv = rmask & ((offs_r * 0 + h) < H)
-                qh = _to_acc(tl.load(Q + b64 * s_qb + h * s_qh + offs_d * s_qd, mask=dv, other=0.0), ACC_FP64)
-                qp = _to_acc(tl.load(Q + b64 * s_qb + h * s_qh + perm_d * s_qd, mask=dv, other=0.0), ACC_FP64)
-                # rope(q_h, −j)_d = q_d cos_{j,d} − sign_d q_{perm(d)} sin_{j,d}   [BLOCK_T, BLOCK_D]
-                q_rot = qh[None, :] * cos - (sign_d * qp)[None, :] * sin
-                bk = tl.load(BK + hk * s_bkh + offs_d[:, None] * s_bkd + offs_r[None, :] * s_bkr,
-                             mask=dv[:, None] & rv[None, :], other=0.0)  # [BLOCK_D, BLOCK_R]  B_h^K
-                qb = _mm(q_rot, _ld(bk, DOT, ACC_FP64), DOT, False)  # [BLOCK_T, BLOCK_R]
-                z = tl.load(LK + row0[:, None] * s_lkb + row1[:, None] * s_lkt + h * s_lkh
-                            + offs_r[None, :] * s_lkr,
-                            mask=tmask[:, None] & rv[None, :], other=0.0)  # [BLOCK_T, BLOCK_R]  R_h^K
-                lh = _rsum(qb * _to_acc(z, ACC_FP64), 1)  # [BLOCK_T]  q_h · rope(z_j B_h^T, j)
-                logits = tl.where(rows[:, None] == hh, logits + lh[None, :], logits)
-        else:
-            # One head at a time: a [heads, BLOCK_T, r] tile would not fit in registers
-            # (it spills at H = 16, r = 64). Rows are moved in and out of the per-group
-            # [BLOCK_H, ...] blocks with where(rows == hh), which is cheap next to the loads.
-            for hh in range(GROUP):
-                h = pid_g * GROUP + hh
-                rv = rmask & ((offs_r * 0 + h) < H)
-                zk = tl.load(LK + row0[:, None] * s_lkb + row1[:, None] * s_lkt + h * s_lkh
-                             + offs_r[None, :] * s_lkr,
-                             mask=tmask[:, None] & rv[None, :], other=0.0)  # [BLOCK_T, BLOCK_R]  R_h^K
-                ql = _rsum(tl.where(rows[:, None] == hh, q_lat, 0.0), 0)  # [BLOCK_R]  q_h B_h^K
-                lh = _rsum(_to_acc(zk, ACC_FP64) * ql[None, :], 1)  # [BLOCK_T]
-                logits = tl.where(rows[:, None] == hh, logits + lh[None, :], logits)
+        # ---- + private logits (q_h B_h^K) R_h^{K T}, or the rotated private key for exact RoPE
+        logits = _private_logits(logits, q_lat, Q + b64 * s_qb, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr,
+                                 LK, s_lkb, s_lkt, s_lkh, s_lkr, row0, row1, tmask, COS, SIN, s_cst, s_csd,
+                                 offs_t, offs_d, offs_r, dmask, rmask, rows, pid_g, H, D, GROUP, ROPE_EXACT,
+                                 MUTANT == M_WRONG_HEAD_BASIS, DOT, ACC_FP64)
 
         if MUTANT == M_SEPARATE_SOFTMAX:  # the mutant splits the sum it should keep whole
             private_logits = logits - shared_logits
