@@ -8,6 +8,8 @@ are in tests/test_inductor_gpu.py (marker `gpu`).
 
 from __future__ import annotations
 
+import threading
+
 import jsonschema
 import pytest
 import torch
@@ -18,7 +20,7 @@ from lrkv.verify.backends import InductorBackend
 from lrkv.verify.cases import Case
 from lrkv.verify.grid import BASE, default_grid
 from lrkv.verify.report import build_report, render_markdown, validate_report
-from lrkv.verify.runner import backend_info, not_applicable, run
+from lrkv.verify.runner import backend_info, call_with_timeout, not_applicable, run
 from lrkv.verify.tolerance import load_policy
 
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks what happens on a machine without CUDA")
@@ -136,3 +138,54 @@ def test_cpu_path_kernel_and_layer_pass():
     rep = build_report(recs, load_policy(), [backend_info(b, "inductor")], grid="quick")
     validate_report(rep)
     assert "| inductor · cpu |" in render_markdown(rep)
+
+
+def test_cuda_graph_calls_run_on_one_thread_and_return_copies():
+    """reduce-overhead: each call runs the graph CUDA_GRAPH_CALLS times (warm-up, record,
+    replay) on ONE thread, whichever harness worker thread asked, and returns copies of the
+    outputs (a replay's live in static buffers the next replay overwrites)."""
+    seen, static = [], torch.zeros(3)  # static: the graph's output buffer, reused by every replay
+
+    def graph(x):
+        seen.append(threading.current_thread().name)
+        return {"y": static.copy_(x * 2)}
+
+    x = torch.ones(3)
+    outs = [call_with_timeout(lambda: inductor._run(graph, x, mode="reduce-overhead"), 30) for _ in range(2)]
+    assert seen == ["lrkv-cudagraphs"] * (2 * inductor.CUDA_GRAPH_CALLS)
+    static.fill_(-1.0)  # the next replay overwrites the buffer ...
+    assert all(torch.equal(o["y"], x * 2) for o in outs)  # ... the returned outputs keep their values
+    with pytest.raises(ZeroDivisionError):  # an error in the graph thread reaches the caller
+        inductor._run(lambda: 1 / 0, mode="reduce-overhead")
+
+
+def test_a_graph_inductor_did_not_capture_is_an_error():
+    """If inductor skips CUDA graphs anyway (a skip path cudagraph_or_error does not cover),
+    the call fails: `inductor-cudagraphs` must not report a run without graphs as its own."""
+    from torch._dynamo.utils import counters
+
+    def skipped(x):
+        counters["inductor"]["cudagraph_skips"] += 1
+        return x
+
+    with pytest.raises(RuntimeError, match="skipped CUDA graphs"):
+        inductor._run(skipped, torch.ones(1), mode="reduce-overhead")
+    assert inductor._run(skipped, torch.ones(1)) is not None  # the default mode promises no graphs
+
+
+@NO_CUDA
+def test_moved_inputs_come_back_with_the_cache_updated(monkeypatch):
+    """The path CUDA takes — inputs copied to the device, outputs and the updated cache copied
+    back — run on the CPU with a copy standing in for the move: token-by-token decoding
+    (layer-model) only passes if every step's cache reaches the caller."""
+    b = InductorBackend(device="cpu")
+    moves = []
+
+    def mover(home):
+        return lambda t: t if t is None else moves.append(1) or t.clone()
+
+    monkeypatch.setattr(b, "_mover", mover)
+    cases = [Case("kernel", BASE, "float32", (10, 33, 2), 40), Case("layer-model", BASE, "float32", (8, 8, 8), 8)]
+    recs = run(cases, [("inductor", b)], load_policy())
+    assert [r["status"] for r in recs] == ["pass", "pass"], [r["reason"] for r in recs]
+    assert moves  # the copying path ran

@@ -87,9 +87,10 @@ class InductorBackend(BaseBackend):
     back — as the triton backend does — so a case is judged on the same inputs wherever it
     ran. Inputs already on the backend's device stay there.
 
-    On the CPU it claims float64/float32 (the grid's compiled families; half precision there
-    would be a C++ emulation no deployment runs); on CUDA float64/float32/bfloat16/float16,
-    all judged by the same rule (`judge_record`).
+    On the CPU it claims float64/float32, as before (each half-precision shape family would
+    add a C++ compile to the grid's CPU budget, lrkv/verify/grid.py); on CUDA
+    float64/float32/bfloat16/float16 — inductor emits Triton for all four — all judged by
+    the same rule (`judge_record`).
     """
 
     levels = frozenset({"kernel", "layer"})

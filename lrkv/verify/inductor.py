@@ -17,9 +17,10 @@ out of the graph's static buffers before the next replay can overwrite them.
 
 from __future__ import annotations
 
+import queue
+import threading
 import types
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from torch._dynamo.utils import counters
@@ -35,7 +36,8 @@ MODES = ("default", "reduce-overhead")
 COMPILE_OPTIONS = {"compile_threads": 1}
 CUDA_GRAPH_CALLS = 3  # warm-up, record, replay (cudagraph trees)
 _COMPILED: dict[tuple, Callable] = {}
-_GRAPH_THREAD: list[ThreadPoolExecutor] = []  # the one thread that runs CUDA-graph work (see _on_graph_thread)
+_GRAPH_THREAD: list = []  # the one _GraphThread, started on first use
+_GRAPH_THREAD_LOCK = threading.Lock()
 
 
 def resolve_device(device: str, mode: str, *, cuda_available: bool) -> str:
@@ -112,13 +114,43 @@ def _mark_length_dynamic(tensors) -> None:
             torch._dynamo.mark_dynamic(t, 1)
 
 
+class _GraphThread:
+    """One long-lived daemon thread that runs every CUDA-graph call, in order.
+
+    cudagraph trees keep their state (memory pool, recorded graphs) per thread, and the
+    harness calls a backend from a fresh worker thread per case: without this, every case
+    would start a new tree. A daemon thread (not a ThreadPoolExecutor, whose threads are
+    joined at exit) so that a call the harness abandoned as hung cannot stop the process.
+    """
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="lrkv-cudagraphs", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            fn, box, done = self._jobs.get()
+            try:
+                box["value"] = fn()
+            except BaseException as e:  # noqa: BLE001 — re-raised in the caller's thread
+                box["error"] = e
+            done.set()
+
+    def call(self, fn: Callable[[], object]):
+        box: dict[str, object] = {}
+        done = threading.Event()
+        self._jobs.put((fn, box, done))
+        done.wait()
+        if "error" in box:
+            raise box["error"]  # type: ignore[misc]
+        return box["value"]
+
+
 def _on_graph_thread(fn: Callable[[], object]):
-    """fn() on one long-lived thread. cudagraph trees keep their state (memory pool, recorded
-    graphs) per thread, and the harness calls a backend from a fresh worker thread per case:
-    without this, every case would start a new tree and never replay a recorded graph."""
-    if not _GRAPH_THREAD:
-        _GRAPH_THREAD.append(ThreadPoolExecutor(max_workers=1, thread_name_prefix="lrkv-cudagraphs"))
-    return _GRAPH_THREAD[0].submit(fn).result()
+    with _GRAPH_THREAD_LOCK:
+        if not _GRAPH_THREAD:
+            _GRAPH_THREAD.append(_GraphThread())
+    return _GRAPH_THREAD[0].call(fn)
 
 
 def _run(fn: Callable, *args, mode: str = "default"):
