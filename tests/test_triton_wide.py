@@ -144,6 +144,17 @@ def test_per_head_where_wide_cannot_run():
     assert cfg.private == "per_head"  # broadcast-and-sum products: no tl.dot for the wide tile
     cfg = pick_launch(B=1, H=2, d_h=32, r=WIDE_LIMIT_COLUMNS + 1, slots=64, dtype=torch.float32, device=CPU)
     assert cfg.private == "per_head"
+    cfg = pick_launch(B=1, H=2, d_h=32, r=0, slots=64, dtype=torch.float32, device=CPU)
+    assert cfg.private == "per_head"  # r = 0: no private stream (and no column -> head map)
+
+
+def test_rank_zero_runs_per_head_and_refuses_wide():
+    case = make_case(B=2, T=20, H=3, d_h=16, r=1, lengths=[20, 7], seed=27)
+    for name in ("latent_k", "latent_v", "basis_k", "basis_v"):  # r = 0: the shared stream alone
+        case.inputs[name] = case.inputs[name][..., :0]
+    assert_tight(case, torch.float64)
+    with pytest.raises(ValueError, match="no private stream"):
+        run(case, private="wide")
 
 
 def test_gpu_launch_defaults(monkeypatch):

@@ -107,6 +107,8 @@ def _num_sms(device: torch.device) -> int:
 
 def wide_applies(r: int, dot: str) -> tuple[bool, str]:
     """Whether the wide private tile can run: (ok, why not)."""
+    if r < 1:
+        return False, f"r = {r}: there is no private stream to read"
     if dot == "fma":
         return False, "the wide private tile needs tl.dot; dot='fma' (float64 on a GPU) has none"
     if next_pow2(r, 16) > WIDE_LIMIT_COLUMNS:
