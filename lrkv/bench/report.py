@@ -123,9 +123,31 @@ def headline(result: BenchResult) -> list[str]:
     checked = result.targets()
     if checked:
         n_pass = sum(r.target == "PASS" for r in checked)
-        out.append(f"targets: {n_pass}/{len(checked)} PASS — {checked[0].target_rule}")
+        out.append(f"targets: {n_pass}/{len(checked)} rows PASS")
+        by_rule: dict[str, list[str]] = {}
+        for r in checked:
+            for c in r.checks:
+                by_rule.setdefault(c["text"], []).append(c["verdict"])
+        for text, verdicts in by_rule.items():
+            out.append(f"  {verdicts.count('PASS')}/{len(verdicts)} PASS — {text}")
     bad = [r for r in result.rows if r.status == "error"]
     if bad:
         out.append(f"{len(bad)} row(s) failed: " + "; ".join(f"{r.family}/{r.backend} B={r.batch} T={r.seq_len}: "
                                                           f"{r.reason}" for r in bad[:3]))
     return out
+
+
+def targets_markdown(result: BenchResult) -> str:
+    """Every target check of the run, one line per (row, rule): what was measured against what."""
+    checked = result.targets()
+    if not checked:
+        return ""
+    lines = ["**Targets** (lrkv.bench.targets)", "", "| scale | B | T | row | rule | measured | bound | verdict |",
+             "|---|---:|---:|---|---|---:|---:|---|"]
+    for r in checked:
+        for c in r.checks:
+            got = c["why"] if c["value"] is None else f"{c['value']:.3g}"
+            lines.append(f"| {r.scale} | {r.batch} | {_k(r.seq_len)} | {r.family} / {r.backend} | {c['text']} | "
+                         f"{got} | {c['bound']:.3g} | {c['verdict']} |")
+    n_pass = sum(r.target == "PASS" for r in checked)
+    return "\n".join(lines + ["", f"{n_pass}/{len(checked)} rows meet every rule that applies to them."])

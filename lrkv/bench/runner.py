@@ -45,6 +45,7 @@ class RunOptions:
     min_sample_s: float = MIN_SAMPLE_S
     seed: int = 0
     measure_machine: bool = True  # copy bandwidth + GEMM peak (a few seconds)
+    budget_s: float | None = None  # start no new shape after this many seconds (the rest: skipped rows)
 
 
 class Reporter:
@@ -107,9 +108,14 @@ def _run(grid: BenchGrid, opts: RunOptions, rep: Reporter) -> BenchResult:
     budget = int(opts.memory_fraction * avail) if avail else None
     rep.start(len(plan) * len(grid.shapes()))
     rows: list[BenchRow] = []
+    t_start = time.monotonic()
     with torch._dynamo.config.patch(**DYNAMO_CONFIG):
         for scale_label, B, T in grid.shapes():
-            shape_rows = _run_shape(preset(scale_label), B, T, plan, opts, grid.rounds, budget, machine, rep)
+            if opts.budget_s is not None and time.monotonic() - t_start > opts.budget_s:
+                shape_rows = _skipped_shape(preset(scale_label), B, T, plan, opts,
+                                            f"time budget of {opts.budget_s:g} s spent (--budget-s)")
+            else:
+                shape_rows = _run_shape(preset(scale_label), B, T, plan, opts, grid.rounds, budget, machine, rep)
             rows += shape_rows
             rep.rows_finished(shape_rows)
     result = BenchResult(
@@ -123,6 +129,15 @@ def _run(grid: BenchGrid, opts: RunOptions, rep: Reporter) -> BenchResult:
     result.roofline = summary([H200_TENSOR, H200_SIMT] + ([here] if here else []),
                               [preset(s) for s in grid.scales], list(grid.seq_lens))
     return result
+
+
+def _skipped_shape(scale, B, T, plan, opts: RunOptions, reason: str) -> list[BenchRow]:
+    out = []
+    for fam, b, why in plan:
+        row = _row(scale.label, fam, b.name, opts, B, T, fam.spec(scale))
+        row.status, row.reason = "skipped", why or reason
+        out.append(row)
+    return out
 
 
 def _run_shape(scale, B, T, plan, opts: RunOptions, rounds: int, budget, machine, rep: Reporter) -> list[BenchRow]:
@@ -139,6 +154,8 @@ def _run_shape(scale, B, T, plan, opts: RunOptions, rounds: int, budget, machine
     fits = []
     for f, b in live:
         need = base + temporaries_bytes(f, specs[f.name], B, T, opts.dtype)
+        extra = getattr(b, "extra_bytes", None)  # e.g. the paged copy of the cache
+        need += extra(specs[f.name], B, T, opts.dtype) if extra else 0
         if budget is not None and need > budget:
             rows[f.name, b.name].status = "skipped"
             rows[f.name, b.name].reason = (f"needs ~{need / 2**30:.1f} GiB, budget {budget / 2**30:.1f} GiB "
@@ -168,6 +185,11 @@ def _run_shape(scale, B, T, plan, opts: RunOptions, rounds: int, budget, machine
             row.status, row.reason = "error", f"{type(e).__name__}: {e}"
             continue
         row.note = prepared.note
+        if hasattr(b, "launch_config"):
+            try:
+                row.launch = b.launch_config(inputs[spec.short()], spec)
+            except Exception as e:  # noqa: BLE001 — informational; the timing stands
+                row.note += f"; launch shape unknown ({type(e).__name__})"
         if opts.device == "cuda":
             samplers[fam.name, b.name] = gpu_sampler(prepared.call)
         else:
