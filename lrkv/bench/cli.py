@@ -175,7 +175,8 @@ def _run(args, console):
         console.print(f"[red]{e}[/red]")
         return 2
     opts = RunOptions(device=device, dtype=dtype, backends=args.backend, threads=args.threads,
-                      formulation=args.formulation, memory_fraction=args.memory_fraction, budget_s=args.budget_s)
+                      formulation=args.formulation, memory_fraction=args.memory_fraction, budget_s=args.budget_s,
+                      checkpoint=_checkpoint(Path(args.out) / PARTIAL))
     _warn_if_busy(console, device, args.threads)
     console.print(f"lrkv bench: grid {grid.name} on {device} ({dtype}), {len(grid.for_device(device).shapes())} "
                   f"shapes x {len(grid.families)} families, {grid.rounds} rounds; measuring the machine first")
@@ -223,6 +224,22 @@ def _sweep(args, console):
                        grid=dict(name="sweep", device=device, dtype=dtype_name(dtype), backends=["triton"]))
 
 
+PARTIAL = "bench.partial.json"  # the rows so far, rewritten after every shape; removed once bench.json is written
+
+
+def _checkpoint(path: Path):
+    """Write the rows so far after each shape, so a run killed by a timeout keeps what it measured."""
+    import json
+
+    def write(rows) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"schema": "lrkv.bench-partial/1", "rows": [r.to_dict() for r in rows]}, indent=1))
+        tmp.replace(path)
+
+    return write
+
+
 def _warn_if_busy(console, device: str, threads: int | None) -> None:
     """Other work on the CPU makes OpenMP kernels wait at every barrier: say so up front."""
     import os
@@ -254,6 +271,7 @@ def _emit(result, args, console) -> int:
     out = Path(args.out)
     if not args.from_json:
         console.print(f"JSON: {result.write_json(out / 'bench.json')}")
+        (out / PARTIAL).unlink(missing_ok=True)
     md = out / "bench.md"
     md.parent.mkdir(parents=True, exist_ok=True)
     parts = [markdown_table(result), "\n".join(headline(result)), targets_markdown(result),

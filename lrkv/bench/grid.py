@@ -56,8 +56,9 @@ class BenchGrid:
                        gpu_families=())
 
     def shapes(self) -> list[tuple[str, int, int]]:
-        """(scale, B, T) in run order: small first, so a user sees rows early."""
-        return [(s, b, t) for s in self.scales for b in sorted(self.batches) for t in sorted(self.seq_lens)]
+        """(scale, B, T) in run order: small first, so a user sees rows early — every scale at a
+        (B, T) before the next, so a time budget (`--budget-s`) cuts the largest shapes, not a scale."""
+        return [(s, b, t) for b in sorted(self.batches) for t in sorted(self.seq_lens) for s in self.scales]
 
 
 K = 1024

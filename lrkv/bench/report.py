@@ -47,8 +47,12 @@ def cells(row: BenchRow, *, show_backend: bool = False) -> list[str]:
 def caption(result: BenchResult) -> str:
     g = result.grid
     backends = ", ".join(g.get("backends", []))
-    return (f"{result.machine.label()} | {g.get('device')} {g.get('dtype')}, backends {backends}, "
-            f"formulation {g.get('formulation')}, {g.get('rounds')} rounds | {result.created}")
+    how = f"{g.get('device')} {g.get('dtype')}, backends {backends}"
+    if g.get("formulation"):
+        how += f", formulation {g['formulation']}"
+    if g.get("rounds"):
+        how += f", {g['rounds']} rounds"
+    return f"{result.machine.label()} | {how} | {result.created}"
 
 
 def _multi_backend(result: BenchResult) -> bool:

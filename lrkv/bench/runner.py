@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -46,6 +47,7 @@ class RunOptions:
     seed: int = 0
     measure_machine: bool = True  # copy bandwidth + GEMM peak (a few seconds)
     budget_s: float | None = None  # start no new shape after this many seconds (the rest: skipped rows)
+    checkpoint: Callable[[list[BenchRow]], None] | None = None  # called with the rows so far after each shape
 
 
 class Reporter:
@@ -118,6 +120,8 @@ def _run(grid: BenchGrid, opts: RunOptions, rep: Reporter) -> BenchResult:
                 shape_rows = _run_shape(preset(scale_label), B, T, plan, opts, grid.rounds, budget, machine, rep)
             rows += shape_rows
             rep.rows_finished(shape_rows)
+            if opts.checkpoint:
+                opts.checkpoint(rows)
     result = BenchResult(
         machine=machine, rows=rows,
         grid=dict(asdict(grid), device=opts.device, dtype=dtype_name(opts.dtype),
@@ -167,8 +171,15 @@ def _run_shape(scale, B, T, plan, opts: RunOptions, rounds: int, budget, machine
         return list(rows.values())
     by_spec = {specs[f.name].short(): specs[f.name] for f, _ in live}
 
-    inputs = {sid: make_inputs(s, B, T, dtype=opts.dtype, device=opts.device, seed=opts.seed)
-              for sid, s in by_spec.items()}
+    try:
+        inputs = {sid: make_inputs(s, B, T, dtype=opts.dtype, device=opts.device, seed=opts.seed)
+                  for sid, s in by_spec.items()}
+    except (MemoryError, RuntimeError) as e:  # out of memory drawing the inputs: this shape's rows only
+        if opts.device == "cuda":
+            torch.cuda.empty_cache()
+        for f, b in live:
+            rows[f.name, b.name].status, rows[f.name, b.name].reason = "error", f"inputs: {type(e).__name__}: {e}"[:300]
+        return list(rows.values())
     samplers = {}
     for fam, b in live:
         row, spec = rows[fam.name, b.name], specs[fam.name]
