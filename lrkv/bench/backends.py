@@ -2,8 +2,9 @@
 
   eager     the same step functions uncompiled: what torch.compile buys (and a fast path
             for the unit tests of the machinery)
-  inductor  torch.compile of the family's step (on a GPU inductor generates Triton kernels) (`lrkv.bench.families`), batch B and cache
-            length T marked dynamic: one compile per (family, scale, formulation) for T ≤ 4K and
+  inductor  torch.compile of the family's step (`lrkv.bench.families`; on a GPU inductor
+            generates Triton kernels, and the compiled call is captured in a CUDA graph),
+            batch B and cache length T marked dynamic: one compile per (family, scale, formulation) for T ≤ 4K and
             one for T > 4K (inductor sums more than 4096 float32 terms with a cascade helper,
             for accuracy, and guards on which side of 4096 a reduction is).
   triton    LRKV only: the fused split-K kernel of `lrkv.kernels`, looked up through the

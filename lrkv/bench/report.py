@@ -90,6 +90,8 @@ def footnotes(result: BenchResult) -> list[str]:
     if any("fits in LLC" in r.note for r in result.rows):
         notes.append(f"T marked `{WARM}`: the step's bytes fit in the last-level cache, so it was timed warm "
                      "(repeated calls), not from DRAM")
+    if any("interpreter" in r.note for r in result.rows):
+        notes.append("rows run in Triton's CPU interpreter: the code path only, their times mean nothing")
     graph = {r.note.split(";")[0] for r in result.rows if r.device == "cuda" and r.note}
     if graph:
         notes.append("GPU rows: " + ", ".join(sorted(graph)))
@@ -123,6 +125,8 @@ def headline(result: BenchResult) -> list[str]:
         for backend in dict.fromkeys(r.backend for r in lrkv if r.scale == scale):
             rs = [r for r in lrkv if r.scale == scale and r.backend == backend]
             parts = ", ".join(f"B={r.batch} T={_k(r.seq_len)}: {r.vs_mha:.2f}" for r in rs if r.vs_mha is not None)
+            if not parts:
+                continue  # no MHA row timed beside it
             out.append(f"LRKV/MHA measured ({scale}, {backend}, payload ratio {rs[0].payload_ratio:.3f}): {parts}")
     checked = result.targets()
     if checked:

@@ -101,7 +101,8 @@ class BenchResult:
             raise ValueError(f"not a {SCHEMA} document (schema {data.get('schema')!r})")
         return cls(machine=Machine.from_dict(data["machine"]), grid=data["grid"],
                    rows=[BenchRow.from_dict(r) for r in data["rows"]], roofline=data.get("roofline", {}),
-                   notes=data.get("notes", []), sweep=data.get("sweep", {}), created=data["created"], schema=data["schema"])
+                   notes=data.get("notes", []), sweep=data.get("sweep", {}), created=data["created"],
+                   schema=data["schema"])
 
     @classmethod
     def read_json(cls, path: str | Path) -> BenchResult:
