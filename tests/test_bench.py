@@ -306,13 +306,18 @@ def test_gpu_targets_scope_latency_and_missing_peer():
     check_targets(BenchResult(_machine(device="cuda"), {}, small))
     assert {c["rule"] for c in small[0].checks} == {"vs-gqa"} and small[5].checks == []
     assert {c["rule"] for c in small[10].checks} == {"vs-gqa"}
-    # a peer that was not timed is a MISS that says so, never a silent PASS
+    # a peer that errored is a MISS that says so, never a silent PASS; a peer the run left out is SKIP
     rows = [r for r in _gpu_shape() if r.family != "gqa-eq"]
-    rows[1].status, rows[1].time_s = "error", None  # SDPA MHA errored
+    rows[1].status, rows[1].time_s, rows[1].reason = "error", None, "RuntimeError: boom"  # SDPA MHA errored
     check_targets(BenchResult(_machine(device="cuda"), {}, rows))
     c = {c["rule"]: c for c in rows[0].checks}
-    assert c["vs-gqa"]["verdict"] == c["vs-mha"]["verdict"] == "MISS" and "no gqa-eq/sdpa row" in c["vs-gqa"]["why"]
-    assert rows[0].target == "MISS"
+    assert c["vs-mha"]["verdict"] == "MISS" and "boom" in c["vs-mha"]["why"]
+    assert c["vs-gqa"]["verdict"] == "SKIP" and "no gqa-eq/sdpa row in this run" in c["vs-gqa"]["why"]
+    assert rows[0].target == "MISS" and "SKIP" in rows[0].target_rule
+    only = [r for r in _gpu_shape(B=4) if r.family != "gqa-eq"]  # its one rule (vs-gqa) has no peer
+    assert check_targets(BenchResult(_machine(device="cuda"), {}, only)) == [r for r in only if r.backend != "triton"
+                                                                             and r.family == "lrkv"]
+    assert only[0].target is None and only[0].checks[0]["verdict"] == "SKIP"
 
 
 def test_gpu_target_ratio_is_per_round():

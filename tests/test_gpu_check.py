@@ -34,11 +34,13 @@ def test_plan_lists_every_step(tmp_path):
     doc = json.loads((tmp_path / "summary.json").read_text())
     assert doc["plan"] and not doc["failed"]
     steps = {s["step"]: s for s in doc["steps"]}
-    assert list(steps) == ["env", "sweep", "bench", "pytest-triton", "verify-triton", "gate-triton",
-                           "verify-inductor", "pytest-gpu-other"]
+    assert list(steps) == ["env", "sweep", "bench", "bench-compiled", "pytest-triton", "verify-triton",
+                           "gate-triton", "verify-inductor", "pytest-gpu-other"]
     assert all(s["status"] == "planned" for n, s in steps.items() if n != "env")
     assert "--sweep" in steps["sweep"]["note"] and "--check-targets" in steps["bench"]["note"]
-    assert "gqa-eq" in steps["bench"]["note"] and "128K" in steps["bench"]["note"]
+    for word in ("gqa-eq", "128K", "1,8,16", "2.5B,6.3B", "triton-paged", "triton-rope", "sdpa"):
+        assert word in steps["bench"]["note"], word
+    assert "--backend inductor" in steps["bench-compiled"]["note"]
     gate = steps["gate-triton"]["note"]
     assert "ci/baseline-triton.json" in gate and "--subset" not in gate  # gated on the whole baseline
     assert sum(int(steps[n]["seconds"]) for n in steps if n not in ("verify-inductor", "pytest-gpu-other")) <= 465

@@ -22,6 +22,9 @@ from lrkv.kernels import runtime  # noqa: E402
 from lrkv.spec import PAPER_SCALES, PaperScale  # noqa: E402
 
 pytestmark = [pytest.mark.triton]
+# On a CUDA machine the kernel runs natively and ci/gpu-check times it for real: the
+# interpreter runs of this file are for machines without one.
+on_cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: ci/gpu-check runs these natively")
 
 TINY = PaperScale("tiny", 4, 16, 64, None, 3, 2, 12, "test scale")  # H=4, d_h=16, r=3
 F32 = dict(rtol=2e-5, atol=2e-5)
@@ -33,6 +36,7 @@ def tiny_scale(monkeypatch):
     return "tiny"
 
 
+@on_cpu_only
 def test_triton_variants_agree_with_the_oracle():
     """The paged copy (random page order, page 16) and the contiguous cache give the same
     output; exact RoPE gives the RoPE oracle's — so the three rows time the same math."""
@@ -52,6 +56,7 @@ def test_triton_variants_agree_with_the_oracle():
     assert not torch.allclose(outs["rope"][0], outs["contiguous"][0])  # RoPE is really applied
 
 
+@on_cpu_only
 def test_runner_times_the_triton_rows_in_the_interpreter(tiny_scale):
     grid = BenchGrid("t", (tiny_scale,), (2,), (32,), families=("mha", "lrkv"), rounds=1)
     opts = RunOptions(backends=["eager", "triton", "triton-paged", "triton-rope"], measure_machine=False,
@@ -78,6 +83,7 @@ def test_sweep_points_follow_the_kernel_signature():
     assert len(pts) == 4 and all(set(p) == set(knobs) for p in pts)  # knobs the kernel lacks are left out
 
 
+@on_cpu_only
 def test_sweep_in_the_interpreter(monkeypatch):
     values = dict(block_t=(16, 32), num_warps=(4,), group_size=(2, 4), private=("wide", "per_head"),
                   programs_per_sm=(1,))
@@ -107,6 +113,7 @@ def test_sweep_in_the_interpreter(monkeypatch):
     assert {p["status"] for p in skipped["points"]} == {"skipped"} and skipped["best"] is None
 
 
+@on_cpu_only
 def test_cli_sweep_writes_json_and_markdown(tiny_scale, tmp_path):
     from lrkv.cli import main
 
@@ -118,6 +125,21 @@ def test_cli_sweep_writes_json_and_markdown(tiny_scale, tmp_path):
     assert saved["rows"] == [] and saved["sweep"]["spec"].startswith("lrkv-H4-dh16-r3") and saved["sweep"]["points"]
     assert saved["machine"]["copy_bandwidth"] > 0
     assert "Launch-shape sweep" in (tmp_path / "bench.md").read_text()
+
+
+def test_cli_sweep_bad_knob_exits_2(tmp_path, capsys):
+    """Bad --sweep-knob values are refused, naming the option, before any device check or timing."""
+    from lrkv.bench.sweep import parse_knob
+    from lrkv.cli import main
+
+    assert parse_knob("block_t=32, 64") == ("block_t", (32, 64))
+    assert parse_knob("private=wide,per_head") == ("private", ("wide", "per_head"))
+    for bad, words in (("tile=16", "NAME=V1,V2"), ("block_t=", "no values"), ("num_warps=4,x", "integers"),
+                       ("programs_per_sm=0", ">= 1"), ("private=narrow", "private")):
+        with pytest.raises(ValueError, match="--sweep-knob"):
+            parse_knob(bad)
+        assert main(["bench", "--sweep", "--device", "cpu", "--sweep-knob", bad, "--out", str(tmp_path)]) == 2
+        assert words in capsys.readouterr().out
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: the GPU paths run for real")

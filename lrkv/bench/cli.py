@@ -92,6 +92,9 @@ def register(subparsers) -> None:
                    help="start no new shape (sweep: no new point) after S seconds; the rest become skipped rows")
     p.add_argument("--sweep", action="store_true",
                    help="time the Triton kernel's launch shapes at one shape instead of the grid")
+    p.add_argument("--sweep-knob", action="append", metavar="NAME=V1,V2",
+                   help="with --sweep: the values of one knob (block_t, num_warps, group_size, private, "
+                        "programs_per_sm); repeatable; the others keep their defaults")
     p.set_defaults(func=cmd_bench)
 
 
@@ -194,9 +197,18 @@ def _sweep(args, console):
     from ..spec import PAPER_SCALES, as_dtype, dtype_name
     from .machine import describe_machine, measure
     from .result import BenchResult
-    from .sweep import DEFAULT_SHAPE, run_sweep
+    from .sweep import DEFAULT_SHAPE, DEFAULT_VALUES, parse_knob, run_sweep
 
     device = _device(args)
+    try:
+        scale_label = (args.scales or (DEFAULT_SHAPE[0],))[0]
+        if scale_label not in PAPER_SCALES:
+            raise ValueError(f"--scales: unknown {scale_label!r}; known: {', '.join(PAPER_SCALES)}")
+        dtype = as_dtype(args.dtype or ("bfloat16" if device == "cuda" else "float32"))
+        values = dict(DEFAULT_VALUES, **dict(parse_knob(k) for k in args.sweep_knob or ()))
+    except (ValueError, TypeError) as e:
+        console.print(f"[red]{e}[/red]", highlight=False)
+        return 2
     if device == "cuda" and not torch.cuda.is_available():
         console.print("[red]--device cuda: torch sees no CUDA device[/red]")
         return 3
@@ -204,21 +216,13 @@ def _sweep(args, console):
         console.print("[red]--sweep times the Triton kernel: it needs a CUDA device (or, for a dry run of the "
                       "code path on a CPU, TRITON_INTERPRET=1)[/red]")
         return 3
-    try:
-        scale_label = (args.scales or (DEFAULT_SHAPE[0],))[0]
-        if scale_label not in PAPER_SCALES:
-            raise ValueError(f"--scales: unknown {scale_label!r}; known: {', '.join(PAPER_SCALES)}")
-        dtype = as_dtype(args.dtype or ("bfloat16" if device == "cuda" else "float32"))
-    except (ValueError, TypeError) as e:
-        console.print(f"[red]{e}[/red]")
-        return 2
     B = (args.batch or (DEFAULT_SHAPE[1],))[0]
     T = (args.seq_lens or (DEFAULT_SHAPE[2],))[0]
     machine = measure(describe_machine(device, threads=args.threads), dtype)
     console.print(f"lrkv bench --sweep: {scale_label} B={B} T={T} on {device} ({dtype_name(dtype)}); "
                   f"copy bandwidth {machine.copy_bandwidth / 1e9:.0f} GB/s")
     sweep = run_sweep(PAPER_SCALES[scale_label], B, T, device=device, dtype=dtype,
-                      copy_bandwidth=machine.copy_bandwidth, budget_s=args.budget_s,
+                      copy_bandwidth=machine.copy_bandwidth, values=values, budget_s=args.budget_s,
                       progress=None if args.no_progress else (lambda msg: console.print(msg, highlight=False)))
     return BenchResult(machine=machine, rows=[], sweep=sweep,
                        grid=dict(name="sweep", device=device, dtype=dtype_name(dtype), backends=["triton"]))

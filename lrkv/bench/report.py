@@ -137,7 +137,9 @@ def headline(result: BenchResult) -> list[str]:
             for c in r.checks:
                 by_rule.setdefault(c["text"], []).append(c["verdict"])
         for text, verdicts in by_rule.items():
-            out.append(f"  {verdicts.count('PASS')}/{len(verdicts)} PASS — {text}")
+            judged = [v for v in verdicts if v != "SKIP"]
+            skipped = f" ({len(verdicts) - len(judged)} not judged: no peer row)" if len(judged) < len(verdicts) else ""
+            out.append(f"  {judged.count('PASS')}/{len(judged)} PASS — {text}{skipped}")
     bad = [r for r in result.rows if r.status == "error"]
     if bad:
         out.append(f"{len(bad)} row(s) failed: " + "; ".join(f"{r.family}/{r.backend} B={r.batch} T={r.seq_len}: "

@@ -39,6 +39,32 @@ DEFAULT_VALUES: dict[str, tuple] = {
 DEFAULT_SHAPE = ("2.5B", 8, 32 * 1024)  # scale, B, T
 
 
+PRIVATE_CHOICES = ("wide", "per_head")
+
+
+def parse_knob(text: str) -> tuple[str, tuple]:
+    """'block_t=32,64' -> ('block_t', (32, 64)); `private` takes names, the others integers >= 1."""
+    name, sep, raw = text.partition("=")
+    name = name.strip()
+    if not sep or name not in KNOBS:
+        raise ValueError(f"--sweep-knob: expected NAME=V1,V2 with NAME one of {', '.join(KNOBS)}; got {text!r}")
+    parts = [p.strip() for p in raw.split(",") if p.strip()]
+    if not parts:
+        raise ValueError(f"--sweep-knob {name}: no values given")
+    if name == "private":
+        bad = [p for p in parts if p not in PRIVATE_CHOICES]
+        if bad:
+            raise ValueError(f"--sweep-knob private: values must be among {PRIVATE_CHOICES}, got {bad}")
+        return name, tuple(parts)
+    try:
+        values = tuple(int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"--sweep-knob {name}: values must be integers, got {raw!r}") from None
+    if any(v < 1 for v in values):
+        raise ValueError(f"--sweep-knob {name}: values must be >= 1, got {values}")
+    return name, values
+
+
 def supported_knobs() -> tuple[str, ...]:
     """The knobs this version of the kernel takes (keyword arguments of decode_attention)."""
     from ..kernels.decode import decode_attention

@@ -16,7 +16,9 @@
     rope       the Triton kernel with exact RoPE at T ≥ 16K within 1.6 x of no RoPE.
 
 A row meets its target when every rule that applies to it passes; `target_rule` spells
-out each rule with the measured value, `checks` holds them as data. A target is a property
+out each rule with the measured value, `checks` holds them as data. A rule whose peer row
+is not in the run at all (a `--backend`/`--families` choice) is SKIP with that reason; a
+peer row that is there but errored or was skipped makes the rule MISS — never a pass. A target is a property
 of a machine and an implementation, not of correctness: it is reported, never turned into a
 unit test (the `benchmark`-marked suite and `lrkv bench --check-targets` can enforce it).
 """
@@ -113,9 +115,13 @@ def _gpu_checks(row: BenchRow, index: dict) -> list[dict]:
             value, ok = row.bandwidth_frac, row.bandwidth_frac >= rule.bound
         else:
             peer = index.get((row.scale, row.batch, row.seq_len, *rule.peer))
-            if peer is None or peer.status != "ok" or not peer.time_s:
+            if peer is None:  # the run did not include the peer (e.g. --backend left it out): not judged
+                out.append(dict(rule=rule.name, text=rule.text, value=None, bound=rule.bound, verdict="SKIP",
+                                why=f"no {'/'.join(rule.peer)} row in this run"))
+                continue
+            if peer.status != "ok" or not peer.time_s:  # it was meant to run and did not: no pass
                 out.append(dict(rule=rule.name, text=rule.text, value=None, bound=rule.bound, verdict="MISS",
-                                why=f"no {'/'.join(rule.peer)} row timed at this shape"))
+                                why=f"{'/'.join(rule.peer)} {peer.status}: {peer.reason}"[:120]))
                 continue
             value = time_ratio(row, peer)
             ok = value <= rule.bound
@@ -146,9 +152,10 @@ def check_targets(result: BenchResult) -> list[BenchRow]:
             checked.append(row)
         elif row.status == "ok" and row.device == "cuda" and row.family == "lrkv":
             checks = _gpu_checks(row, index)
+            verdicts = {c["verdict"] for c in checks}
             if checks:
-                row.checks = checks
-                row.target = "PASS" if all(c["verdict"] == "PASS" for c in checks) else "MISS"
-                row.target_rule = _describe(checks)
+                row.checks, row.target_rule = checks, _describe(checks)
+            if verdicts - {"SKIP"}:
+                row.target = "MISS" if "MISS" in verdicts else "PASS"
                 checked.append(row)
     return checked
