@@ -28,9 +28,11 @@ BACKEND_NAMES = ("inductor", "eager", "triton", "triton-paged", "triton-rope", "
 DEFAULT_OUT = "reports/bench"
 EXIT_CODES = """exit codes:
   0    every row timed (and, with --check-targets, every performance target met)
-  1    a row errored, or with --check-targets a performance target was missed
+  1    a row errored (--sweep: no launch shape ran), or with --check-targets a performance
+       target was missed
   2    bad input: an option or the --from-json file, named in the message
-  3    --device cuda, but torch sees no CUDA device here
+  3    --device cuda, but torch sees no CUDA device here; --sweep with neither a GPU nor
+       TRITON_INTERPRET=1 (the Triton kernel cannot run)
   4    not used: a timing run has nothing to verify (rows that do not fit memory are
        reported as skipped rows in the table)
   130  interrupted (Ctrl-C); nothing is written
