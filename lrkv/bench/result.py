@@ -34,7 +34,7 @@ class BenchRow:
     time_min_s: float | None = None
     spread: float | None = None  # (max − min)/median over rounds
     samples_s: list[float] = field(default_factory=list)
-    compile_s: float | None = None  # the first call: run + the compile when this row triggered one
+    compile_s: float | None = None  # prepare + the first call: the compile (and CUDA-graph capture) when this row triggered one
     bytes_payload: int = 0  # cache bytes read (spec accounting)
     bytes_weights: int = 0  # bases / absorbed up-projections read
     bytes_total: int = 0
