@@ -477,3 +477,45 @@ def test_runner_time_budget_skips_the_rest(tiny_scale):
     result = run_bench(grid, RunOptions(backends=["eager"], measure_machine=False, budget_s=0.0))
     assert len(result.rows) == 4 and {r.status for r in result.rows} == {"skipped"}
     assert all("--budget-s" in r.reason for r in result.rows)
+
+
+def test_runner_checkpoints_after_each_shape_and_survives_input_oom(tiny_scale, monkeypatch):
+    """The rows so far reach the checkpoint after every shape (ci/gpu-check keeps them if the run
+    is killed); a shape whose inputs do not fit errors its own rows, and the next shape still runs."""
+    from lrkv.bench import runner
+
+    seen = []
+    real = runner.make_inputs
+
+    def oom_at_32(spec, B, T, **kw):
+        if T == 32:
+            raise RuntimeError("CUDA out of memory (test)")
+        return real(spec, B, T, **kw)
+
+    monkeypatch.setattr(runner, "make_inputs", oom_at_32)
+    grid = BenchGrid("t", (tiny_scale,), (1,), (16, 32, 64), families=("mha", "lrkv"), rounds=1)
+    result = run_bench(grid, RunOptions(backends=["eager"], measure_machine=False, min_sample_s=1e-4,
+                                        checkpoint=lambda rows: seen.append(len(rows))))
+    assert seen == [2, 4, 6]
+    status = {(r.seq_len, r.family): (r.status, r.reason) for r in result.rows}
+    assert status[32, "lrkv"][0] == "error" and "out of memory" in status[32, "lrkv"][1]
+    assert status[16, "lrkv"][0] == status[64, "mha"][0] == "ok"
+
+
+def test_cli_run_leaves_no_partial_file(tiny_scale, tmp_path, monkeypatch):
+    from lrkv.bench import cli
+    from lrkv.cli import main
+
+    written = []
+    real = cli._checkpoint
+
+    def spy(path):
+        write = real(path)
+        return lambda rows: (write(rows), written.append(path.exists()))
+
+    monkeypatch.setattr(cli, "_checkpoint", spy)
+    rc = main(["bench", "--scales", tiny_scale, "--batch", "1", "--seq-lens", "16", "--families", "lrkv",
+               "--backend", "eager", "--rounds", "1", "--threads", "1", "--out", str(tmp_path), "--no-plot",
+               "--no-progress"])
+    assert rc == 0 and written == [True]  # the rows were checkpointed during the run ...
+    assert (tmp_path / "bench.json").exists() and not (tmp_path / cli.PARTIAL).exists()  # ... and replaced
