@@ -519,3 +519,21 @@ def test_cli_run_leaves_no_partial_file(tiny_scale, tmp_path, monkeypatch):
                "--no-progress"])
     assert rc == 0 and written == [True]  # the rows were checkpointed during the run ...
     assert (tmp_path / "bench.json").exists() and not (tmp_path / cli.PARTIAL).exists()  # ... and replaced
+
+
+def test_runner_timing_failure_errors_that_shape_only(tiny_scale, monkeypatch):
+    from lrkv.bench import runner
+
+    calls = []
+
+    def flaky(samplers, rounds):
+        calls.append(len(samplers))
+        if len(calls) == 1:
+            raise RuntimeError("CUDA out of memory while timing (test)")
+        return interleave(samplers, rounds)
+
+    monkeypatch.setattr(runner, "interleave", flaky)
+    grid = BenchGrid("t", (tiny_scale,), (1,), (16, 32), families=("mha", "lrkv"), rounds=1)
+    result = run_bench(grid, RunOptions(backends=["eager"], measure_machine=False, min_sample_s=1e-4))
+    by_t = {t: {r.status for r in result.rows if r.seq_len == t} for t in (16, 32)}
+    assert by_t == {16: {"error"}, 32: {"ok"}} and "timing: RuntimeError" in result.rows[0].reason

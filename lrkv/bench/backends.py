@@ -4,9 +4,10 @@
             for the unit tests of the machinery)
   inductor  torch.compile of the family's step (`lrkv.bench.families`; on a GPU inductor
             generates Triton kernels, and the compiled call is captured in a CUDA graph),
-            batch B and cache length T marked dynamic: one compile per (family, scale, formulation) for T ≤ 4K and
-            one for T > 4K (inductor sums more than 4096 float32 terms with a cascade helper,
-            for accuracy, and guards on which side of 4096 a reduction is).
+            batch B and cache length T marked dynamic: one compile per (family, scale,
+            formulation) for T ≤ 4K and one for T > 4K (inductor sums more than 4096 float32
+            terms with a cascade helper, for accuracy, and guards on which side of 4096 a
+            reduction is); B = 1 specialises, so B = 1 and B > 1 compile apart.
   triton    LRKV only: the fused split-K kernel of `lrkv.kernels`, looked up through the
             backend registry (`lrkv.verify.backend.get_backend("triton")`) for availability,
             inputs validated once here, then timed with validation off. Two variants time

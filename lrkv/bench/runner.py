@@ -178,7 +178,8 @@ def _run_shape(scale, B, T, plan, opts: RunOptions, rounds: int, budget, machine
         if opts.device == "cuda":
             torch.cuda.empty_cache()
         for f, b in live:
-            rows[f.name, b.name].status, rows[f.name, b.name].reason = "error", f"inputs: {type(e).__name__}: {e}"[:300]
+            rows[f.name, b.name].status = "error"
+            rows[f.name, b.name].reason = f"inputs: {type(e).__name__}: {e}"[:300]
         return list(rows.values())
     samplers = {}
     for fam, b in live:
@@ -207,7 +208,12 @@ def _run_shape(scale, B, T, plan, opts: RunOptions, rounds: int, budget, machine
             samplers[fam.name, b.name] = cpu_sampler(prepared.call, threads=machine.threads,
                                                      min_sample_s=opts.min_sample_s)
     rep.row_started(f"{scale.label} B={B} T={T}: timing {len(samplers)} rows x {rounds} rounds")
-    samples = interleave(samplers, rounds) if samplers else {}
+    try:
+        samples = interleave(samplers, rounds) if samplers else {}
+    except Exception as e:  # noqa: BLE001 — e.g. out of memory while timing: this shape's rows only
+        samples = {}
+        for key in samplers:
+            rows[key].status, rows[key].reason = "error", f"timing: {type(e).__name__}: {e}"[:300]
     _fill(rows, samples, specs, opts, B, T, machine)
     del inputs, samplers
     gc.collect()
