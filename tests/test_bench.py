@@ -30,7 +30,7 @@ from lrkv.bench.families import (
 )
 from lrkv.bench.grid import CPU_FAMILIES, GRIDS, BenchGrid
 from lrkv.bench.machine import Machine, cpu_model, describe_machine, measure_copy_bandwidth, measure_gemm_flops
-from lrkv.bench.report import cells, headline, markdown_table, rich_tables, targets_markdown
+from lrkv.bench.report import cells, footnotes, headline, markdown_table, rich_tables, targets_markdown
 from lrkv.bench.result import BenchResult, BenchRow
 from lrkv.bench.runner import RunOptions, run_bench
 from lrkv.bench.steps_baselines import GEMM_MIN_HEADS
@@ -337,6 +337,8 @@ def test_check_targets_exit_code_and_markdown(tmp_path):
     rows = _gpu_shape(paged=1.2)
     result = BenchResult(_machine(device="cuda"), {"device": "cuda", "backends": ["triton", "sdpa"]}, rows)
     check_targets(result)
+    rows[2].payload_ratio, rows[2].spec = 0.5, "gqa-H18-dh128-kv9"  # the bytes ratio is printed
+    assert any("gqa-H18-dh128-kv9" in n and "1.031x LRKV's" in n for n in footnotes(result))
     md = targets_markdown(result)
     assert "| 2.5B | 8 | 16K | lrkv / triton-paged | t_paged16/t_contiguous <= 1.1 (T >= 16K) | 1.2 | 1.1 | MISS |" in md
     assert len(GPU_RULES) == 6

@@ -90,6 +90,12 @@ def footnotes(result: BenchResult) -> list[str]:
     if any("fits in LLC" in r.note for r in result.rows):
         notes.append(f"T marked `{WARM}`: the step's bytes fit in the last-level cache, so it was timed warm "
                      "(repeated calls), not from DRAM")
+    for scale in dict.fromkeys(r.scale for r in result.rows if r.family == "gqa-eq"):
+        ratios = {r.family: r for r in result.rows if r.scale == scale and r.payload_ratio}
+        if "gqa-eq" in ratios and "lrkv" in ratios:
+            g = ratios["gqa-eq"]
+            notes.append(f"gqa-eq at {scale} is {g.spec} (n_kv nearest LRKV's bytes): its cache is "
+                         f"{g.payload_ratio / ratios['lrkv'].payload_ratio:.3f}x LRKV's")
     if any("interpreter" in r.note for r in result.rows):
         notes.append("rows run in Triton's CPU interpreter: the code path only, their times mean nothing")
     graph = {r.note.split(";")[0] for r in result.rows if r.device == "cuda" and r.note}
