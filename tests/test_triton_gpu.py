@@ -42,6 +42,20 @@ def test_native_benchmark_shapes(dtype, H, r):
     assert res.passed, str(res)
 
 
+@pytest.mark.parametrize("private", ["wide", "per_head"])
+@pytest.mark.parametrize("H,r", [(18, 55), (32, 54)])
+def test_native_private_paths_agree(H, r, private):
+    # both private-stream paths natively at the paper scales, bf16 (16-bit tensor-core dots)
+    case = make_case(B=2, T=4096, H=H, d_h=128, r=r, lengths=[4096, 2999], dtype=torch.bfloat16, seed=53,
+                     key_scale=True)
+    out, lse = decode_attention(*case.args(), scale=case.scale, key_scale=case.inputs["key_scale"],
+                                private=private)
+    res = rule(out, case, torch.bfloat16)
+    assert res.passed, f"{private}: {res}"
+    res = tolerance_rule(lse, case.reference()[1], case.baseline()[1], torch.bfloat16)
+    assert res.passed, f"{private} lse: {res}"
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_native_tight_exact_rope(dtype):
     case = make_case(B=2, T=700, H=6, d_h=64, r=12, lengths=[700, 333], dtype=dtype, seed=51,

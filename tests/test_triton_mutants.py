@@ -23,6 +23,9 @@ pytestmark = [pytest.mark.triton, pytest.mark.equivalence]
 # the split; lengths short of T_max with NaN after them; r != d_h; H >= 2; q x 3 so that the
 # softmax is peaked enough for a missing rescale to matter.
 LAUNCH = dict(num_splits=1, block_t=16)
+# Both private-stream paths of the kernel (one wide [BLOCK_T, G·r] tile per group, or one
+# tile per head) carry the mutation switches; each must be caught on either.
+PRIVATE = ("wide", "per_head")
 
 
 def mutant_case(dtype, rope=None, lengths=(61, 40)):
@@ -61,18 +64,21 @@ MUTANT_DTYPES = [(m, dt) for m in KERNEL_MUTANTS for dt in (torch.float32, torch
                  if not (m == "fp16_accumulation" and dt == torch.bfloat16)]
 
 
+@pytest.mark.parametrize("private", PRIVATE)
 @pytest.mark.parametrize("mutant,dtype", MUTANT_DTYPES, ids=lambda x: str(x).removeprefix("torch."))
-def test_mutant_rejected(mutant, dtype):
+def test_mutant_rejected(mutant, dtype, private):
     case = mutant_case(dtype, lengths=MUTANT_LENGTHS.get(mutant, (61, 40)))
-    res = verdict(TritonBackend(mutant=mutant, **LAUNCH), case, dtype)
-    assert not res.passed, f"mutant {mutant} slipped through the tolerance rule: {res}"
-    assert verdict(TritonBackend(**LAUNCH), case, dtype).passed  # the correct kernel passes the same case
+    res = verdict(TritonBackend(mutant=mutant, private=private, **LAUNCH), case, dtype)
+    assert not res.passed, f"mutant {mutant} ({private}) slipped through the tolerance rule: {res}"
+    # the correct kernel passes the same case
+    assert verdict(TritonBackend(private=private, **LAUNCH), case, dtype).passed
 
 
+@pytest.mark.parametrize("private", PRIVATE)
 @pytest.mark.parametrize("mutant", ["wrong_head_basis", "scale_rank", "no_private_rescale", "separate_softmax"])
-def test_mutant_rejected_exact_rope(mutant):
+def test_mutant_rejected_exact_rope(mutant, private):
     # exact RoPE has its own private-logit path in the kernel
-    res = verdict(TritonBackend(mutant=mutant, **LAUNCH), mutant_case(torch.float32, ExactRope()),
+    res = verdict(TritonBackend(mutant=mutant, private=private, **LAUNCH), mutant_case(torch.float32, ExactRope()),
                   torch.float32)
     assert not res.passed, f"mutant {mutant} slipped through with exact RoPE: {res}"
 

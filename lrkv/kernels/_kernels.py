@@ -206,6 +206,90 @@ def _private_logits(logits, q_lat, Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, L
     return logits
 
 
+# ---- the "wide" private path: one [BLOCK_T, G·r] latent tile per head group ------------------
+# A group's latents for one slot are G·r CONSECUTIVE elements of the cache row ([.., H, r] with
+# r contiguous), so the group reads them as one wide, coalesced tile instead of G strided
+# [BLOCK_T, r] tiles, and every head's private logits (Eq. 6) and private value accumulation
+# (Eq. 7) come from ONE tl.dot each against a block-diagonal operand: column c of the wide axis
+# belongs to head c // r, entry c % r. The off-diagonal products are wasted tensor-core work
+# (G× the useful FLOPs), which at ≈ 16 FLOP per loaded byte is still far below the ridge point.
+@triton.jit
+def _wide_cols(pid_g, H, R, GROUP: tl.constexpr, BLOCK_GR: tl.constexpr):
+    """The wide axis of a group: (head in group, entry, global head, valid) per column."""
+    offs_c = tl.arange(0, BLOCK_GR)
+    hc = offs_c // R  # [BLOCK_GR] head within the group
+    jc = offs_c % R  # [BLOCK_GR] latent entry
+    head_c = pid_g * GROUP + hc
+    cmask = (hc < GROUP) & (head_c < H)
+    return offs_c, hc, jc, head_c, cmask
+
+
+@triton.jit
+def _wide_offsets(offs_c, pid_g, head_c, jc, s_h, s_r, R, GROUP: tl.constexpr, HR_CONTIG: tl.constexpr):
+    """Element offsets [BLOCK_GR] of the wide axis inside one cache row. HR_CONTIG (the
+    wrapper checked s_h == r and s_r == 1, the usual [.., H, r] layout): the group's latents
+    are one contiguous run, written as such so the compiler can see the contiguity and
+    vectorise the loads; otherwise each column's head and entry stride."""
+    if HR_CONTIG:
+        return pid_g * (GROUP * R) + offs_c
+    else:
+        return head_c * s_h + jc * s_r
+
+
+@triton.jit
+def _q_block_diag(Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, heads, hmask, rows, hc, jc, head_c, cmask, H, D,
+                  BLOCK_H: tl.constexpr, BLOCK_GR: tl.constexpr, NEXT_HEAD_BASIS: tl.constexpr,
+                  DOT: tl.constexpr, ACC_FP64: tl.constexpr):
+    """The block-diagonal private query [BLOCK_H, BLOCK_GR]: row g holds q_g B_g^K (Eq. 6's
+    private query) in head g's r columns and zeros elsewhere.
+
+    Q_group [BLOCK_H, d_h] @ [B_h0 | B_h1 | ...] [d_h, G·r] in 16-wide slices of d_h (a whole
+    [d_h, G·r] basis tile would not fit in registers), then masked to the diagonal blocks: the
+    off-diagonal products are wasted, once per program, outside the slot loop. q is used as
+    loaded, so with 16-bit inputs each product is exact and the sum is in fp32, as in the
+    per-head `_q_latent`. NEXT_HEAD_BASIS is the wrong-head-basis mutant."""
+    hk = head_c
+    if NEXT_HEAD_BASIS:
+        hk = (head_c + 1) % H
+    acc = tl.full([BLOCK_H, BLOCK_GR], 0.0, dtype=tl.float64 if ACC_FP64 else tl.float32)
+    for d0 in range(0, D, 16):
+        offs = d0 + tl.arange(0, 16)
+        dm = offs < D
+        qc = tl.load(Q_ROW + heads[:, None] * s_qh + offs[None, :] * s_qd,
+                     mask=hmask[:, None] & dm[None, :], other=0.0)  # [BLOCK_H, 16]
+        bc = tl.load(BK + hk[None, :] * s_bkh + offs[:, None] * s_bkd + jc[None, :] * s_bkr,
+                     mask=dm[:, None] & cmask[None, :], other=0.0)  # [16, BLOCK_GR]  B_{h(c)}^K
+        acc += _mm(_to_acc(qc, ACC_FP64), _ld(bc, DOT, ACC_FP64), DOT, True)
+    return tl.where(rows[:, None] == hc[None, :], acc, 0.0)
+
+
+@triton.jit
+def _wide_private_logits(logits, q_bd, q_bd_lo, LK, s_lkb, s_lkt, col, row0, row1, tmask, cmask,
+                         DOT: tl.constexpr, ACC_FP64: tl.constexpr):
+    """logits [BLOCK_H, BLOCK_T] + (q_h B_h^K) R_h^{K T} for every head of the group (Eq. 6),
+    one tl.dot of the block-diagonal query with the group's wide latent tile. For DOT_LP,
+    q_bd / q_bd_lo are its hi / lo 16-bit halves, split once before the slot loop."""
+    zkT = tl.load(LK + (row0 * s_lkb + row1 * s_lkt)[None, :] + col[:, None],
+                  mask=cmask[:, None] & tmask[None, :], other=0.0)  # [BLOCK_GR, BLOCK_T]
+    if DOT == DOT_LP:
+        logits += tl.dot(q_bd, zkT, out_dtype=tl.float32)
+        logits += tl.dot(q_bd_lo, zkT, out_dtype=tl.float32)
+    else:
+        logits += _mm(q_bd, _ld(zkT, DOT, ACC_FP64), DOT, False)
+    return logits
+
+
+@triton.jit
+def _wide_private_values(acc_pw, p, LV, s_lvb, s_lvt, col, row0, row1, tmask, cmask,
+                         DOT: tl.constexpr, ACC_FP64: tl.constexpr):
+    """acc_pw [BLOCK_H, BLOCK_GR] + p R^V over the group's wide value latents: row g, head g's
+    columns is a_g R_g^V for this tile (Eq. 7's private term before B_g^V); the other
+    columns are never stored."""
+    zv = tl.load(LV + (row0 * s_lvb + row1 * s_lvt)[:, None] + col[None, :],
+                 mask=tmask[:, None] & cmask[None, :], other=0.0)  # [BLOCK_T, BLOCK_GR]
+    return acc_pw + _mm(p, _ld(zv, DOT, ACC_FP64), DOT, False)
+
+
 @triton.jit
 def _slot_rows(offs_t, tmask, b64, PT, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES, MAX_PAGES, PAGED: tl.constexpr):
     """Where logical slots offs_t of sequence b live (DESIGN §4): (mask, row0, row1).
@@ -246,8 +330,13 @@ def decode_split_kernel(
     BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
     HAS_KS: tl.constexpr, ROPE_EXACT: tl.constexpr, PAGED: tl.constexpr,
     DOT: tl.constexpr, ACC_FP64: tl.constexpr, MUTANT: tl.constexpr,
+    WIDE: tl.constexpr = False, BLOCK_GR: tl.constexpr = 16, HR_CONTIG: tl.constexpr = False,
 ):
-    """Stage 1: one (b, head group, split) program; online softmax of Eq. 6 over the split."""
+    """Stage 1: one (b, head group, split) program; online softmax of Eq. 6 over the split.
+
+    WIDE: the group's latents are read as one [BLOCK_T, BLOCK_GR ≥ GROUP·r] tile and the
+    private logits and values are one tl.dot each (`_wide_*`); otherwise one head at a time.
+    Exact RoPE keeps the per-head private logits (its contraction is per head and slot)."""
     pid_b = tl.program_id(0)
     pid_g = tl.program_id(1)
     pid_s = tl.program_id(2)
@@ -283,16 +372,32 @@ def decode_split_kernel(
 
     # q_h B_h^K for every head of the group: [BLOCK_H, BLOCK_R]
     q_lat = tl.full([BLOCK_H, BLOCK_R], 0.0, dtype=q.dtype)
-    if not ROPE_EXACT:
+    if not ROPE_EXACT and not WIDE:
         q_lat = _q_latent(q_lat, Q + b64 * s_qb, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, pid_g, rows, offs_d, offs_r,
                           dmask, rmask, H, GROUP, MUTANT == M_WRONG_HEAD_BASIS, ACC_FP64)
+
+    if WIDE:
+        offs_c, hc, jc, head_c, cmask = _wide_cols(pid_g, H, R, GROUP, BLOCK_GR)
+        col_k = _wide_offsets(offs_c, pid_g, head_c, jc, s_lkh, s_lkr, R, GROUP, HR_CONTIG)
+        col_v = _wide_offsets(offs_c, pid_g, head_c, jc, s_lvh, s_lvr, R, GROUP, HR_CONTIG)
+        if not ROPE_EXACT:
+            q_bd = _q_block_diag(Q + b64 * s_qb, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, heads, hmask, rows,
+                                 hc, jc, head_c, cmask, H, D, BLOCK_H, BLOCK_GR, MUTANT == M_WRONG_HEAD_BASIS,
+                                 DOT, ACC_FP64)  # [BLOCK_H, BLOCK_GR]
+            q_bd_lo = q_bd
+            if DOT == DOT_LP:  # split once, not per tile (see _mm)
+                q_hi = q_bd.to(LK.dtype.element_ty)
+                q_bd_lo = (q_bd - q_hi.to(q_bd.dtype)).to(LK.dtype.element_ty)
+                q_bd = q_hi
+        acc_p = tl.full([BLOCK_H, BLOCK_GR], 0.0, dtype=q.dtype)  # a_h R^V over the whole wide axis
+    else:
+        acc_p = tl.full([BLOCK_H, BLOCK_R], 0.0, dtype=q.dtype)
 
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=q.dtype)
     l_i = tl.full([BLOCK_H], 0.0, dtype=q.dtype)
     m2_i = tl.full([BLOCK_H], float("-inf"), dtype=q.dtype)  # only the separate-softmax mutant uses
     l2_i = tl.full([BLOCK_H], 0.0, dtype=q.dtype)  # a second (max, sum) pair
     acc_s = tl.full([BLOCK_H, BLOCK_D], 0.0, dtype=q.dtype)
-    acc_p = tl.full([BLOCK_H, BLOCK_R], 0.0, dtype=q.dtype)
 
     for t0 in range(split_lo, split_hi, BLOCK_T):
         offs_t = t0 + tl.arange(0, BLOCK_T)  # logical slots (= positions)
@@ -307,10 +412,14 @@ def decode_split_kernel(
         shared_logits = logits
 
         # ---- + private logits (q_h B_h^K) R_h^{K T}, or the rotated private key for exact RoPE
-        logits = _private_logits(logits, q_lat, Q + b64 * s_qb, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr,
-                                 LK, s_lkb, s_lkt, s_lkh, s_lkr, row0, row1, tmask, COS, SIN, s_cst, s_csd,
-                                 offs_t, offs_d, offs_r, dmask, rmask, rows, pid_g, H, D, GROUP, ROPE_EXACT,
-                                 MUTANT == M_WRONG_HEAD_BASIS, DOT, ACC_FP64)
+        if WIDE and not ROPE_EXACT:
+            logits = _wide_private_logits(logits, q_bd, q_bd_lo, LK, s_lkb, s_lkt, col_k, row0, row1, tmask,
+                                          cmask, DOT, ACC_FP64)
+        else:
+            logits = _private_logits(logits, q_lat, Q + b64 * s_qb, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr,
+                                     LK, s_lkb, s_lkt, s_lkh, s_lkr, row0, row1, tmask, COS, SIN, s_cst, s_csd,
+                                     offs_t, offs_d, offs_r, dmask, rmask, rows, pid_g, H, D, GROUP, ROPE_EXACT,
+                                     MUTANT == M_WRONG_HEAD_BASIS, DOT, ACC_FP64)
 
         if MUTANT == M_SEPARATE_SOFTMAX:  # the mutant splits the sum it should keep whole
             private_logits = logits - shared_logits
@@ -345,15 +454,19 @@ def decode_split_kernel(
 
         if MUTANT != M_NO_PRIVATE_RESCALE:
             acc_p = acc_p * alpha_priv[:, None]
-        for hh in range(GROUP):
-            h = pid_g * GROUP + hh
-            rv = rmask & ((offs_r * 0 + h) < H)
-            zv = tl.load(LV + row0[:, None] * s_lvb + row1[:, None] * s_lvt + h * s_lvh
-                         + offs_r[None, :] * s_lvr,
-                         mask=tmask[:, None] & rv[None, :], other=0.0)  # [BLOCK_T, BLOCK_R]  R_h^V
-            ph = _rsum(tl.where(rows[:, None] == hh, p_priv, 0.0), 0)  # [BLOCK_T]
-            ch = _rsum(ph[:, None] * _to_acc(zv, ACC_FP64), 0)  # [BLOCK_R]  a_h R_h^V (this tile)
-            acc_p = tl.where(rows[:, None] == hh, acc_p + ch[None, :], acc_p)
+        if WIDE:
+            acc_p = _wide_private_values(acc_p, p_priv, LV, s_lvb, s_lvt, col_v, row0, row1, tmask, cmask,
+                                         DOT, ACC_FP64)
+        else:
+            for hh in range(GROUP):
+                h = pid_g * GROUP + hh
+                rv = rmask & ((offs_r * 0 + h) < H)
+                zv = tl.load(LV + row0[:, None] * s_lvb + row1[:, None] * s_lvt + h * s_lvh
+                             + offs_r[None, :] * s_lvr,
+                             mask=tmask[:, None] & rv[None, :], other=0.0)  # [BLOCK_T, BLOCK_R]  R_h^V
+                ph = _rsum(tl.where(rows[:, None] == hh, p_priv, 0.0), 0)  # [BLOCK_T]
+                ch = _rsum(ph[:, None] * _to_acc(zv, ACC_FP64), 0)  # [BLOCK_R]  a_h R_h^V (this tile)
+                acc_p = tl.where(rows[:, None] == hh, acc_p + ch[None, :], acc_p)
         if MUTANT == M_FP16_ACCUMULATION:
             l_i = l_i.to(tl.float16).to(l_i.dtype)
             acc_s = acc_s.to(tl.float16).to(acc_s.dtype)
@@ -365,7 +478,13 @@ def decode_split_kernel(
     tl.store(M_OUT + base, m_i, mask=hmask)
     tl.store(L_OUT + base, l_i, mask=hmask)
     tl.store(ACC_S + base[:, None] * D + offs_d[None, :], acc_s, mask=hmask[:, None] & dmask[None, :])
-    tl.store(ACC_P + base[:, None] * R + offs_r[None, :], acc_p, mask=hmask[:, None] & rmask[None, :])
+    if WIDE:
+        # only the block diagonal is a_h R_h^V: row g, the columns of head g
+        base_c = (b64 * H + head_c) * NUM_SPLITS + pid_s  # [BLOCK_GR]
+        tl.store(ACC_P + (base_c * R + jc)[None, :] + rows[:, None] * 0, acc_p,
+                 mask=(rows[:, None] == hc[None, :]) & cmask[None, :] & hmask[:, None])
+    else:
+        tl.store(ACC_P + base[:, None] * R + offs_r[None, :], acc_p, mask=hmask[:, None] & rmask[None, :])
     if MUTANT == M_SEPARATE_SOFTMAX:
         tl.store(M2_OUT + base, m2_i, mask=hmask)
         tl.store(L2_OUT + base, l2_i, mask=hmask)

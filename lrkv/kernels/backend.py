@@ -42,7 +42,8 @@ class TritonBackend(BaseBackend):
     description = "fused split-K factored decode + append (Triton)"
 
     def __init__(self, mutant: str | int | None = None, **launch: Any):
-        """`launch` overrides the launch shape (num_splits, group_size, block_t, num_warps, dot)."""
+        """`launch` overrides the launch shape (num_splits, group_size, block_t, num_warps, dot,
+        private, programs_per_sm)."""
         self.mutant = mutant
         mutant_code(mutant)  # fail early on a bad name
         self.launch = dict(launch)
@@ -141,7 +142,8 @@ class TritonBackend(BaseBackend):
             raise TypeError(f"backend {self.name!r}: kernel mutants are compiled into the decode kernels only")
         home = q.device
         move = self._mover(home)
-        launch = {k: v for k, v in self._launch().items() if k != "num_splits"}  # extend has no splits
+        # extend has no splits and reads the private stream one head at a time
+        launch = {k: v for k, v in self._launch().items() if k not in ("num_splits", "private", "programs_per_sm")}
         out, lse = extend_attention(
             move(q), move(cu_seqlens_q), move(shared_k), move(shared_v), move(latent_k), move(latent_v),
             move(basis_k), move(basis_v), move(lengths), scale=scale, key_scale=move(key_scale), rope=rope,

@@ -42,12 +42,27 @@ class Variant:
     paged: bool = False
     dot: str | None = None  # None: what a GPU run picks for the dtype (decode.default_dot)
     mutant: int = 0
+    private: str = "per_head"  # 'wide': the group's latents as one [block_t, G·r] tile
+
+    @classmethod
+    def from_launch(cls, cfg, *, r: int, d_h: int, dtype: str = "bfloat16", **kw) -> "Variant":
+        """The variant a `decode.LaunchConfig` compiles (its group, tile, warps, private path)."""
+        return cls(dtype=dtype, group=cfg.group_size, d_h=d_h, r=r, block_t=cfg.block_t,
+                   num_warps=cfg.num_warps, dot=cfg.dot, private=cfg.private, **kw)
 
 
 DEFAULT_VARIANTS = (
+    # the GPU defaults at the paper scales: the wide private tile (decode.pick_launch)
+    Variant(block_t=16, num_warps=8, private="wide"),  # H=18 as 2 x 9, r=55
+    Variant(group=8, r=54, block_t=16, num_warps=8, private="wide"),  # H=32 as 4 x 8, r=54
+    Variant(block_t=32, num_warps=8, private="wide"),
+    Variant(block_t=32, num_warps=16, private="wide"),
+    Variant(dtype="float16", key_scale=True, paged=True, block_t=16, num_warps=8, private="wide"),
+    Variant(dtype="bfloat16", rope_exact=True, block_t=16, num_warps=8, private="wide"),
+    # the per-head private path (measured on an H200 with it: ci/gpu-results)
     Variant(),  # H=18 (2 x 9), r=55, bf16: the benchmark's main case
     Variant(num_warps=8),
-    Variant(block_t=32, num_warps=8),
+    Variant(block_t=64, num_warps=4),  # the per-head GPU default
     Variant(group=16, r=54, num_warps=8),  # H=32, r=54
     Variant(dtype="float16", key_scale=True, paged=True),
     Variant(dtype="float32", rope_exact=True, num_warps=8),
@@ -120,7 +135,9 @@ def compile_variant(v: Variant, arch: int = 90) -> dict:
     const = dict(GROUP=v.group, BLOCK_H=next_pow2(v.group, 16), BLOCK_T=v.block_t,
                  BLOCK_D=next_pow2(v.d_h, 16), BLOCK_R=next_pow2(v.r, 16), HAS_KS=v.key_scale,
                  ROPE_EXACT=v.rope_exact, PAGED=v.paged, DOT=DOT_MODES[dot],
-                 ACC_FP64=v.dtype == "float64", MUTANT=v.mutant)
+                 ACC_FP64=v.dtype == "float64", MUTANT=v.mutant, WIDE=v.private == "wide",
+                 BLOCK_GR=next_pow2(v.group * v.r, 16) if v.private == "wide" else 16,
+                 HR_CONTIG=v.private == "wide")
     sig, constexprs = _signature(K.decode_split_kernel, ptrs, const)
     t0 = time.perf_counter()
     with warnings.catch_warnings():  # triton 3.9's one-time notice about TRITON_DEFAULT_FP_FUSION

@@ -18,9 +18,14 @@ Launch shape (all overridable, see `LaunchConfig`):
     keep the [BLOCK_H, d_h] query and accumulator blocks small.
   * `block_t`: 32 when the padded [BLOCK_H, r] blocks are small, else 16 (registers:
     `python3 -m lrkv.kernels.compile_check` shows what spills); larger in the interpreter.
-  * `num_splits`: from T — enough (b, group, split) programs to fill the GPU twice, each
+  * `num_splits`: from T — about `programs_per_sm` (b, group, split) programs per SM, each
     split at least 256 slots, at most MAX_SPLITS; a user-given count is used as is, even
     when it leaves splits empty (the tests use 17 splits over 37 slots).
+  * `private`: how the private (rank-r) stream is read. "wide" (the default wherever it
+    applies): the group's latents as one [BLOCK_T, G·r] tile, every head's private logits
+    and value accumulation in one tl.dot each against a block-diagonal operand; the group is
+    then sized so that G·r fits WIDE_MAX_COLUMNS. "per_head": one [BLOCK_T, r] tile and
+    product per head (float64 on a GPU, whose products are broadcast-and-sum, always).
 """
 
 from __future__ import annotations
@@ -47,6 +52,10 @@ from .validate import (
 
 MIN_SPLIT_SLOTS = 256  # a split shorter than this spends more on its partials than it saves
 MAX_GROUP = 16  # heads per program by default (BLOCK_H >= 16 anyway: tl.dot needs M >= 16)
+WIDE_MAX_COLUMNS = 512  # default cap on G·r for the wide private tile (registers; compile_check)
+WIDE_LIMIT_COLUMNS = 2048  # an explicit group_size may go this far; past it the tile cannot fit
+PROGRAMS_PER_SM = 2  # default occupancy target of the split heuristic (the committed H200 runs)
+PRIVATE_MODES = ("wide", "per_head")
 
 # Tile-product modes (the kernels' DOT constexpr, see _kernels.py):
 #   ieee   fp32 (or fp64) tl.dot without TF32 — the interpreter; exact-ish, slow on a GPU
@@ -85,6 +94,9 @@ class LaunchConfig:
     num_warps: int
     dot: str  # how tile products run: 'ieee' | 'lp' | 'fma' | 'tf32x3' (see DOT_MODES)
     acc_fp64: bool  # accumulate in float64 (float64 inputs), else float32
+    private: str = "per_head"  # 'wide' | 'per_head': how the rank-r stream is read (see module doc)
+    block_gr: int = 16  # the wide tile's columns: group_size · r padded to a power of two >= 16
+    programs_per_sm: int = PROGRAMS_PER_SM  # the split heuristic's occupancy target
 
 
 def _num_sms(device: torch.device) -> int:
@@ -93,33 +105,56 @@ def _num_sms(device: torch.device) -> int:
     return 1  # the interpreter runs programs one after another: splitting only adds work
 
 
+def wide_applies(r: int, dot: str) -> tuple[bool, str]:
+    """Whether the wide private tile can run: (ok, why not)."""
+    if dot == "fma":
+        return False, "the wide private tile needs tl.dot; dot='fma' (float64 on a GPU) has none"
+    if next_pow2(r, 16) > WIDE_LIMIT_COLUMNS:
+        return False, f"r = {r} does not fit one wide tile (at most {WIDE_LIMIT_COLUMNS} columns)"
+    return True, ""
+
+
 def pick_launch(
     *, B: int, H: int, d_h: int, r: int, slots: int, dtype: torch.dtype, device: torch.device,
     num_splits: int | None = None, group_size: int | None = None, block_t: int | None = None,
-    num_warps: int | None = None, dot: str | None = None,
+    num_warps: int | None = None, dot: str | None = None, private: str | None = None,
+    programs_per_sm: int | None = None,
 ) -> LaunchConfig:
     """The launch shape for a call; every argument left None is chosen from the sizes."""
+    on_gpu = device.type == "cuda" and not runtime.is_interpreted()
+    dot = default_dot(dtype, on_gpu) if dot is None else dot
+    if private is None:
+        private = "wide" if wide_applies(r, dot)[0] else "per_head"
     if group_size is None:
-        n_groups = -(-H // MAX_GROUP)
+        cap = MAX_GROUP
+        if private == "wide":
+            cap = max(1, min(MAX_GROUP, WIDE_MAX_COLUMNS // max(r, 1)))
+        n_groups = -(-H // cap)
         group_size = -(-H // n_groups)  # balanced: 18 heads -> 2 x 9, not 16 + 2
     n_groups = -(-H // group_size)
     block_h = next_pow2(group_size, 16)
     block_d = next_pow2(d_h, 16)
     block_r = next_pow2(r, 16)
-    on_gpu = device.type == "cuda" and not runtime.is_interpreted()
-    dot = default_dot(dtype, on_gpu) if dot is None else dot
+    block_gr = next_pow2(group_size * r, 16) if private == "wide" else 16
     if block_t is None:
         block_t = 32 if block_h * block_r <= 512 and dot != "fma" else 16
         if on_gpu and dot != "fma":
-            # Measured on an H200 (ci/gpu-check sweep; H=18, d_h=128, r=55, B=8, T=32K, bf16):
-            # 64-slot tiles at 4 warps ran 4.5x faster than 16-slot tiles at 8 warps.
-            block_t = 64
+            if private == "wide":
+                # Not yet measured: the largest tile that compiles for sm_90 without spills at
+                # both paper scales (compile_check: 16 slots x 512 columns, 8 warps, 187
+                # registers; 32 slots spill). The GPU sweep of `lrkv bench` decides.
+                block_t = 16
+            else:
+                # Measured on an H200 (ci/gpu-check sweep; H=18, d_h=128, r=55, B=8, T=32K, bf16):
+                # 64-slot tiles at 4 warps ran 4.5x faster than 16-slot tiles at 8 warps.
+                block_t = 64
         if not on_gpu and runtime.is_interpreted():
             # the interpreter pays per operation, not per element: few big tiles (but still
             # several per sequence, so short cases keep exercising the online rescale)
             block_t = min(128, max(block_t, next_pow2(-(-slots // 8))))
+    programs_per_sm = PROGRAMS_PER_SM if programs_per_sm is None else programs_per_sm
     if num_splits is None:
-        want = max(1, -(-2 * _num_sms(device) // max(1, B * n_groups)))
+        want = max(1, -(-programs_per_sm * _num_sms(device) // max(1, B * n_groups)))
         by_length = max(1, -(-slots // MIN_SPLIT_SLOTS))
         num_splits = max(1, min(want, by_length, MAX_SPLITS))
         split_size = -(-max(slots, 1) // num_splits)
@@ -129,10 +164,12 @@ def pick_launch(
         split_size = max(1, -(-slots // num_splits))
     if num_warps is None:
         num_warps = 8 if block_d * block_r >= 4096 else 4  # 4 warps spill at d_h=128, r=64 ...
-        if on_gpu and dot != "fma" and block_t >= 64:
+        if on_gpu and dot != "fma" and block_t >= 64 and private == "per_head":
             num_warps = 4  # ... yet measured fastest with 64-slot tiles (see block_t above)
+        if on_gpu and private == "wide":
+            num_warps = 8  # 4 warps spill with the [16, 512] accumulator and tiles (compile_check)
     return LaunchConfig(num_splits, split_size, group_size, n_groups, block_h, block_t, block_d, block_r,
-                        num_warps, dot, dtype == torch.float64)
+                        num_warps, dot, dtype == torch.float64, private, block_gr, programs_per_sm)
 
 
 @functools.lru_cache(maxsize=4)  # 128K slots x d_h 128 x fp32 is 64 MiB per table: keep few
@@ -152,6 +189,13 @@ def rope_tables(slots: int, d_h: int, theta: float, dtype: torch.dtype, device) 
     table (rows are per position, so a prefix of a longer table is the shorter table)."""
     cos, sin = _rope_tables_cached(next_pow2(max(slots, 1)), d_h, float(theta), dtype, str(torch.device(device)))
     return cos[:slots], sin[:slots]
+
+
+def hr_contiguous(*latents: torch.Tensor) -> bool:
+    """Whether every latent cache has the usual [.., H, r] layout with r contiguous and heads
+    adjacent (stride(2) == r, stride(3) == 1): a head group's latents of one slot are then one
+    contiguous run, which the wide private tile reads as such (HR_CONTIG)."""
+    return all(t.stride(3) == 1 and t.stride(2) == t.shape[3] for t in latents)
 
 
 def _strides(t: torch.Tensor | None, n: int) -> list[int]:
@@ -181,6 +225,7 @@ def factored_decode(
     num_warps: int,
     dot: int,
     mutant: int,
+    wide: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch stage 1 (splits) and stage 2 (merge). No checks here: the wrappers validate,
     and this body must stay traceable by torch.compile (no data-dependent Python)."""
@@ -196,6 +241,7 @@ def factored_decode(
     n_groups = -(-H // group_size)
     block_h = next_pow2(group_size, 16)
     block_d, block_r = next_pow2(D, 16), next_pow2(R, 16)
+    block_gr = next_pow2(group_size * R, 16) if wide else 16
 
     m_part = torch.empty((B, H, num_splits), dtype=acc, device=q.device)
     l_part = torch.empty((B, H, num_splits), dtype=acc, device=q.device)
@@ -223,7 +269,9 @@ def factored_decode(
         *(page_table.stride() if paged else (0, 0)),
         GROUP=group_size, BLOCK_H=block_h, BLOCK_T=block_t, BLOCK_D=block_d, BLOCK_R=block_r,
         HAS_KS=key_scale is not None, ROPE_EXACT=rope_cos is not None, PAGED=paged,
-        DOT=dot, ACC_FP64=acc == torch.float64, MUTANT=mutant, num_warps=num_warps,
+        DOT=dot, ACC_FP64=acc == torch.float64, MUTANT=mutant, WIDE=wide, BLOCK_GR=block_gr,
+        HR_CONTIG=hr_contiguous(latent_k, latent_v),
+        num_warps=num_warps,
     )
     wrap_triton(K.decode_combine_kernel)[(B, H)](
         m_part, l_part, acc_s, acc_p, m2_part, l2_part, basis_v, out, lse,
@@ -246,12 +294,13 @@ def _device_ok(t: torch.Tensor) -> tuple[bool, str]:
 
 
 def _launch(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table, *,
-            scale, key_scale, rope, slots, num_splits, group_size, block_t, num_warps, mutant, dot):
+            scale, key_scale, rope, slots, num_splits, group_size, block_t, num_warps, mutant, dot,
+            private=None, programs_per_sm=None):
     B, H, d_h = q.shape
     r = latent_k.shape[3]
     cfg = pick_launch(B=B, H=H, d_h=d_h, r=r, slots=slots, dtype=q.dtype, device=q.device,
                       num_splits=num_splits, group_size=group_size, block_t=block_t,
-                      num_warps=num_warps, dot=dot)
+                      num_warps=num_warps, dot=dot, private=private, programs_per_sm=programs_per_sm)
     cos = sin = None
     if rope is not None:
         cos, sin = rope_tables(slots, d_h, rope.theta, torch.float64 if cfg.acc_fp64 else torch.float32,
@@ -259,7 +308,7 @@ def _launch(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths
     return torch.ops.lrkv.factored_decode(
         q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table, key_scale,
         cos, sin, float(scale), cfg.num_splits, cfg.split_size, cfg.group_size, cfg.block_t,
-        cfg.num_warps, DOT_MODES[cfg.dot], mutant_code(mutant),
+        cfg.num_warps, DOT_MODES[cfg.dot], mutant_code(mutant), cfg.private == "wide",
     )
 
 
@@ -274,12 +323,22 @@ def _fallback(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengt
 
 
 def _check_launch(q: torch.Tensor, tensors: dict, *, num_splits, group_size, block_t, num_warps, dot,
-                  mutant) -> None:
+                  mutant, private=None, programs_per_sm=None, r: int) -> None:
     """The kernel-side checks both layouts share, after the layout's own contract check:
     launch options, the mutant name, and (when a kernel will run) device placement and strides."""
     check_launch_options(num_splits=num_splits, group_size=group_size, block_t=block_t,
                          num_warps=num_warps, H=q.shape[1], dot=dot, dtype=q.dtype,
-                         interpreted=runtime.is_interpreted())
+                         interpreted=runtime.is_interpreted(), private=private,
+                         programs_per_sm=programs_per_sm)
+    if private == "wide":
+        on_gpu = q.device.type == "cuda" and not runtime.is_interpreted()
+        ok, why = wide_applies(r, default_dot(q.dtype, on_gpu) if dot is None else dot)
+        if not ok:
+            raise ValueError(f"private='wide': {why}")
+        if group_size is not None and next_pow2(group_size * r, 16) > WIDE_LIMIT_COLUMNS:
+            raise ValueError(f"private='wide' with group_size={group_size} and r={r} needs a "
+                             f"{next_pow2(group_size * r, 16)}-column tile; at most {WIDE_LIMIT_COLUMNS} "
+                             f"fit: use group_size <= {max(1, WIDE_LIMIT_COLUMNS // r)}")
     mutant_code(mutant)
     if runtime.mode()[0] != "fallback":
         check_kernel_extras(dict(q=q, **tensors), d_h=q.shape[2], H=q.shape[1], device_ok=_device_ok)
@@ -305,6 +364,8 @@ def decode_attention(
     mutant: str | int | None = None,
     check: bool = True,
     dot: str | None = None,
+    private: str | None = None,
+    programs_per_sm: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Factored decode over a contiguous cache (Eqs. 6–7). Returns out [B, H, d_h], lse [B, H].
 
@@ -317,7 +378,8 @@ def decode_attention(
         _check_launch(q, dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v,
                               basis_k=basis_k, basis_v=basis_v, lengths=lengths, key_scale=key_scale),
                       num_splits=num_splits, group_size=group_size, block_t=block_t, num_warps=num_warps,
-                      dot=dot, mutant=mutant)
+                      dot=dot, mutant=mutant, private=private, programs_per_sm=programs_per_sm,
+                      r=latent_k.shape[3])
     if runtime.mode()[0] == "fallback":
         if mutant_code(mutant):
             raise RuntimeError("kernel mutants need the kernel: no GPU and TRITON_INTERPRET unset")
@@ -326,7 +388,7 @@ def decode_attention(
     return _launch(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, None,
                    scale=scale, key_scale=key_scale, rope=rope, slots=shared_k.shape[1],
                    num_splits=num_splits, group_size=group_size, block_t=block_t, num_warps=num_warps,
-                   mutant=mutant, dot=dot)
+                   mutant=mutant, dot=dot, private=private, programs_per_sm=programs_per_sm)
 
 
 def paged_decode_attention(
@@ -350,6 +412,8 @@ def paged_decode_attention(
     mutant: str | int | None = None,
     check: bool = True,
     dot: str | None = None,
+    private: str | None = None,
+    programs_per_sm: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Factored decode over a paged cache: slot t of sequence b is page_table[b, t // page],
     row t % page. Exact RoPE rotates by the logical slot t. Same outputs as `decode_attention`."""
@@ -360,7 +424,8 @@ def paged_decode_attention(
                               basis_k=basis_k, basis_v=basis_v, lengths=lengths, page_table=page_table,
                               key_scale=key_scale),
                       num_splits=num_splits, group_size=group_size, block_t=block_t, num_warps=num_warps,
-                      dot=dot, mutant=mutant)
+                      dot=dot, mutant=mutant, private=private, programs_per_sm=programs_per_sm,
+                      r=latent_k.shape[3])
     page = shared_k.shape[1]
     if runtime.mode()[0] == "fallback":
         if mutant_code(mutant):
@@ -373,4 +438,4 @@ def paged_decode_attention(
     return _launch(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table,
                    scale=scale, key_scale=key_scale, rope=rope, slots=page_table.shape[1] * page,
                    num_splits=num_splits, group_size=group_size, block_t=block_t, num_warps=num_warps,
-                   mutant=mutant, dot=dot)
+                   mutant=mutant, dot=dot, private=private, programs_per_sm=programs_per_sm)

@@ -120,7 +120,7 @@ def extend_attention(
                               latent_v=latent_v, basis_k=basis_k, basis_v=basis_v, lengths=lengths,
                               page_table=page_table, key_scale=key_scale),
                       num_splits=None, group_size=group_size, block_t=block_t, num_warps=num_warps, dot=dot,
-                      mutant=None)
+                      mutant=None, r=latent_k.shape[3])
     if runtime.mode()[0] == "fallback":
         f = lambda t: None if t is None else t.to(torch.float64)  # noqa: E731
         out, lse = reference_extend_attention(
@@ -134,7 +134,8 @@ def extend_attention(
         # at most (still an online rescale between them), where decode's rule allows eight
         block_t = min(128, next_pow2(-(-slots // 2), 32))
     cfg = pick_launch(B=max(N, 1), H=H, d_h=d_h, r=latent_k.shape[3], slots=slots, dtype=q.dtype, device=q.device,
-                      num_splits=1, group_size=group_size, block_t=block_t, num_warps=num_warps, dot=dot)
+                      num_splits=1, group_size=group_size, block_t=block_t, num_warps=num_warps, dot=dot,
+                      private="per_head")  # the extend kernel reads the private stream head by head
     cos = sin = None
     if rope is not None:
         cos, sin = rope_tables(slots, d_h, rope.theta, torch.float64 if cfg.acc_fp64 else torch.float32, q.device)

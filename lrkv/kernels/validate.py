@@ -48,8 +48,13 @@ def check_strides(name: str, t: torch.Tensor, *, writable: bool = False) -> None
 DOT_CHOICES = ("ieee", "lp", "fma", "tf32x3")
 
 
+PRIVATE_CHOICES = ("wide", "per_head")
+MAX_PROGRAMS_PER_SM = 64
+
+
 def check_launch_options(*, num_splits, group_size, block_t, num_warps, H: int, dot=None,
-                         dtype: torch.dtype | None = None, interpreted: bool = False) -> None:
+                         dtype: torch.dtype | None = None, interpreted: bool = False, private=None,
+                         programs_per_sm=None) -> None:
     def _int(name, v):
         if isinstance(v, bool) or not isinstance(v, int):
             raise TypeError(f"{name} must be an int or None, got {type(v).__name__}")
@@ -70,6 +75,12 @@ def check_launch_options(*, num_splits, group_size, block_t, num_warps, H: int, 
         _int("num_warps", num_warps)
         if num_warps not in NUM_WARPS_CHOICES:
             raise ValueError(f"num_warps must be one of {NUM_WARPS_CHOICES}, got {num_warps}")
+    if private is not None and private not in PRIVATE_CHOICES:
+        raise ValueError(f"private must be one of {PRIVATE_CHOICES} or None, got {private!r}")
+    if programs_per_sm is not None:
+        _int("programs_per_sm", programs_per_sm)
+        if not 1 <= programs_per_sm <= MAX_PROGRAMS_PER_SM:
+            raise ValueError(f"programs_per_sm must lie in [1, {MAX_PROGRAMS_PER_SM}], got {programs_per_sm}")
     if dot is not None:
         if dot not in DOT_CHOICES:
             raise ValueError(f"dot must be one of {DOT_CHOICES} or None, got {dot!r}")

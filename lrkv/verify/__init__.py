@@ -1,7 +1,8 @@
 """lrkv.verify — the verification harness (DESIGN §4, §6, §7; docs/harness.md).
 
     backend     the backend protocol, BaseBackend, the registry (names and module:attr paths)
-    backends    built-ins: reference, materialized, eager, inductor  (inductor.py compiles)
+    backends    built-ins: reference, materialized, eager, inductor, inductor-cudagraphs  (inductor.py
+                compiles: CPU, or CUDA through inductor's Triton)
     tiled       a tiled split-K online-softmax decode in plain PyTorch (backend `tiled`)
     cases       Case, input drawing (rounded to the case dtype); grid.py: default/quick/mutants
     metrics     max_abs, max_rel, mean_abs, cos_diff, sqnr_db, nonfinite_match

@@ -74,7 +74,8 @@ _REGISTRY: dict[str, str | Callable[[], Any]] = {
     "reference": "lrkv.verify.backends:ReferenceBackend",
     "materialized": "lrkv.verify.backends:MaterializedBackend",
     "eager": "lrkv.verify.backends:EagerBackend",
-    "inductor": "lrkv.verify.backends:InductorBackend",
+    "inductor": "lrkv.verify.backends:InductorBackend",  # CUDA when torch sees one, else the CPU
+    "inductor-cudagraphs": "lrkv.verify.backends:inductor_cudagraphs",  # CUDA graphs; CUDA only
     "tiled": "lrkv.verify.tiled:TiledBackend",
     "triton": "lrkv.kernels.backend:TritonBackend",
     "onnxruntime": "lrkv.compiled.backends:OnnxRuntimeBackend",

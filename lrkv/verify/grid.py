@@ -20,6 +20,12 @@ static shape) — T is dynamic. So the float32/float64 cases share nine kernel f
 use BASE with B = 3), the layer levels reuse those decode graphs (H = 4, d_h = 32, r = 6,
 B = 3) and add four projection graphs; the other shapes run at bfloat16/float16, where
 `eager` (and any user backend) checks them without a compile.
+
+Devices: a case has none. The harness draws inputs and runs the oracle on the CPU; a backend
+that runs elsewhere moves the inputs there and its outputs back (triton; inductor, which is on
+CUDA whenever torch sees a device). So on a CUDA machine `lrkv verify --backend inductor`
+runs this same grid on the GPU, and there it also claims the bfloat16/float16 cases — compiles
+outside the CPU budget above, not yet measured on a GPU.
 """
 
 from __future__ import annotations

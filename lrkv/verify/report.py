@@ -274,11 +274,13 @@ def render_markdown(report: dict) -> str:
     ]
     rows = []
     roles = {b["name"]: b.get("role", "verified") for b in report["backends"]}
+    devices = {b["name"]: b["device"] for b in report["backends"] if b.get("device")}
     for b, counts in summarize(recs)["by_backend"].items():
         mine = [r for r in recs if r["backend"] == b and r["ratio"] is not None and r["status"] != "xfail"]
         worst = max(mine, key=lambda r: parse_float(r["ratio"]), default=None)
         secs = sum(r["seconds"] for r in recs if r["backend"] == b)
         label = f"{b} (baseline path)" if roles.get(b) == "baseline" else b
+        label += f" · {devices[b]}" if b in devices else ""
         rows.append([label, counts["pass"], counts["fail"], counts["error"], counts["skip"], counts["xfail"],
                      "—" if worst is None else f"{_g(worst['ratio'])} ({worst['id']})", f"{secs:.1f}s"])
     lines += _table(["backend", "pass", "fail", "error", "skip", "xfail", "worst max|err|/bound", "time"], rows)

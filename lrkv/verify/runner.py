@@ -292,9 +292,13 @@ def backend_info(backend, label: str) -> dict:
         ok, why = check_available(backend, label)
     except (ValueError, TypeError) as e:
         ok, why = False, str(e)
-    return {"name": backend.name, "ref": label, "role": role_of(backend), "available": bool(ok),
+    info = {"name": backend.name, "ref": label, "role": role_of(backend), "available": bool(ok),
             "reason": why or "", "levels": sorted(backend.levels), "dtypes": [dtype_name(d) for d in backend.dtypes],
             "description": str(getattr(backend, "description", ""))}
+    device = getattr(backend, "device", None)  # where a device-generic backend runs ('cpu', 'cuda')
+    if isinstance(device, str) and device:
+        info["device"] = device
+    return info
 
 
 def not_applicable(backend, case: Case) -> str:

@@ -1,0 +1,180 @@
+"""The wide private path of the decode kernel: one [BLOCK_T, G·r] latent tile per head group,
+every head's private logits (Eq. 6) and private value accumulation (Eq. 7) in one tl.dot each
+against a block-diagonal operand. It must agree with the float64 oracle and with the per-head
+path on every layout it can be handed (contiguous — the vectorised HR_CONTIG addressing —
+strided, head-major, paged), at every group padding; and the launch heuristics and option
+checks that choose it must say what they do.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from lrkv.kernels import decode as decode_mod  # noqa: E402
+from lrkv.kernels.decode import (  # noqa: E402
+    WIDE_LIMIT_COLUMNS, WIDE_MAX_COLUMNS, decode_attention, hr_contiguous, paged_decode_attention, pick_launch,
+)
+from lrkv.kernels.paged import paginate  # noqa: E402
+from lrkv.kernels.testing import kernel_context, make_case, tight_check, tolerance_rule  # noqa: E402
+from lrkv.reference.cache import FactoredCache  # noqa: E402
+from lrkv.reference.rope import ExactRope  # noqa: E402
+
+pytestmark = [pytest.mark.triton, pytest.mark.equivalence]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _kernels_live():
+    with kernel_context():
+        yield
+
+
+def run(case, **kw):
+    return decode_attention(*case.args(), scale=case.scale, key_scale=case.inputs["key_scale"], rope=case.rope,
+                            **kw)
+
+
+def assert_tight(case, dtype, **kw):
+    out, lse = run(case, **kw)
+    ref_out, ref_lse = case.reference()
+    for name, a, b in (("out", out, ref_out), ("lse", lse, ref_lse)):
+        ok, err, bound = tight_check(a, b, dtype)
+        assert ok, f"{name}: max|err| {err:.3g} > {bound:.3g} ({dtype}, {kw})"
+    return out, lse
+
+
+def _head_major(t: torch.Tensor) -> torch.Tensor:
+    """The same values as a [B, T, H, r] view of a [B, H, T, r] allocation (stride(2) = T·r)."""
+    return t.permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3)
+
+
+def _padded_rank(t: torch.Tensor) -> torch.Tensor:
+    """A [.., H, r] view of a [.., H, r + 4] allocation with NaN in the unused columns."""
+    big = torch.full((*t.shape[:3], t.shape[3] + 4), float("nan"), dtype=t.dtype, device=t.device)
+    big[..., 2:2 + t.shape[3]] = t
+    return big[..., 2:2 + t.shape[3]]
+
+
+LAYOUTS = {"contiguous": lambda t: t, "head_major": _head_major, "padded_rank": _padded_rank}
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", (torch.float64, torch.float32), ids=str)
+@pytest.mark.parametrize("rope,key_scale", [(None, False), (None, True), (ExactRope(), True)],
+                         ids=["none", "ks", "exact-ks"])
+def test_wide_matches_oracle_and_per_head(layout, dtype, rope, key_scale):
+    case = make_case(B=3, T=40, H=5, d_h=32, r=7, lengths=[40, 17, 0], dtype=dtype, key_scale=key_scale,
+                     rope=rope, seed=21)
+    case.inputs["latent_k"] = LAYOUTS[layout](case.inputs["latent_k"])
+    case.inputs["latent_v"] = LAYOUTS[layout](case.inputs["latent_v"])
+    assert hr_contiguous(case.inputs["latent_k"], case.inputs["latent_v"]) == (layout == "contiguous")
+    wide = assert_tight(case, dtype, private="wide", num_splits=2)
+    per_head = assert_tight(case, dtype, private="per_head", num_splits=2)
+    for a, b in zip(wide, per_head):  # two orders of the same sums: agree to rounding
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12 if dtype == torch.float64 else 2e-5)
+
+
+@pytest.mark.parametrize("group_size,r", [(1, 7), (2, 7), (3, 7), (5, 7), (3, 1), (2, 17), (4, 33)])
+def test_wide_group_paddings(group_size, r):
+    # G·r = 7 .. 132: tiles of 16 .. 256 columns, with masked tail columns and padded heads
+    # (H = 5 in groups of 2 leaves a last group with one real head)
+    case = make_case(B=2, T=33, H=5, d_h=16, r=r, lengths=[33, 9], seed=22, key_scale=True)
+    assert_tight(case, torch.float64, private="wide", group_size=group_size, num_splits=3)
+
+
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16), ids=str)
+def test_wide_low_precision_rule(dtype):
+    # float16 runs the GPU's 16-bit tl.dot path here (the block-diagonal query split into
+    # hi + lo halves once per program); bfloat16 runs it in float32 (no bf16 matmul in numpy)
+    case = make_case(B=3, T=48, H=6, d_h=32, r=7, lengths=[48, 29, 1], dtype=dtype, key_scale=True, seed=23,
+                     q_mult=3.0)
+    out, lse = run(case, private="wide")
+    assert out.dtype == dtype and lse.dtype == torch.float32
+    for name, a, ref, base in (("out", out, case.reference()[0], case.baseline()[0]),
+                               ("lse", lse, case.reference()[1], case.baseline()[1])):
+        res = tolerance_rule(a, ref, base, dtype)
+        assert res.passed, f"{name} {dtype}: {res}"
+
+
+def test_wide_paged_matches_contiguous():
+    case = make_case(B=2, T=48, H=5, d_h=16, r=6, lengths=[48, 21], seed=24, key_scale=True, rope=ExactRope())
+    i = case.inputs
+    cache = FactoredCache(shared_k=i["shared_k"], shared_v=i["shared_v"], latent_k=i["latent_k"],
+                          latent_v=i["latent_v"], lengths=i["lengths"], key_scale=i["key_scale"])
+    p = paginate(cache, 16, generator=torch.Generator().manual_seed(3))
+    out, lse = paged_decode_attention(i["q"], p.shared_k, p.shared_v, p.latent_k, p.latent_v, i["basis_k"],
+                                      i["basis_v"], p.lengths, p.page_table, scale=case.scale,
+                                      key_scale=p.key_scale, rope=case.rope, private="wide")
+    ref_out, ref_lse = run(case, private="per_head")
+    torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-12)
+    torch.testing.assert_close(lse, ref_lse, rtol=0, atol=1e-12)
+
+
+def test_wide_nan_garbage_in_neighbouring_heads_not_read():
+    # The contiguous fast path reads the group's columns as one run: the run must stop at the
+    # group's last head, so a NaN in the next group's latents (or past H) never enters.
+    case = make_case(B=1, T=20, H=4, d_h=16, r=5, lengths=[20], seed=25)
+    i = case.inputs
+    for name in ("latent_k", "latent_v"):
+        big = torch.full((1, 20, 5, 5), float("nan"), dtype=torch.float64, device=i[name].device)
+        big[:, :, :4] = i[name]
+        i[name] = big[:, :, :4]  # a [.., 4, 5] view of a [.., 5, 5] allocation: stride(2) == r
+    assert hr_contiguous(i["latent_k"], i["latent_v"])
+    for g in (1, 2, 3, 4):
+        out, _ = assert_tight(case, torch.float64, private="wide", group_size=g)
+        assert torch.isfinite(out).all()
+
+
+# ------------------------------------------------------------------ launch heuristics
+CPU = torch.device("cpu")
+
+
+@pytest.mark.parametrize("H,r,group,n_groups", [(18, 55, 9, 2), (32, 54, 8, 4), (4, 6, 4, 1), (8, 128, 4, 2)])
+def test_wide_is_the_default_and_sizes_the_group(H, r, group, n_groups):
+    cfg = pick_launch(B=1, H=H, d_h=128, r=r, slots=4096, dtype=torch.bfloat16, device=CPU)
+    assert cfg.private == "wide"
+    assert (cfg.group_size, cfg.n_groups) == (group, n_groups)
+    assert group * r <= cfg.block_gr <= WIDE_MAX_COLUMNS
+
+
+def test_per_head_where_wide_cannot_run():
+    cfg = pick_launch(B=1, H=4, d_h=32, r=8, slots=64, dtype=torch.float64, device=CPU, dot="fma")
+    assert cfg.private == "per_head"  # broadcast-and-sum products: no tl.dot for the wide tile
+    cfg = pick_launch(B=1, H=2, d_h=32, r=WIDE_LIMIT_COLUMNS + 1, slots=64, dtype=torch.float32, device=CPU)
+    assert cfg.private == "per_head"
+
+
+def test_gpu_launch_defaults(monkeypatch):
+    # what a CUDA run would pick (132 SMs, as on an H200), without a GPU
+    monkeypatch.setattr(decode_mod, "_num_sms", lambda device: 132)
+    monkeypatch.setattr(decode_mod.runtime, "is_interpreted", lambda: False)
+    cuda = torch.device("cuda")
+    cfg = pick_launch(B=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16, device=cuda)
+    assert (cfg.private, cfg.block_t, cfg.num_warps, cfg.dot) == ("wide", 16, 8, "lp")
+
+    def expected_splits(pps):  # pps x SMs programs over the (b, group) pairs, in whole tiles
+        want = -(-pps * 132 // (8 * 2))
+        size = -(-(-(-32768 // want)) // 16) * 16
+        return -(-32768 // size)
+
+    assert cfg.num_splits == expected_splits(2) == 17
+    more = pick_launch(B=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16, device=cuda, programs_per_sm=8)
+    assert more.num_splits == expected_splits(8) == 64 and more.programs_per_sm == 8
+    f64 = pick_launch(B=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.float64, device=cuda)
+    assert (f64.private, f64.dot) == ("per_head", "fma")
+
+
+@pytest.mark.parametrize("kw,exc,match", [
+    (dict(private="blockdiag"), ValueError, "private must be one of"),
+    (dict(private="wide", dot="fma"), ValueError, "needs tl.dot"),
+    (dict(private="wide", group_size=5, r_override=500), ValueError, "at most 2048 fit"),
+    (dict(programs_per_sm=0), ValueError, "programs_per_sm must lie in"),
+    (dict(programs_per_sm=True), TypeError, "programs_per_sm must be an int"),
+])
+def test_bad_launch_options_refused_before_launch(kw, exc, match):
+    r = kw.pop("r_override", 3)
+    case = make_case(B=1, T=8, H=5, d_h=16, r=r, lengths=[8], seed=26)
+    with pytest.raises(exc, match=match):
+        run(case, **kw)
