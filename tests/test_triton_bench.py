@@ -140,6 +140,8 @@ def test_cli_sweep_bad_knob_exits_2(tmp_path, capsys):
             parse_knob(bad)
         assert main(["bench", "--sweep", "--device", "cpu", "--sweep-knob", bad, "--out", str(tmp_path)]) == 2
         assert words in capsys.readouterr().out
+    assert main(["bench", "--sweep-knob", "block_t=16", "--out", str(tmp_path)]) == 2  # without --sweep
+    assert "only with --sweep" in capsys.readouterr().out
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: the GPU paths run for real")

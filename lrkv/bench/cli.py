@@ -35,7 +35,8 @@ EXIT_CODES = """exit codes:
        TRITON_INTERPRET=1 (the Triton kernel cannot run)
   4    not used: a timing run has nothing to verify (rows that do not fit memory are
        reported as skipped rows in the table)
-  130  interrupted (Ctrl-C); nothing is written
+  130  interrupted (Ctrl-C); no report is written (the shapes finished so far are in
+       OUT/bench.partial.json)
 """
 
 
@@ -137,6 +138,9 @@ def _bench(args) -> int:
     console = Console()
     if not console.is_terminal:  # a pipe or CI log reports 80 columns; the table needs ~100
         console = Console(width=max(console.width, 120))
+    if args.sweep_knob and not args.sweep:
+        console.print("[red]--sweep-knob: only with --sweep[/red]")
+        return 2
     if args.roofline:
         return _roofline(args, console)
     if args.sweep and not args.from_json:
