@@ -119,11 +119,14 @@ def test_cli_sweep_writes_json_and_markdown(tiny_scale, tmp_path):
 
     with runtime.interpreter():
         rc = main(["bench", "--sweep", "--device", "cpu", "--scales", tiny_scale, "--batch", "1", "--seq-lens", "32",
-                   "--out", str(tmp_path), "--no-progress", "--budget-s", "60"])
+                   "--out", str(tmp_path), "--no-progress", "--budget-s", "60", "--sweep-knob", "block_t=16,32",
+                   "--sweep-knob", "num_warps=4", "--sweep-knob", "private=wide", "--sweep-knob", "programs_per_sm=2"])
     assert rc == 0
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert saved["rows"] == [] and saved["sweep"]["spec"].startswith("lrkv-H4-dh16-r3") and saved["sweep"]["points"]
     assert saved["machine"]["copy_bandwidth"] > 0
+    assert [p["knobs"]["block_t"] for p in saved["sweep"]["points"]] == [16, 32]  # --sweep-knob took effect
+    assert saved["sweep"]["values"]["group_size"] == [6, 9, 18]  # the knobs not named keep their defaults
     assert "Launch-shape sweep" in (tmp_path / "bench.md").read_text()
 
 
