@@ -8,7 +8,8 @@ What is pinned down:
     across two cache lengths with one compile;
   * the bytes a row reports equal the nbytes of the tensors the step reads;
   * timing: rounds interleave with rotation, ratios are per-round medians;
-  * grids, targets (PASS/MISS logic), the roofline's closed forms, JSON round trip, the
+  * grids, targets (PASS/MISS logic of issue 7's CPU rule and issue 14's GPU rules, on
+    synthetic rows), GQA at LRKV's bytes, the time budget, the roofline's closed forms, JSON round trip, the
     table/Markdown/plot renderers and the CLI on a saved result;
   * an end-to-end run of the runner on a tiny scale with the eager backend.
 The whole file runs in well under a minute on two CPU cores (one compile per compiled test).
@@ -22,17 +23,18 @@ import pytest
 import torch
 
 from lrkv.bench import roofline, stream
-from lrkv.bench.backends import InductorSteps, SdpaSteps, TritonSteps, step_backends
+from lrkv.bench.backends import BACKEND_NAMES, GPU_BACKENDS, InductorSteps, SdpaSteps, TritonSteps, step_backends
 from lrkv.bench.families import (
-    CACHE_TENSORS, FAMILIES, make_inputs, payload_ratio, read_bytes, reference_step, step_args, weight_elements,
+    CACHE_TENSORS, FAMILIES, equal_bytes_kv_heads, make_inputs, payload_ratio, read_bytes, reference_step, step_args,
+    weight_elements,
 )
-from lrkv.bench.grid import GRIDS, BenchGrid
+from lrkv.bench.grid import CPU_FAMILIES, GRIDS, BenchGrid
 from lrkv.bench.machine import Machine, cpu_model, describe_machine, measure_copy_bandwidth, measure_gemm_flops
-from lrkv.bench.report import cells, headline, markdown_table, rich_tables
+from lrkv.bench.report import cells, footnotes, headline, markdown_table, rich_tables, targets_markdown
 from lrkv.bench.result import BenchResult, BenchRow
 from lrkv.bench.runner import RunOptions, run_bench
 from lrkv.bench.steps_baselines import GEMM_MIN_HEADS
-from lrkv.bench.targets import check_targets
+from lrkv.bench.targets import GPU_RULES, check_targets
 from lrkv.bench.timing import Samples, interleave, round_ratios
 from lrkv.spec import PAPER_SCALES, AttentionSpec, PaperScale, cache_ratio
 
@@ -167,6 +169,8 @@ def test_grids():
     assert 131072 in GRIDS["full"].for_device("cuda").seq_lens
     assert 131072 not in GRIDS["full"].for_device("cpu").seq_lens
     assert GRIDS["quick"].shapes() == [("2.5B", 1, 1024), ("2.5B", 1, 8192)]
+    for g in GRIDS.values():  # GQA at LRKV's bytes is a GPU target's peer; the CPU grids leave it out
+        assert "gqa-eq" in g.for_device("cuda").families and g.for_device("cpu").families == CPU_FAMILIES
     with pytest.raises(ValueError, match="mha"):
         BenchGrid("x", ("2.5B",), (1,), (8,), families=("lrkv",))
     with pytest.raises(ValueError, match="unknown families"):
@@ -174,12 +178,23 @@ def test_grids():
 
 
 def test_step_backends():
+    from lrkv.bench import cli
+    from lrkv.kernels import runtime
+
     assert [b.name for b in step_backends("cpu")] == ["inductor"]
-    assert [b.name for b in step_backends("cuda")] == ["inductor", "triton", "sdpa"]
+    assert [b.name for b in step_backends("cuda")] == list(GPU_BACKENDS)
+    assert GPU_BACKENDS == ("inductor", "triton", "triton-paged", "triton-rope", "sdpa")
+    assert cli.BACKEND_NAMES == BACKEND_NAMES  # the CLI's torch-free copy of the names
     with pytest.raises(ValueError, match="unknown bench backend"):
         step_backends("cpu", ["flash"])
-    triton, sdpa = step_backends("cpu", ["triton", "sdpa"])
-    assert not triton.available("cpu")[0] and not sdpa.available("cpu")[0]  # GPU-only, with a reason
+    with pytest.raises(ValueError, match="variant"):
+        TritonSteps("ragged")
+    triton, paged, sdpa = step_backends("cpu", ["triton", "triton-paged", "sdpa"])
+    assert (triton.variant, paged.variant) == ("contiguous", "paged")
+    assert not sdpa.available("cpu")[0]  # GPU-only, with a reason
+    # on a CPU the kernel runs in the interpreter only (a dry run of the code path), never "natively"
+    ok, why = triton.available("cpu")
+    assert ok == (runtime.mode()[0] == "interpreter") and (ok or "TRITON_INTERPRET" in why)
     assert triton.supports(FAMILIES["lrkv"])[0] and not triton.supports(FAMILIES["mha"])[0]
     assert sdpa.supports(FAMILIES["gqa"])[0] and not sdpa.supports(FAMILIES["mla"])[0]
 
@@ -235,12 +250,102 @@ def test_cpu_target_pass_miss_and_scope():
     assert "1.15" in rows[0].target_rule
 
 
-def test_gpu_target():
-    rows = [_row(device="cuda", backend="triton", batch=8, seq_len=16384, bandwidth_frac=0.76),
-            _row(device="cuda", backend="triton", batch=8, seq_len=16384, bandwidth_frac=0.74),
-            _row(device="cuda", backend="triton", batch=4, seq_len=16384, bandwidth_frac=0.9)]
+def _gpu_shape(scale="2.5B", B=8, T=16384, *, lrkv=1.0, mha=2.0, gqa=1.0, paged=1.05, rope=1.5, frac=0.8,
+               rounds=3):
+    """Rows of one GPU shape with the given times (ms, every round alike)."""
+    def row(family, backend, ms, **kw):
+        return _row(scale=scale, family=family, backend=backend, device="cuda", dtype="bfloat16", batch=B,
+                    seq_len=T, time_s=ms * 1e-3, samples_s=[ms * 1e-3] * rounds, **kw)
+
+    return [row("lrkv", "triton", lrkv, bandwidth_frac=frac), row("mha", "sdpa", mha),
+            row("gqa-eq", "sdpa", gqa), row("lrkv", "triton-paged", paged), row("lrkv", "triton-rope", rope)]
+
+
+def _verdicts(rows):
+    return {(r.backend, c["rule"]): c["verdict"] for r in rows for c in r.checks}
+
+
+def test_gpu_targets_issue14_pass():
+    rows = _gpu_shape()
+    checked = check_targets(BenchResult(_machine(device="cuda"), {}, rows))
+    assert [r.backend for r in checked] == ["triton", "triton-paged", "triton-rope"]
+    assert all(r.target == "PASS" for r in checked), [r.target_rule for r in checked]
+    assert set(_verdicts(rows)) == {("triton", "bandwidth"), ("triton", "vs-mha"), ("triton", "vs-gqa"),
+                                    ("triton-paged", "paged"), ("triton-rope", "rope")}
+    assert "0.5 PASS" in rows[0].target_rule and "t/t_sdpa_mha <= 0.6" in rows[0].target_rule
+
+
+@pytest.mark.parametrize("change,rule", [
+    (dict(frac=0.74), ("triton", "bandwidth")),  # under 75 % of the copy bandwidth
+    (dict(lrkv=1.21, gqa=1.25, paged=1.3, rope=1.9), ("triton", "vs-mha")),  # 0.605 x SDPA MHA
+    (dict(gqa=0.86), ("triton", "vs-gqa")),  # 1.163 x GQA at equal bytes
+    (dict(paged=1.11), ("triton-paged", "paged")),  # paged 11 % slower than contiguous
+    (dict(rope=1.61), ("triton-rope", "rope")),  # exact RoPE 1.61 x no RoPE
+])
+def test_gpu_targets_issue14_miss(change, rule):
+    """Each rule says NO just past its bound, and only that rule (the others still PASS)."""
+    rows = _gpu_shape(**change)
     check_targets(BenchResult(_machine(device="cuda"), {}, rows))
-    assert [r.target for r in rows] == ["PASS", "MISS", None]
+    verdicts = _verdicts(rows)
+    assert verdicts[rule] == "MISS"
+    assert all(v == "PASS" for k, v in verdicts.items() if k != rule), verdicts
+    judged = next(r for r in rows if r.backend == rule[0])
+    assert judged.target == "MISS" and "MISS" in judged.target_rule
+
+
+def test_gpu_targets_scope_latency_and_missing_peer():
+    # B = 1, T = 32K: the latency rule (<= 0.7 x SDPA MHA) replaces the bandwidth/0.6 pair
+    lat = _gpu_shape(B=1, T=32768, lrkv=1.0, mha=1.45)
+    check_targets(BenchResult(_machine(device="cuda"), {}, lat))
+    assert _verdicts(lat)[("triton", "latency")] == "PASS" and ("triton", "bandwidth") not in _verdicts(lat)
+    lat = _gpu_shape(B=1, T=32768, lrkv=1.0, mha=1.4)  # 0.714 > 0.7
+    check_targets(BenchResult(_machine(device="cuda"), {}, lat))
+    assert _verdicts(lat)[("triton", "latency")] == "MISS"
+    # B = 4 at 16K: only the relative rules; T = 4K: none; a non-paper scale: no bandwidth/0.6 rules
+    small = _gpu_shape(B=4) + _gpu_shape(T=4096) + _gpu_shape(scale="tiny")
+    check_targets(BenchResult(_machine(device="cuda"), {}, small))
+    assert {c["rule"] for c in small[0].checks} == {"vs-gqa"} and small[5].checks == []
+    assert {c["rule"] for c in small[10].checks} == {"vs-gqa"}
+    # a peer that errored is a MISS that says so, never a silent PASS; a peer the run left out is SKIP
+    rows = [r for r in _gpu_shape() if r.family != "gqa-eq"]
+    rows[1].status, rows[1].time_s, rows[1].reason = "error", None, "RuntimeError: boom"  # SDPA MHA errored
+    check_targets(BenchResult(_machine(device="cuda"), {}, rows))
+    c = {c["rule"]: c for c in rows[0].checks}
+    assert c["vs-mha"]["verdict"] == "MISS" and "boom" in c["vs-mha"]["why"]
+    assert c["vs-gqa"]["verdict"] == "SKIP" and "no gqa-eq/sdpa row in this run" in c["vs-gqa"]["why"]
+    assert rows[0].target == "MISS" and "SKIP" in rows[0].target_rule
+    only = [r for r in _gpu_shape(B=4) if r.family != "gqa-eq"]  # its one rule (vs-gqa) has no peer
+    assert check_targets(BenchResult(_machine(device="cuda"), {}, only)) == [r for r in only if r.backend != "triton"
+                                                                             and r.family == "lrkv"]
+    assert only[0].target is None and only[0].checks[0]["verdict"] == "SKIP"
+
+
+def test_gpu_target_ratio_is_per_round():
+    """A drift that slows both rows alike leaves the per-round ratio at 0.5 (the medians' ratio
+    would be 0.5 too here, but the rule must use the rounds when they pair up)."""
+    rows = _gpu_shape()
+    rows[0].samples_s, rows[1].samples_s = [1e-3, 4e-3, 2e-3], [2e-3, 8e-3, 4e-3]
+    rows[0].time_s, rows[1].time_s = 2e-3, 1e-3  # inconsistent medians: only the rounds count
+    check_targets(BenchResult(_machine(device="cuda"), {}, rows))
+    assert next(c for c in rows[0].checks if c["rule"] == "vs-mha")["value"] == pytest.approx(0.5)
+
+
+def test_check_targets_exit_code_and_markdown(tmp_path):
+    """`lrkv bench --from-json F --check-targets` exits 1 on a MISS, 0 without the flag."""
+    from lrkv.cli import main
+
+    rows = _gpu_shape(paged=1.2)
+    result = BenchResult(_machine(device="cuda"), {"device": "cuda", "backends": ["triton", "sdpa"]}, rows)
+    check_targets(result)
+    rows[2].payload_ratio, rows[2].spec = 0.5, "gqa-H18-dh128-kv9"  # the bytes ratio is printed
+    assert any("gqa-H18-dh128-kv9" in n and "1.031x LRKV's" in n for n in footnotes(result))
+    md = targets_markdown(result)
+    assert "| 2.5B | 8 | 16K | lrkv / triton-paged | t_paged16/t_contiguous <= 1.1 (T >= 16K) | 1.2 | 1.1 | MISS |" in md
+    assert len(GPU_RULES) == 6
+    path = result.write_json(tmp_path / "r.json")
+    assert main(["bench", "--from-json", str(path), "--out", str(tmp_path / "a"), "--no-plot"]) == 0
+    assert main(["bench", "--from-json", str(path), "--out", str(tmp_path / "b"), "--no-plot", "--check-targets"]) == 1
+    assert "**Targets**" in (tmp_path / "b" / "bench.md").read_text()
 
 
 # ----------------------------------------------------------------------------- roofline
@@ -286,7 +391,7 @@ def _tiny_run(tiny_scale):
 
 def test_runner_end_to_end_eager(tiny_scale, tmp_path):
     result = _tiny_run(tiny_scale)
-    assert len(result.rows) == 2 * len(FAMILIES)
+    assert len(result.rows) == 2 * len(CPU_FAMILIES)
     assert all(r.status == "ok" for r in result.rows), [(r.family, r.reason) for r in result.rows]
     for r in result.rows:
         assert r.time_s > 0 and len(r.samples_s) == 2 and r.bytes_total > 0 and r.vs_mha > 0
@@ -337,6 +442,24 @@ def test_renderers_and_cli_from_json(tiny_scale, tmp_path, monkeypatch):
     assert plot.plot_result(result, tmp_path / "q.png") == (None, "matplotlib is not installed (test)")
 
 
+def test_equal_bytes_gqa():
+    """n_kv divides H and is the divisor whose cache is nearest LRKV's 2·d_h + 2·H·r elements."""
+    from lrkv.spec import cache_elements
+
+    for label, want in (("2.5B", 9), ("6.3B", 16)):
+        scale = PAPER_SCALES[label]
+        lrkv = FAMILIES["lrkv"].spec(scale)
+        n_kv, ratio = equal_bytes_kv_heads(lrkv)
+        assert n_kv == want and scale.n_heads % n_kv == 0
+        assert ratio == pytest.approx(2 * n_kv * 128 / (2 * 128 + 2 * scale.n_heads * scale.rank))
+        gqa = FAMILIES["gqa-eq"].spec(scale)
+        assert gqa.n_kv_heads == n_kv
+        assert cache_elements(gqa) / cache_elements(lrkv, include_key_scale=False) == pytest.approx(ratio)
+        others = [n for n in range(1, scale.n_heads + 1) if scale.n_heads % n == 0 and n != n_kv]
+        assert all(abs(2 * n * 128 - cache_elements(lrkv)) > abs(2 * n_kv * 128 - cache_elements(lrkv)) for n in others)
+    assert equal_bytes_kv_heads(FAMILIES["lrkv"].spec(TINY))[0] == 2  # 1 + H·r/d_h = 1.75 -> 2
+
+
 def test_cli_grid_overrides():
     import argparse
 
@@ -347,3 +470,72 @@ def test_cli_grid_overrides():
                             rounds=None)
     grid = build_grid(ns)
     assert grid.batches == (2,) and grid.families == ("mha", "lrkv") and grid.name == "quick+custom"
+    on_gpu = grid.for_device("cuda")  # what the user names holds on a GPU too
+    assert on_gpu.batches == (2,) and on_gpu.families == ("mha", "lrkv") and on_gpu.seq_lens == (1024, 16384)
+
+
+def test_runner_time_budget_skips_the_rest(tiny_scale):
+    grid = BenchGrid("t", (tiny_scale,), (1,), (16, 32), families=("mha", "lrkv"), rounds=1)
+    result = run_bench(grid, RunOptions(backends=["eager"], measure_machine=False, budget_s=0.0))
+    assert len(result.rows) == 4 and {r.status for r in result.rows} == {"skipped"}
+    assert all("--budget-s" in r.reason for r in result.rows)
+
+
+def test_runner_checkpoints_after_each_shape_and_survives_input_oom(tiny_scale, monkeypatch):
+    """The rows so far reach the checkpoint after every shape (ci/gpu-check keeps them if the run
+    is killed); a shape whose inputs do not fit errors its own rows, and the next shape still runs."""
+    from lrkv.bench import runner
+
+    seen = []
+    real = runner.make_inputs
+
+    def oom_at_32(spec, B, T, **kw):
+        if T == 32:
+            raise RuntimeError("CUDA out of memory (test)")
+        return real(spec, B, T, **kw)
+
+    monkeypatch.setattr(runner, "make_inputs", oom_at_32)
+    grid = BenchGrid("t", (tiny_scale,), (1,), (16, 32, 64), families=("mha", "lrkv"), rounds=1)
+    result = run_bench(grid, RunOptions(backends=["eager"], measure_machine=False, min_sample_s=1e-4,
+                                        checkpoint=lambda rows: seen.append(len(rows))))
+    assert seen == [2, 4, 6]
+    status = {(r.seq_len, r.family): (r.status, r.reason) for r in result.rows}
+    assert status[32, "lrkv"][0] == "error" and "out of memory" in status[32, "lrkv"][1]
+    assert status[16, "lrkv"][0] == status[64, "mha"][0] == "ok"
+
+
+def test_cli_run_leaves_no_partial_file(tiny_scale, tmp_path, monkeypatch):
+    from lrkv.bench import cli
+    from lrkv.cli import main
+
+    written = []
+    real = cli._checkpoint
+
+    def spy(path):
+        write = real(path)
+        return lambda rows: (write(rows), written.append(path.exists()))
+
+    monkeypatch.setattr(cli, "_checkpoint", spy)
+    rc = main(["bench", "--scales", tiny_scale, "--batch", "1", "--seq-lens", "16", "--families", "lrkv",
+               "--backend", "eager", "--rounds", "1", "--threads", "1", "--out", str(tmp_path), "--no-plot",
+               "--no-progress"])
+    assert rc == 0 and written == [True]  # the rows were checkpointed during the run ...
+    assert (tmp_path / "bench.json").exists() and not (tmp_path / cli.PARTIAL).exists()  # ... and replaced
+
+
+def test_runner_timing_failure_errors_that_shape_only(tiny_scale, monkeypatch):
+    from lrkv.bench import runner
+
+    calls = []
+
+    def flaky(samplers, rounds):
+        calls.append(len(samplers))
+        if len(calls) == 1:
+            raise RuntimeError("CUDA out of memory while timing (test)")
+        return interleave(samplers, rounds)
+
+    monkeypatch.setattr(runner, "interleave", flaky)
+    grid = BenchGrid("t", (tiny_scale,), (1,), (16, 32), families=("mha", "lrkv"), rounds=1)
+    result = run_bench(grid, RunOptions(backends=["eager"], measure_machine=False, min_sample_s=1e-4))
+    by_t = {t: {r.status for r in result.rows if r.seq_len == t} for t in (16, 32)}
+    assert by_t == {16: {"error"}, 32: {"ok"}} and "timing: RuntimeError" in result.rows[0].reason

@@ -1,6 +1,8 @@
-"""The benchmark's code path, on CPU: `python3 -m lrkv.kernels.bench --smoke` runs tiny sizes
-through the interpreter and writes its JSON and Markdown (timings meaningless). The real
-numbers come from ci/gpu-check on a GPU."""
+"""`lrkv bench`'s GPU-only code paths, on CPU through Triton's interpreter (tiny shapes,
+timings meaningless): the Triton rows (contiguous, paged at page 16, exact RoPE) through the
+runner, their outputs against each other and the float64 oracle, the launch-shape sweep and
+its CLI, and the exit codes when neither a GPU nor the interpreter is there. The numbers
+come from `ci/gpu-check` on a GPU."""
 
 from __future__ import annotations
 
@@ -11,18 +13,147 @@ import torch
 
 pytest.importorskip("triton")
 
-from lrkv.kernels import bench  # noqa: E402
+from lrkv.bench import sweep as sweep_mod  # noqa: E402
+from lrkv.bench.backends import TritonSteps  # noqa: E402
+from lrkv.bench.families import FAMILIES, make_inputs, reference_step, step_args  # noqa: E402
+from lrkv.bench.grid import BenchGrid  # noqa: E402
+from lrkv.bench.runner import RunOptions, run_bench  # noqa: E402
+from lrkv.kernels import runtime  # noqa: E402
+from lrkv.spec import PAPER_SCALES, PaperScale  # noqa: E402
 
 pytestmark = [pytest.mark.triton]
+# On a CUDA machine the kernel runs natively and ci/gpu-check times it for real: the
+# interpreter runs of this file are for machines without one.
+on_cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: ci/gpu-check runs these natively")
+
+TINY = PaperScale("tiny", 4, 16, 64, None, 3, 2, 12, "test scale")  # H=4, d_h=16, r=3
+F32 = dict(rtol=2e-5, atol=2e-5)
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: ci/gpu-check runs the real benchmark")
-def test_bench_smoke_writes_reports(tmp_path):
-    rc = bench.main(["--out", str(tmp_path), "--smoke", "--shapes", "lrkv-H18-dh128-r55", "--no-sweep"])
+@pytest.fixture
+def tiny_scale(monkeypatch):
+    monkeypatch.setitem(PAPER_SCALES, "tiny", TINY)
+    return "tiny"
+
+
+@on_cpu_only
+def test_triton_variants_agree_with_the_oracle():
+    """The paged copy (random page order, page 16) and the contiguous cache give the same
+    output; exact RoPE gives the RoPE oracle's — so the three rows time the same math."""
+    from lrkv.reference.lrkv import decode_attention as ref_decode
+    from lrkv.reference.rope import ExactRope
+
+    spec = FAMILIES["lrkv"].spec(TINY)
+    inp = make_inputs(spec, 2, 40, dtype=torch.float32, seed=3)  # 40 slots: the last page is partial
+    args64 = [t.double() if t.is_floating_point() else t for t in step_args(FAMILIES["lrkv"], inp)]
+    with runtime.interpreter():
+        outs = {v: TritonSteps(v).prepare(FAMILIES["lrkv"], spec, inp, "cpu").call() for v in TritonSteps.VARIANTS}
+    ref = reference_step(FAMILIES["lrkv"])(*args64, spec.scale)
+    ref_rope = ref_decode(*args64, scale=spec.scale, rope=ExactRope(), check=False)
+    torch.testing.assert_close(outs["contiguous"][0].double(), ref[0], **F32)
+    torch.testing.assert_close(outs["paged"][0], outs["contiguous"][0], **F32)
+    torch.testing.assert_close(outs["rope"][0].double(), ref_rope[0], **F32)
+    assert not torch.allclose(outs["rope"][0], outs["contiguous"][0])  # RoPE is really applied
+
+
+@on_cpu_only
+def test_runner_times_the_triton_rows_in_the_interpreter(tiny_scale):
+    grid = BenchGrid("t", (tiny_scale,), (2,), (32,), families=("mha", "lrkv"), rounds=1)
+    opts = RunOptions(backends=["eager", "triton", "triton-paged", "triton-rope"], measure_machine=False,
+                      min_sample_s=1e-4, threads=1)
+    with runtime.interpreter():
+        result = run_bench(grid, opts)
+    rows = {(r.family, r.backend): r for r in result.rows}
+    assert set(rows) == {("mha", "eager"), ("lrkv", "eager"), ("lrkv", "triton"), ("lrkv", "triton-paged"),
+                         ("lrkv", "triton-rope")}  # the kernel has no MHA row
+    for b in ("triton", "triton-paged", "triton-rope"):
+        r = rows["lrkv", b]
+        assert r.status == "ok" and r.time_s > 0 and "interpreter" in r.note, (b, r.reason)
+        assert r.launch["num_splits"] >= 1 and r.launch["group_size"] <= TINY.n_heads
+        assert r.target is None  # CPU rows are not judged by the GPU targets
+    assert rows["lrkv", "triton-paged"].bytes_total == rows["lrkv", "triton"].bytes_total
+
+
+def test_sweep_points_follow_the_kernel_signature():
+    knobs = sweep_mod.supported_knobs()
+    assert {"block_t", "num_warps", "group_size"} <= set(knobs)
+    pts = sweep_mod.sweep_points(dict(block_t=(16, 32), num_warps=(4,), group_size=(2, 9, 18), private=("wide",),
+                                      programs_per_sm=(2,)), n_heads=4)
+    assert {p["group_size"] for p in pts} == {2, 4}  # 9 and 18 clamp to H = 4, once
+    assert len(pts) == 4 and all(set(p) == set(knobs) for p in pts)  # knobs the kernel lacks are left out
+
+
+@on_cpu_only
+def test_sweep_in_the_interpreter(monkeypatch):
+    values = dict(block_t=(16, 32), num_warps=(4,), group_size=(2, 4), private=("wide", "per_head"),
+                  programs_per_sm=(1,))
+    real_prepare = TritonSteps.prepare
+
+    def flaky(self, *a, **kw):  # one launch shape fails: recorded as an error point, the sweep goes on
+        if self.launch.get("block_t") == 32 and self.launch.get("group_size") == 2:
+            raise RuntimeError("out of resources (test)")
+        return real_prepare(self, *a, **kw)
+
+    monkeypatch.setattr(TritonSteps, "prepare", flaky)
+    with runtime.interpreter():
+        sw = sweep_mod.run_sweep(TINY, 1, 32, device="cpu", dtype=torch.float32, copy_bandwidth=1e9, values=values)
+    statuses = [p["status"] for p in sw["points"]]
+    n_extra = 2 if "private" in sw["knobs"] else 1  # the kernel may not take `private` yet
+    assert len(statuses) == 4 * n_extra
+    assert statuses.count("error") == n_extra and "out of resources" in sw["points"][statuses.index("error")]["reason"]
+    ok = [p for p in sw["points"] if p["status"] == "ok"]
+    assert ok and all(p["time_s"] > 0 and p["bandwidth_frac"] == pytest.approx(p["bandwidth"] / 1e9) for p in ok)
+    assert all(p["launch"]["block_t"] == p["knobs"]["block_t"] for p in ok)
+    assert sw["best"] in [p["knobs"] for p in ok]
+    assert sorted(sw["unsupported"]) == sorted(k for k in sweep_mod.KNOBS if k not in sw["knobs"])
+    md = sweep_mod.sweep_markdown(sw)
+    assert "Launch-shape sweep" in md and md.count("\n| ") == len(ok) + 1 and f"{n_extra} point(s) not timed" in md
+    skipped = sweep_mod.run_sweep(TINY, 1, 32, device="cpu", dtype=torch.float32, copy_bandwidth=None,
+                                  values=values, budget_s=0.0)
+    assert {p["status"] for p in skipped["points"]} == {"skipped"} and skipped["best"] is None
+
+
+@on_cpu_only
+def test_cli_sweep_writes_json_and_markdown(tiny_scale, tmp_path):
+    from lrkv.cli import main
+
+    with runtime.interpreter():
+        rc = main(["bench", "--sweep", "--device", "cpu", "--scales", tiny_scale, "--batch", "1", "--seq-lens", "32",
+                   "--out", str(tmp_path), "--no-progress", "--budget-s", "60", "--sweep-knob", "block_t=16,32",
+                   "--sweep-knob", "num_warps=4", "--sweep-knob", "private=wide", "--sweep-knob", "programs_per_sm=2"])
     assert rc == 0
-    result = json.loads((tmp_path / "kernel_bench.json").read_text())
-    kinds = [r["kind"] for r in result["rows"]]
-    assert kinds == ["lrkv", "rope-exact"] and not any(r["error"] for r in result["rows"]), result["rows"]
-    row = result["rows"][0]
-    assert row["bytes_unique"] > 0 and row["sdpa_ms"] is not None and row["launch"]["num_splits"] >= 1
-    assert "| lrkv-H18-dh128-r55 |" in (tmp_path / "kernel_bench.md").read_text()
+    saved = json.loads((tmp_path / "bench.json").read_text())
+    assert saved["rows"] == [] and saved["sweep"]["spec"].startswith("lrkv-H4-dh16-r3") and saved["sweep"]["points"]
+    assert saved["machine"]["copy_bandwidth"] > 0
+    assert [p["knobs"]["block_t"] for p in saved["sweep"]["points"]] == [16, 32]  # --sweep-knob took effect
+    assert saved["sweep"]["values"]["group_size"] == [6, 9, 18]  # the knobs not named keep their defaults
+    assert "Launch-shape sweep" in (tmp_path / "bench.md").read_text()
+
+
+def test_cli_sweep_bad_knob_exits_2(tmp_path, capsys):
+    """Bad --sweep-knob values are refused, naming the option, before any device check or timing."""
+    from lrkv.bench.sweep import parse_knob
+    from lrkv.cli import main
+
+    assert parse_knob("block_t=32, 64") == ("block_t", (32, 64))
+    assert parse_knob("private=wide,per_head") == ("private", ("wide", "per_head"))
+    for bad, words in (("tile=16", "NAME=V1,V2"), ("block_t=", "no values"), ("num_warps=4,x", "integers"),
+                       ("programs_per_sm=0", ">= 1"), ("private=narrow", "private")):
+        with pytest.raises(ValueError, match="--sweep-knob"):
+            parse_knob(bad)
+        assert main(["bench", "--sweep", "--device", "cpu", "--sweep-knob", bad, "--out", str(tmp_path)]) == 2
+        assert words in capsys.readouterr().out
+    assert main(["bench", "--sweep-knob", "block_t=16", "--out", str(tmp_path)]) == 2  # without --sweep
+    assert "only with --sweep" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: the GPU paths run for real")
+def test_cli_without_gpu_or_interpreter_exits_3(tmp_path, capsys):
+    from lrkv.cli import main
+
+    if runtime.mode()[0] == "interpreter":
+        pytest.skip("TRITON_INTERPRET=1 is set: the CPU sweep would run")
+    assert main(["bench", "--device", "cuda", "--out", str(tmp_path), "--no-progress"]) == 3
+    assert main(["bench", "--sweep", "--device", "cuda", "--out", str(tmp_path)]) == 3
+    assert main(["bench", "--sweep", "--device", "cpu", "--out", str(tmp_path)]) == 3
+    assert "TRITON_INTERPRET=1" in capsys.readouterr().out

@@ -2,13 +2,19 @@
 
   eager     the same step functions uncompiled: what torch.compile buys (and a fast path
             for the unit tests of the machinery)
-  inductor  torch.compile of the family's step (`lrkv.bench.families`), batch B and cache
-            length T marked dynamic: one compile per (family, scale, formulation) for T ≤ 4K and
-            one for T > 4K (inductor sums more than 4096 float32 terms with a cascade helper,
-            for accuracy, and guards on which side of 4096 a reduction is).
+  inductor  torch.compile of the family's step (`lrkv.bench.families`; on a GPU inductor
+            generates Triton kernels, and the compiled call is captured in a CUDA graph),
+            batch B and cache length T marked dynamic: one compile per (family, scale,
+            formulation) for T ≤ 4K and one for T > 4K (inductor sums more than 4096 float32
+            terms with a cascade helper, for accuracy, and guards on which side of 4096 a
+            reduction is); B = 1 specialises, so B = 1 and B > 1 compile apart.
   triton    LRKV only: the fused split-K kernel of `lrkv.kernels`, looked up through the
             backend registry (`lrkv.verify.backend.get_backend("triton")`) for availability,
-            inputs validated once here, then timed with validation off.
+            inputs validated once here, then timed with validation off. Two variants time
+            the same data another way: `triton-paged` over a paged cache of 16-slot pages in
+            a random page order (`lrkv.kernels.paged.paginate`), `triton-rope` with exact RoPE
+            (the private keys rotated per slot). On a CPU they run only in Triton's
+            interpreter (TRITON_INTERPRET=1): the code path, with meaningless timings.
   sdpa      MHA/GQA/MQA only: torch.nn.functional.scaled_dot_product_attention with one query
             row over the cache viewed [B, n_kv, T, d_h] (enable_gqa), i.e. FlashAttention-style
             decode. It has no length argument, so it is only used on full caches.
@@ -76,6 +82,11 @@ class InductorSteps:
     def available(self, device: str) -> tuple[bool, str]:
         if not torch._dynamo.is_dynamo_supported():
             return False, "torch.compile is not supported on this Python/platform"
+        if device == "cuda":
+            try:
+                import triton  # noqa: F401 — inductor's GPU code generator
+            except Exception as e:  # noqa: BLE001
+                return False, f"inductor on CUDA generates Triton kernels, and triton is not importable: {e}"
         if device == "cpu":
             try:
                 from torch._inductor.cpp_builder import get_cpp_compiler
@@ -129,25 +140,43 @@ class EagerSteps(InductorSteps):
         return _finish(lambda: fn(*args), device)
 
 
+PAGE_SIZE = 16  # the paged variant's page size (the GPU target is stated at 16)
+
+
 class TritonSteps:
-    name = "triton"
+    """The fused Triton kernel on a contiguous cache (`variant` "contiguous"), on a paged copy
+    of the same cache ("paged", pages of PAGE_SIZE slots in a random order), or with exact
+    RoPE ("rope"). `launch` overrides the launch shape (the sweep's knobs)."""
+
+    VARIANTS = {"contiguous": "triton", "paged": "triton-paged", "rope": "triton-rope"}
+
+    def __init__(self, variant: str = "contiguous", **launch):
+        if variant not in self.VARIANTS:
+            raise ValueError(f"variant must be one of {sorted(self.VARIANTS)}, got {variant!r}")
+        self.variant = variant
+        self.name = self.VARIANTS[variant]
+        self.launch = launch
 
     def available(self, device: str) -> tuple[bool, str]:
-        if device != "cuda":
-            return False, "the Triton kernel is timed on a GPU only (the CPU interpreter is for tests)"
+        from ..kernels import runtime
+
+        which, why = runtime.mode()
+        if device == "cpu":
+            if which == "interpreter":
+                return True, ""  # TRITON_INTERPRET=1: the code path runs, timings mean nothing
+            return False, ("the Triton kernel is timed on a GPU (on a CPU it runs in the interpreter only: "
+                           "TRITON_INTERPRET=1)")
         try:
             from ..verify.backend import get_backend
 
             backend = get_backend("triton")
         except Exception as e:  # noqa: BLE001 — not built/installed: a skip with the reason
             return False, f"triton backend not available: {e}"
-        ok, why = backend.available()
+        ok, why_not = backend.available()
         if not ok:
-            return False, why
-        from ..kernels import runtime
-
-        if runtime.mode()[0] != "cuda":
-            return False, f"kernels would not run natively: {runtime.mode()[1]}"
+            return False, why_not
+        if which != "cuda":
+            return False, f"kernels would not run natively: {why}"
         return True, ""
 
     def supports(self, family: BenchFamily) -> tuple[bool, str]:
@@ -155,13 +184,51 @@ class TritonSteps:
             return False, "the Triton kernel implements the factored LRKV decode only"
         return True, ""
 
-    def prepare(self, family: BenchFamily, spec, inputs: dict, device: str) -> Prepared:
-        from ..kernels.decode import decode_attention
-        from ..reference.contract import validate_decode_inputs
+    def extra_bytes(self, spec, batch: int, seq_len: int, dtype) -> int:
+        """Memory beyond the shared inputs: the paged copy of the cache (and paginate's staging)."""
+        if self.variant != "paged":
+            return 0
+        from ..spec import decode_bytes
 
-        args = step_args(family, inputs)
-        validate_decode_inputs(*args, scale=spec.scale)  # once, outside the timed region
-        return _finish(lambda: decode_attention(*args, scale=spec.scale, check=False), device)
+        return 2 * decode_bytes(spec, -(-seq_len // PAGE_SIZE) * PAGE_SIZE, dtype, batch=batch)
+
+    def launch_config(self, inputs: dict, spec) -> dict:
+        """The launch shape the kernel picks for these inputs (asdict of LaunchConfig)."""
+        from dataclasses import asdict
+
+        from ..kernels.decode import pick_launch
+
+        B, T = inputs["shared_k"].shape[:2]
+        cfg = pick_launch(B=B, H=spec.n_heads, d_h=spec.head_dim, r=spec.rank, slots=T, dtype=inputs["q"].dtype,
+                          device=inputs["q"].device, **self.launch)
+        return asdict(cfg)
+
+    def prepare(self, family: BenchFamily, spec, inputs: dict, device: str) -> Prepared:
+        from ..kernels.decode import decode_attention, paged_decode_attention
+        from ..reference.contract import validate_decode_inputs
+        from ..reference.rope import ExactRope
+
+        q, sk, sv, lk, lv, bk, bv, lengths = step_args(family, inputs)
+        rope = ExactRope() if self.variant == "rope" else None
+        validate_decode_inputs(q, sk, sv, lk, lv, bk, bv, lengths, scale=spec.scale, rope=rope)  # once, untimed
+        if self.variant == "paged":
+            from ..kernels.paged import paginate
+            from ..kernels.validate import validate_paged_inputs
+            from ..reference.cache import FactoredCache
+
+            paged = paginate(FactoredCache(sk, sv, lk, lv, lengths), PAGE_SIZE,
+                             generator=torch.Generator().manual_seed(0), extra_pages=0)
+            args = (q, paged.shared_k, paged.shared_v, paged.latent_k, paged.latent_v, bk, bv, lengths,
+                    paged.page_table)
+            validate_paged_inputs(*args, scale=spec.scale)  # once, untimed
+            fn = lambda: paged_decode_attention(*args, scale=spec.scale, check=False, **self.launch)  # noqa: E731
+        else:
+            fn = lambda: decode_attention(q, sk, sv, lk, lv, bk, bv, lengths, scale=spec.scale,  # noqa: E731
+                                          rope=rope, check=False, **self.launch)
+        prepared = _finish(fn, device)
+        if device != "cuda":
+            prepared.note = "Triton interpreter (timing meaningless)"
+        return prepared
 
 
 class SdpaSteps:
@@ -189,15 +256,45 @@ class SdpaSteps:
         def fn():  # out [B, H, d_h] like the contract (a view; lse is not returned by SDPA)
             return F.scaled_dot_product_attention(q4, k4, v4, scale=spec.scale, enable_gqa=gqa)[:, :, 0]
 
-        return _finish(fn, device)
+        prepared = _finish(fn, device)
+        if device == "cuda":
+            prepared.note += f"; sdpa {sdpa_backend_name(q4, k4, v4, spec.scale, gqa)}"
+        return prepared
+
+
+def sdpa_backend_name(q, k, v, scale: float, gqa: bool) -> str:
+    """Which fused SDPA kernel the dispatcher runs for these inputs: the first of flash,
+    cuDNN, memory-efficient that accepts them (the dispatcher's own order), else math."""
+    import torch.nn.functional as F
+
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+    except ImportError:
+        return "unknown"
+    for name in ("FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION"):
+        be = getattr(SDPBackend, name, None)
+        if be is None:
+            continue
+        try:
+            with sdpa_kernel([be]):
+                F.scaled_dot_product_attention(q, k, v, scale=scale, enable_gqa=gqa)
+            return name.lower()
+        except RuntimeError:
+            continue
+    return "math"
+
+
+BACKEND_NAMES = ("inductor", "eager", "triton", "triton-paged", "triton-rope", "sdpa")
+GPU_BACKENDS = ("inductor", "triton", "triton-paged", "triton-rope", "sdpa")  # the default on CUDA
 
 
 def step_backends(device: str, names: list[str] | None = None, *, formulation: str = "bench") -> list:
     """The backends to run on a device, in table order (all known ones when names is None)."""
     known = {"inductor": lambda: InductorSteps(formulation), "eager": lambda: EagerSteps(formulation),
-             "triton": TritonSteps, "sdpa": SdpaSteps}
+             "triton": TritonSteps, "triton-paged": lambda: TritonSteps("paged"),
+             "triton-rope": lambda: TritonSteps("rope"), "sdpa": SdpaSteps}
     if names is None:
-        names = ["inductor", "triton", "sdpa"] if device == "cuda" else ["inductor"]
+        names = list(GPU_BACKENDS) if device == "cuda" else ["inductor"]
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"unknown bench backend(s) {unknown}; known: {sorted(known)}")

@@ -4,6 +4,11 @@
     lrkv bench --quick             CI-sized: H=18/r=55, B=1, T 1K and 8K
     lrkv bench --full              B up to 16, T to 32K (GPU: to 128K)
     lrkv bench --roofline          print the roofline note for the H200 and this machine, and exit
+    lrkv bench --device cuda       on a GPU: compiled LRKV and MHA, the Triton kernel (contiguous,
+                                   paged at page 16, exact RoPE), SDPA MHA and SDPA GQA at LRKV's
+                                   bytes, the copy bandwidth, and the targets of issue 14
+    lrkv bench --device cuda --sweep   the Triton kernel's launch-shape sweep at one shape
+                                   (default 2.5B, B=8, T=32K; --scales/--batch/--seq-lens pick it)
     lrkv bench --from-json FILE    re-render a saved result (table, Markdown, plot) without timing
 
 Writes OUT/bench.json, OUT/bench.md and OUT/bench.png (the plot needs matplotlib).
@@ -17,15 +22,21 @@ from pathlib import Path
 
 from ..checks import arg_float, arg_in_file, arg_int, arg_out_dir
 
+# lrkv.bench.backends.BACKEND_NAMES, spelled out: the CLI parser is built without importing torch
+BACKEND_NAMES = ("inductor", "eager", "triton", "triton-paged", "triton-rope", "sdpa")
+
 DEFAULT_OUT = "reports/bench"
 EXIT_CODES = """exit codes:
   0    every row timed (and, with --check-targets, every performance target met)
-  1    a row errored, or with --check-targets a performance target was missed
+  1    a row errored (--sweep: no launch shape ran), or with --check-targets a performance
+       target was missed
   2    bad input: an option or the --from-json file, named in the message
-  3    --device cuda, but torch sees no CUDA device here
+  3    --device cuda, but torch sees no CUDA device here; --sweep with neither a GPU nor
+       TRITON_INTERPRET=1 (the Triton kernel cannot run)
   4    not used: a timing run has nothing to verify (rows that do not fit memory are
        reported as skipped rows in the table)
-  130  interrupted (Ctrl-C); nothing is written
+  130  interrupted (Ctrl-C); no report is written (the shapes finished so far are in
+       OUT/bench.partial.json)
 """
 
 
@@ -66,8 +77,8 @@ def register(subparsers) -> None:
     p.add_argument("--families", type=_names, help="lrkv,lrkv-mat,mha,gqa,mqa,mla,mlra (mha is always needed)")
     p.add_argument("--rounds", type=arg_int(minimum=1), help="interleaved timing rounds per shape (>= 1)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: cuda if present")
-    p.add_argument("--backend", action="append", choices=("inductor", "eager", "triton", "sdpa"),
-                   help="repeatable; default: inductor on CPU, all three on CUDA")
+    p.add_argument("--backend", action="append", choices=BACKEND_NAMES,
+                   help="repeatable; default: inductor on CPU; on CUDA all but eager")
     p.add_argument("--dtype", help="default: float32 on CPU, bfloat16 on CUDA")
     p.add_argument("--threads", type=arg_int(minimum=1), help="torch intra-op threads (default: torch's choice)")
     p.add_argument("--formulation", choices=("bench", "reference"), default="bench",
@@ -80,6 +91,13 @@ def register(subparsers) -> None:
     p.add_argument("--roofline", action="store_true", help="print the roofline note (measures this machine) and exit")
     p.add_argument("--from-json", metavar="FILE", type=arg_in_file(), help="render a saved bench.json instead of running")
     p.add_argument("--check-targets", action="store_true", help="exit 1 when a performance target is missed")
+    p.add_argument("--budget-s", type=arg_float(minimum=0.0), metavar="S",
+                   help="start no new shape (sweep: no new point) after S seconds; the rest become skipped rows")
+    p.add_argument("--sweep", action="store_true",
+                   help="time the Triton kernel's launch shapes at one shape instead of the grid")
+    p.add_argument("--sweep-knob", action="append", metavar="NAME=V1,V2",
+                   help="with --sweep: the values of one knob (block_t, num_warps, group_size, private, "
+                        "programs_per_sm); repeatable; the others keep their defaults")
     p.set_defaults(func=cmd_bench)
 
 
@@ -99,6 +117,10 @@ def build_grid(args):
                                      families=args.families, rounds=args.rounds).items() if v is not None}
     if changes.get("families") and "mha" not in changes["families"]:
         changes["families"] = ("mha", *changes["families"])  # the baseline every ratio needs
+    # what the user names holds on every device: drop the grid's GPU replacements for it
+    for name, gpu in (("batches", "gpu_batches"), ("seq_lens", "gpu_seq_lens"), ("families", "gpu_families")):
+        if name in changes:
+            changes[gpu] = ()
     return replace(grid, name=grid.name + ("+custom" if changes else ""), **changes) if changes else grid
 
 
@@ -116,8 +138,16 @@ def _bench(args) -> int:
     console = Console()
     if not console.is_terminal:  # a pipe or CI log reports 80 columns; the table needs ~100
         console = Console(width=max(console.width, 120))
+    if args.sweep_knob and not args.sweep:
+        console.print("[red]--sweep-knob: only with --sweep[/red]")
+        return 2
     if args.roofline:
         return _roofline(args, console)
+    if args.sweep and not args.from_json:
+        result = _sweep(args, console)
+        if isinstance(result, int):
+            return result
+        return _emit(result, args, console)
     if args.from_json:
         from .result import BenchResult
 
@@ -154,7 +184,8 @@ def _run(args, console):
         console.print(f"[red]{e}[/red]")
         return 2
     opts = RunOptions(device=device, dtype=dtype, backends=args.backend, threads=args.threads,
-                      formulation=args.formulation, memory_fraction=args.memory_fraction)
+                      formulation=args.formulation, memory_fraction=args.memory_fraction, budget_s=args.budget_s,
+                      checkpoint=_checkpoint(Path(args.out) / PARTIAL))
     _warn_if_busy(console, device, args.threads)
     console.print(f"lrkv bench: grid {grid.name} on {device} ({dtype}), {len(grid.for_device(device).shapes())} "
                   f"shapes x {len(grid.families)} families, {grid.rounds} rounds; measuring the machine first")
@@ -162,6 +193,61 @@ def _run(args, console):
         return run_bench(grid, opts)
     with _RichReporter(console) as rep:
         return run_bench(grid, opts, rep)
+
+
+def _sweep(args, console):
+    """The launch-shape sweep (lrkv.bench.sweep) as a result with no grid rows."""
+    import torch
+
+    from ..kernels import runtime
+    from ..spec import PAPER_SCALES, as_dtype, dtype_name
+    from .machine import describe_machine, measure
+    from .result import BenchResult
+    from .sweep import DEFAULT_SHAPE, DEFAULT_VALUES, parse_knob, run_sweep
+
+    device = _device(args)
+    try:
+        scale_label = (args.scales or (DEFAULT_SHAPE[0],))[0]
+        if scale_label not in PAPER_SCALES:
+            raise ValueError(f"--scales: unknown {scale_label!r}; known: {', '.join(PAPER_SCALES)}")
+        dtype = as_dtype(args.dtype or ("bfloat16" if device == "cuda" else "float32"))
+        values = dict(DEFAULT_VALUES, **dict(parse_knob(k) for k in args.sweep_knob or ()))
+    except (ValueError, TypeError) as e:
+        console.print(f"[red]{e}[/red]", highlight=False)
+        return 2
+    if device == "cuda" and not torch.cuda.is_available():
+        console.print("[red]--device cuda: torch sees no CUDA device[/red]")
+        return 3
+    if device == "cpu" and runtime.mode()[0] != "interpreter":
+        console.print("[red]--sweep times the Triton kernel: it needs a CUDA device (or, for a dry run of the "
+                      "code path on a CPU, TRITON_INTERPRET=1)[/red]")
+        return 3
+    B = (args.batch or (DEFAULT_SHAPE[1],))[0]
+    T = (args.seq_lens or (DEFAULT_SHAPE[2],))[0]
+    machine = measure(describe_machine(device, threads=args.threads), dtype)
+    console.print(f"lrkv bench --sweep: {scale_label} B={B} T={T} on {device} ({dtype_name(dtype)}); "
+                  f"copy bandwidth {machine.copy_bandwidth / 1e9:.0f} GB/s")
+    sweep = run_sweep(PAPER_SCALES[scale_label], B, T, device=device, dtype=dtype,
+                      copy_bandwidth=machine.copy_bandwidth, values=values, budget_s=args.budget_s,
+                      progress=None if args.no_progress else (lambda msg: console.print(msg, highlight=False)))
+    return BenchResult(machine=machine, rows=[], sweep=sweep,
+                       grid=dict(name="sweep", device=device, dtype=dtype_name(dtype), backends=["triton"]))
+
+
+PARTIAL = "bench.partial.json"  # the rows so far, rewritten after every shape; removed once bench.json is written
+
+
+def _checkpoint(path: Path):
+    """Write the rows so far after each shape, so a run killed by a timeout keeps what it measured."""
+    import json
+
+    def write(rows) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"schema": "lrkv.bench-partial/1", "rows": [r.to_dict() for r in rows]}, indent=1))
+        tmp.replace(path)
+
+    return write
 
 
 def _warn_if_busy(console, device: str, threads: int | None) -> None:
@@ -182,8 +268,9 @@ def _warn_if_busy(console, device: str, threads: int | None) -> None:
 
 def _emit(result, args, console) -> int:
     from .plot import plot_result
-    from .report import footnotes, headline, markdown_table, rich_tables
+    from .report import footnotes, headline, markdown_table, rich_tables, targets_markdown
     from .roofline import render
+    from .sweep import sweep_markdown
 
     for table in rich_tables(result):
         console.print(table)
@@ -194,15 +281,22 @@ def _emit(result, args, console) -> int:
     out = Path(args.out)
     if not args.from_json:
         console.print(f"JSON: {result.write_json(out / 'bench.json')}")
+        (out / PARTIAL).unlink(missing_ok=True)
     md = out / "bench.md"
     md.parent.mkdir(parents=True, exist_ok=True)
-    md.write_text("\n\n".join([markdown_table(result), "\n".join(headline(result)),
-                               "```\n" + render(result.roofline) + "\n```"]) + "\n")
+    parts = [markdown_table(result), "\n".join(headline(result)), targets_markdown(result),
+             sweep_markdown(result.sweep)]
+    if result.roofline:
+        parts.append("```\n" + render(result.roofline) + "\n```")
+    md.write_text("\n\n".join(p for p in parts if p) + "\n")
+    if result.sweep:
+        console.print(sweep_markdown(result.sweep), highlight=False, markup=False)
     console.print(f"Markdown: {md}")
-    if not args.no_plot:
+    if not args.no_plot and result.rows:
         _, message = plot_result(result, out / "bench.png")
         console.print(message)
-    errors = any(r.status == "error" for r in result.rows)
+    errors = any(r.status == "error" for r in result.rows) or (
+        bool(result.sweep) and not any(p["status"] == "ok" for p in result.sweep["points"]))
     missed = args.check_targets and any(r.target == "MISS" for r in result.rows)
     return 1 if errors or missed else 0
 

@@ -5,6 +5,8 @@ Row families (all at the scale's H and d_h = 128, DESIGN §3 names):
   lrkv-mat  LRKV decode rebuilding K_h, V_h from the same factored cache
   mha       dense, n_kv = H                   (the baseline every ratio is taken against)
   gqa       dense, n_kv of Table 7
+  gqa-eq    dense, n_kv chosen so the cache is LRKV's size (`equal_bytes_kv_heads`): the
+            fair peer at equal bytes (a GPU target, lrkv.bench.targets)
   mqa       dense, n_kv = 1
   mla       absorbed MLA, d_c of Table 7 (the paper's simplified form: no rope channel)
   mlra      absorbed MLRA-4 of the public code (4 latent heads x 128 + a 64-wide k_pe)
@@ -26,7 +28,7 @@ import torch
 
 from ..reference import dense, mla, mlra
 from ..reference import lrkv as lrkv_ref
-from ..spec import MLRA4, AttentionSpec, PaperScale, cache_ratio, decode_bytes, dtype_bytes
+from ..spec import MLRA4, AttentionSpec, PaperScale, cache_elements, cache_ratio, decode_bytes, dtype_bytes
 from .steps_baselines import dense_step, mla_step, mlra_step
 from .steps_lrkv import factored_step, materialized_step
 
@@ -46,7 +48,22 @@ class BenchFamily:
     def spec(self, scale: PaperScale) -> AttentionSpec:
         if self.spec_family == "mlra":
             return scale.spec("mlra", **MLRA4)
+        if self.name == "gqa-eq":
+            return scale.spec("gqa", n_kv_heads=equal_bytes_kv_heads(scale.spec("lrkv"))[0])
         return scale.spec(self.spec_family)
+
+
+def equal_bytes_kv_heads(lrkv: AttentionSpec) -> tuple[int, float]:
+    """(n_kv, GQA cache bytes / LRKV cache bytes) for the GQA whose cache is nearest LRKV's.
+
+    LRKV caches 2·d_h + 2·H·r elements per token (Eq. 8), GQA 2·n_kv·d_h; n_kv must divide
+    H, so the divisor nearest in bytes is taken (ties: the smaller cache). At 2.5B (H=18,
+    r=55) that is n_kv = 9 (1.031x LRKV's bytes); at 6.3B (H=32, r=54) n_kv = 16 (1.103x).
+    """
+    H, d_h = lrkv.n_heads, lrkv.head_dim
+    target = cache_elements(lrkv, include_key_scale=False)  # 2·d_h + 2·H·r
+    n_kv = min((n for n in range(1, H + 1) if H % n == 0), key=lambda n: (abs(2 * n * d_h - target), n))
+    return n_kv, 2 * n_kv * d_h / target
 
 
 _LRKV_ARGS = ("q", "shared_k", "shared_v", "latent_k", "latent_v", "basis_k", "basis_v", "lengths")
@@ -61,6 +78,8 @@ FAMILIES: dict[str, BenchFamily] = {
                     "LRKV, K_h/V_h rebuilt from the factored cache"),
         BenchFamily("mha", "mha", ("q", "k", "v", "lengths"), dense_step, dense.decode_attention, "MHA"),
         BenchFamily("gqa", "gqa", ("q", "k", "v", "lengths"), dense_step, dense.decode_attention, "GQA"),
+        BenchFamily("gqa-eq", "gqa", ("q", "k", "v", "lengths"), dense_step, dense.decode_attention,
+                    "GQA with LRKV's cache bytes"),
         BenchFamily("mqa", "mqa", ("q", "k", "v", "lengths"), dense_step, dense.decode_attention, "MQA"),
         BenchFamily("mla", "mla", _LATENT_ARGS, mla_step, mla.absorbed_decode_attention, "MLA absorbed"),
         BenchFamily("mlra", "mlra", _LATENT_ARGS, mlra_step, mlra.absorbed_decode_attention,

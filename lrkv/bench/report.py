@@ -47,8 +47,12 @@ def cells(row: BenchRow, *, show_backend: bool = False) -> list[str]:
 def caption(result: BenchResult) -> str:
     g = result.grid
     backends = ", ".join(g.get("backends", []))
-    return (f"{result.machine.label()} | {g.get('device')} {g.get('dtype')}, backends {backends}, "
-            f"formulation {g.get('formulation')}, {g.get('rounds')} rounds | {result.created}")
+    how = f"{g.get('device')} {g.get('dtype')}, backends {backends}"
+    if g.get("formulation"):
+        how += f", formulation {g['formulation']}"
+    if g.get("rounds"):
+        how += f", {g['rounds']} rounds"
+    return f"{result.machine.label()} | {how} | {result.created}"
 
 
 def _multi_backend(result: BenchResult) -> bool:
@@ -86,6 +90,14 @@ def footnotes(result: BenchResult) -> list[str]:
     if any("fits in LLC" in r.note for r in result.rows):
         notes.append(f"T marked `{WARM}`: the step's bytes fit in the last-level cache, so it was timed warm "
                      "(repeated calls), not from DRAM")
+    for scale in dict.fromkeys(r.scale for r in result.rows if r.family == "gqa-eq"):
+        ratios = {r.family: r for r in result.rows if r.scale == scale and r.payload_ratio}
+        if "gqa-eq" in ratios and "lrkv" in ratios:
+            g = ratios["gqa-eq"]
+            notes.append(f"gqa-eq at {scale} is {g.spec} (n_kv nearest LRKV's bytes): its cache is "
+                         f"{g.payload_ratio / ratios['lrkv'].payload_ratio:.3f}x LRKV's")
+    if any("interpreter" in r.note for r in result.rows):
+        notes.append("rows run in Triton's CPU interpreter: the code path only, their times mean nothing")
     graph = {r.note.split(";")[0] for r in result.rows if r.device == "cuda" and r.note}
     if graph:
         notes.append("GPU rows: " + ", ".join(sorted(graph)))
@@ -119,13 +131,39 @@ def headline(result: BenchResult) -> list[str]:
         for backend in dict.fromkeys(r.backend for r in lrkv if r.scale == scale):
             rs = [r for r in lrkv if r.scale == scale and r.backend == backend]
             parts = ", ".join(f"B={r.batch} T={_k(r.seq_len)}: {r.vs_mha:.2f}" for r in rs if r.vs_mha is not None)
+            if not parts:
+                continue  # no MHA row timed beside it
             out.append(f"LRKV/MHA measured ({scale}, {backend}, payload ratio {rs[0].payload_ratio:.3f}): {parts}")
     checked = result.targets()
     if checked:
         n_pass = sum(r.target == "PASS" for r in checked)
-        out.append(f"targets: {n_pass}/{len(checked)} PASS — {checked[0].target_rule}")
+        out.append(f"targets: {n_pass}/{len(checked)} rows PASS")
+        by_rule: dict[str, list[str]] = {}
+        for r in checked:
+            for c in r.checks:
+                by_rule.setdefault(c["text"], []).append(c["verdict"])
+        for text, verdicts in by_rule.items():
+            judged = [v for v in verdicts if v != "SKIP"]
+            skipped = f" ({len(verdicts) - len(judged)} not judged: no peer row)" if len(judged) < len(verdicts) else ""
+            out.append(f"  {judged.count('PASS')}/{len(judged)} PASS — {text}{skipped}")
     bad = [r for r in result.rows if r.status == "error"]
     if bad:
         out.append(f"{len(bad)} row(s) failed: " + "; ".join(f"{r.family}/{r.backend} B={r.batch} T={r.seq_len}: "
                                                           f"{r.reason}" for r in bad[:3]))
     return out
+
+
+def targets_markdown(result: BenchResult) -> str:
+    """Every target check of the run, one line per (row, rule): what was measured against what."""
+    checked = result.targets()
+    if not checked:
+        return ""
+    lines = ["**Targets** (lrkv.bench.targets)", "", "| scale | B | T | row | rule | measured | bound | verdict |",
+             "|---|---:|---:|---|---|---:|---:|---|"]
+    for r in checked:
+        for c in r.checks:
+            got = c["why"] if c["value"] is None else f"{c['value']:.3g}"
+            lines.append(f"| {r.scale} | {r.batch} | {_k(r.seq_len)} | {r.family} / {r.backend} | {c['text']} | "
+                         f"{got} | {c['bound']:.3g} | {c['verdict']} |")
+    n_pass = sum(r.target == "PASS" for r in checked)
+    return "\n".join(lines + ["", f"{n_pass}/{len(checked)} rows meet every rule that applies to them."])

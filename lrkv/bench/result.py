@@ -34,7 +34,7 @@ class BenchRow:
     time_min_s: float | None = None
     spread: float | None = None  # (max − min)/median over rounds
     samples_s: list[float] = field(default_factory=list)
-    compile_s: float | None = None  # the first call: run + the compile when this row triggered one
+    compile_s: float | None = None  # prepare + the first call: the compile (and CUDA-graph capture) when this row triggered one
     bytes_payload: int = 0  # cache bytes read (spec accounting)
     bytes_weights: int = 0  # bases / absorbed up-projections read
     bytes_total: int = 0
@@ -46,7 +46,9 @@ class BenchRow:
     bytes_ratio: float | None = None  # bytes_total / MHA's bytes_total
     arithmetic_ratio: float | None = None  # decode MACs / MHA's (lrkv: 1 + r/d_h + r/T)
     target: str | None = None  # PASS | MISS where a performance target applies
-    target_rule: str = ""
+    target_rule: str = ""  # each rule that applies, with the measured value and its verdict
+    checks: list[dict] = field(default_factory=list)  # the same per rule: rule, text, value, bound, verdict
+    launch: dict | None = None  # Triton rows: the launch shape the kernel picked (LaunchConfig)
 
     @property
     def key(self) -> tuple:
@@ -72,6 +74,7 @@ class BenchResult:
     rows: list[BenchRow]
     roofline: dict = field(default_factory=dict)  # lrkv.bench.roofline.summary(...)
     notes: list[str] = field(default_factory=list)
+    sweep: dict = field(default_factory=dict)  # lrkv.bench.sweep: the launch-shape sweep, when run
     created: str = field(default_factory=_now)
     schema: str = SCHEMA
 
@@ -83,7 +86,8 @@ class BenchResult:
 
     def to_dict(self) -> dict:
         return dict(schema=self.schema, created=self.created, machine=self.machine.to_dict(), grid=self.grid,
-                    rows=[r.to_dict() for r in self.rows], roofline=self.roofline, notes=self.notes)
+                    rows=[r.to_dict() for r in self.rows], roofline=self.roofline, notes=self.notes,
+                    sweep=self.sweep)
 
     def write_json(self, path: str | Path) -> Path:
         path = Path(path)
@@ -97,7 +101,8 @@ class BenchResult:
             raise ValueError(f"not a {SCHEMA} document (schema {data.get('schema')!r})")
         return cls(machine=Machine.from_dict(data["machine"]), grid=data["grid"],
                    rows=[BenchRow.from_dict(r) for r in data["rows"]], roofline=data.get("roofline", {}),
-                   notes=data.get("notes", []), created=data["created"], schema=data["schema"])
+                   notes=data.get("notes", []), sweep=data.get("sweep", {}), created=data["created"],
+                   schema=data["schema"])
 
     @classmethod
     def read_json(cls, path: str | Path) -> BenchResult:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -45,6 +46,8 @@ class RunOptions:
     min_sample_s: float = MIN_SAMPLE_S
     seed: int = 0
     measure_machine: bool = True  # copy bandwidth + GEMM peak (a few seconds)
+    budget_s: float | None = None  # start no new shape after this many seconds (the rest: skipped rows)
+    checkpoint: Callable[[list[BenchRow]], None] | None = None  # called with the rows so far after each shape
 
 
 class Reporter:
@@ -107,11 +110,18 @@ def _run(grid: BenchGrid, opts: RunOptions, rep: Reporter) -> BenchResult:
     budget = int(opts.memory_fraction * avail) if avail else None
     rep.start(len(plan) * len(grid.shapes()))
     rows: list[BenchRow] = []
+    t_start = time.monotonic()
     with torch._dynamo.config.patch(**DYNAMO_CONFIG):
         for scale_label, B, T in grid.shapes():
-            shape_rows = _run_shape(preset(scale_label), B, T, plan, opts, grid.rounds, budget, machine, rep)
+            if opts.budget_s is not None and time.monotonic() - t_start > opts.budget_s:
+                shape_rows = _skipped_shape(preset(scale_label), B, T, plan, opts,
+                                            f"time budget of {opts.budget_s:g} s spent (--budget-s)")
+            else:
+                shape_rows = _run_shape(preset(scale_label), B, T, plan, opts, grid.rounds, budget, machine, rep)
             rows += shape_rows
             rep.rows_finished(shape_rows)
+            if opts.checkpoint:
+                opts.checkpoint(rows)
     result = BenchResult(
         machine=machine, rows=rows,
         grid=dict(asdict(grid), device=opts.device, dtype=dtype_name(opts.dtype),
@@ -123,6 +133,15 @@ def _run(grid: BenchGrid, opts: RunOptions, rep: Reporter) -> BenchResult:
     result.roofline = summary([H200_TENSOR, H200_SIMT] + ([here] if here else []),
                               [preset(s) for s in grid.scales], list(grid.seq_lens))
     return result
+
+
+def _skipped_shape(scale, B, T, plan, opts: RunOptions, reason: str) -> list[BenchRow]:
+    out = []
+    for fam, b, why in plan:
+        row = _row(scale.label, fam, b.name, opts, B, T, fam.spec(scale))
+        row.status, row.reason = "skipped", why or reason
+        out.append(row)
+    return out
 
 
 def _run_shape(scale, B, T, plan, opts: RunOptions, rounds: int, budget, machine, rep: Reporter) -> list[BenchRow]:
@@ -139,6 +158,8 @@ def _run_shape(scale, B, T, plan, opts: RunOptions, rounds: int, budget, machine
     fits = []
     for f, b in live:
         need = base + temporaries_bytes(f, specs[f.name], B, T, opts.dtype)
+        extra = getattr(b, "extra_bytes", None)  # e.g. the paged copy of the cache
+        need += extra(specs[f.name], B, T, opts.dtype) if extra else 0
         if budget is not None and need > budget:
             rows[f.name, b.name].status = "skipped"
             rows[f.name, b.name].reason = (f"needs ~{need / 2**30:.1f} GiB, budget {budget / 2**30:.1f} GiB "
@@ -150,15 +171,23 @@ def _run_shape(scale, B, T, plan, opts: RunOptions, rounds: int, budget, machine
         return list(rows.values())
     by_spec = {specs[f.name].short(): specs[f.name] for f, _ in live}
 
-    inputs = {sid: make_inputs(s, B, T, dtype=opts.dtype, device=opts.device, seed=opts.seed)
-              for sid, s in by_spec.items()}
+    try:
+        inputs = {sid: make_inputs(s, B, T, dtype=opts.dtype, device=opts.device, seed=opts.seed)
+                  for sid, s in by_spec.items()}
+    except (MemoryError, RuntimeError) as e:  # out of memory drawing the inputs: this shape's rows only
+        if opts.device == "cuda":
+            torch.cuda.empty_cache()
+        for f, b in live:
+            rows[f.name, b.name].status = "error"
+            rows[f.name, b.name].reason = f"inputs: {type(e).__name__}: {e}"[:300]
+        return list(rows.values())
     samplers = {}
     for fam, b in live:
         row, spec = rows[fam.name, b.name], specs[fam.name]
         rep.row_started(f"{scale.label} B={B} T={T} {fam.name}/{b.name}: prepare")
         try:
+            t0 = time.perf_counter()  # on a GPU prepare compiles and captures the CUDA graph
             prepared = b.prepare(fam, spec, inputs[spec.short()], opts.device)
-            t0 = time.perf_counter()
             prepared.call()  # compile (first use) + run
             _sync(opts.device)
             row.compile_s = time.perf_counter() - t0
@@ -168,13 +197,23 @@ def _run_shape(scale, B, T, plan, opts: RunOptions, rounds: int, budget, machine
             row.status, row.reason = "error", f"{type(e).__name__}: {e}"
             continue
         row.note = prepared.note
+        if hasattr(b, "launch_config"):
+            try:
+                row.launch = b.launch_config(inputs[spec.short()], spec)
+            except Exception as e:  # noqa: BLE001 — informational; the timing stands
+                row.note += f"; launch shape unknown ({type(e).__name__})"
         if opts.device == "cuda":
             samplers[fam.name, b.name] = gpu_sampler(prepared.call)
         else:
             samplers[fam.name, b.name] = cpu_sampler(prepared.call, threads=machine.threads,
                                                      min_sample_s=opts.min_sample_s)
     rep.row_started(f"{scale.label} B={B} T={T}: timing {len(samplers)} rows x {rounds} rounds")
-    samples = interleave(samplers, rounds) if samplers else {}
+    try:
+        samples = interleave(samplers, rounds) if samplers else {}
+    except Exception as e:  # noqa: BLE001 — e.g. out of memory while timing: this shape's rows only
+        samples = {}
+        for key in samplers:
+            rows[key].status, rows[key].reason = "error", f"timing: {type(e).__name__}: {e}"[:300]
     _fill(rows, samples, specs, opts, B, T, machine)
     del inputs, samplers
     gc.collect()

@@ -59,6 +59,17 @@ def gpu_sampler(fn: Callable[[], object], *, rep_ms: int = 40) -> Callable[[], f
     return lambda: float(triton.testing.do_bench(fn, warmup=5, rep=rep_ms, return_mode="median")) * 1e-3
 
 
+def time_call(fn: Callable[[], object], device: str, *, rep_ms: int = 60) -> float:
+    """One timing of fn in s/call, outside the interleaved rounds (the launch-shape sweep):
+    on a GPU the median of do_bench's repetitions (L2 flushed; fn is a CUDA-graph replay
+    when it came from `lrkv.bench.backends`), on a CPU one torch Timer sample."""
+    if device == "cuda":
+        return gpu_sampler(fn, rep_ms=rep_ms)()
+    import torch
+
+    return cpu_sampler(fn, threads=torch.get_num_threads(), min_sample_s=0.0)()
+
+
 def interleave(
     samplers: dict[str, Callable[[], float]], rounds: int, *, on_sample: Callable[[str, int], None] | None = None,
 ) -> dict[str, Samples]:

@@ -6,7 +6,6 @@
     append.append / paged_append   write one token's cache entries, bit-exact
     backend.TritonBackend          the `triton` backend of `lrkv verify`
     runtime                        cuda | interpreter | fallback, and `interpreter()`
-    bench                          `python3 -m lrkv.kernels.bench --out DIR` (GPU)
     compile_check                  compile for sm_90 without a GPU (registers, spills)
 
 Importing this package imports neither Triton nor the kernels: `runtime` loads them on
