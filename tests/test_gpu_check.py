@@ -34,10 +34,11 @@ def test_plan_lists_every_step(tmp_path):
     doc = json.loads((tmp_path / "summary.json").read_text())
     assert doc["plan"] and not doc["failed"]
     steps = {s["step"]: s for s in doc["steps"]}
-    assert list(steps) == ["env", "sweep", "bench", "bench-compiled", "pytest-triton", "verify-triton",
+    assert list(steps) == ["env", "sweep", "sweep-per-head", "bench", "bench-compiled", "pytest-triton", "verify-triton",
                            "gate-triton", "verify-inductor", "pytest-gpu-other"]
     assert all(s["status"] == "planned" for n, s in steps.items() if n != "env")
     assert "--sweep" in steps["sweep"]["note"] and "--check-targets" in steps["bench"]["note"]
+    assert "private=wide" in steps["sweep"]["note"] and "private=per_head" in steps["sweep-per-head"]["note"]
     for word in ("gqa-eq", "128K", "1,8,16", "2.5B,6.3B", "triton-paged", "triton-rope", "sdpa"):
         assert word in steps["bench"]["note"], word
     assert "--backend inductor" in steps["bench-compiled"]["note"]
