@@ -41,8 +41,9 @@ def test_split_kernel_compiles_for_sm90(variant):
         assert res["stack"] == 0, f"the main configuration spills registers: {res}"
 
 
+@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged16"])
 @pytest.mark.parametrize("H,r", [(18, 55), (32, 54)], ids=["H18-r55", "H32-r54"])
-def test_gpu_default_launch_compiles_without_spills(H, r, monkeypatch):
+def test_gpu_default_launch_compiles_without_spills(H, r, paged, monkeypatch):
     # Exactly the launch shape a CUDA run picks at the paper scales (bf16, d_h = 128):
     # registers must not spill there (a spill turns a bandwidth-bound loop into local-memory
     # traffic). pick_launch is asked as if on a 132-SM GPU, which this machine need not have.
@@ -53,7 +54,7 @@ def test_gpu_default_launch_compiles_without_spills(H, r, monkeypatch):
     cfg = decode_mod.pick_launch(B=8, H=H, d_h=128, r=r, slots=32768, dtype=torch.bfloat16,
                                  device=torch.device("cuda"))
     assert cfg.private == "wide"
-    res = _compile(Variant.from_launch(cfg, r=r, d_h=128))
+    res = _compile(Variant.from_launch(cfg, r=r, d_h=128, paged=paged, page_size=16))  # vLLM's page size
     assert res["variant"]["private"] == "wide" and res["variant"]["group"] == cfg.group_size
     if "stack" not in res:
         pytest.skip("cuobjdump not bundled with this triton: register usage unknown")

@@ -16,6 +16,7 @@ pytest.importorskip("triton")
 from lrkv.kernels import decode as decode_mod  # noqa: E402
 from lrkv.kernels.decode import (  # noqa: E402
     WIDE_LIMIT_COLUMNS, WIDE_MAX_COLUMNS, decode_attention, hr_contiguous, paged_decode_attention, pick_launch,
+    tile_in_page,
 )
 from lrkv.kernels.paged import paginate  # noqa: E402
 from lrkv.kernels.testing import kernel_context, make_case, tight_check, tolerance_rule  # noqa: E402
@@ -108,6 +109,31 @@ def test_wide_paged_matches_contiguous():
                                       i["basis_v"], p.lengths, p.page_table, scale=case.scale,
                                       key_scale=p.key_scale, rope=case.rope, private="wide")
     ref_out, ref_lse = run(case, private="per_head")
+    torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-12)
+    torch.testing.assert_close(lse, ref_lse, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("page_size,num_splits,whole_tiles", [(16, None, True), (32, 3, True), (16, 5, False),
+                                                              (8, None, False)])
+@pytest.mark.parametrize("private", ["wide", "per_head"])
+def test_paged_tiles_inside_one_page(page_size, num_splits, whole_tiles, private):
+    # block_t 16: a page of 16 or 32 slots holds whole tiles, so the kernel reads the page
+    # table once per tile (TILE_IN_PAGE) — unless a split starts mid-tile (5 splits of 96
+    # slots are 20 long) or a page is shorter than a tile; every way, the paged result is the
+    # contiguous one. Shuffled pages, a table entry of -1 past a length, NaN in unowned slots.
+    T = 96
+    case = make_case(B=3, T=T, H=5, d_h=16, r=6, lengths=[96, 37, 0], seed=28, key_scale=True)
+    i = case.inputs
+    cache = FactoredCache(shared_k=i["shared_k"], shared_v=i["shared_v"], latent_k=i["latent_k"],
+                          latent_v=i["latent_v"], lengths=i["lengths"], key_scale=i["key_scale"])
+    p = paginate(cache, page_size, generator=torch.Generator().manual_seed(4))
+    p.page_table[1, -(-37 // page_size):] = -1  # never read: past sequence 1's length
+    split_size = None if num_splits is None else -(-T // num_splits)
+    assert tile_in_page(page_size, 16, split_size) == whole_tiles
+    out, lse = paged_decode_attention(i["q"], p.shared_k, p.shared_v, p.latent_k, p.latent_v, i["basis_k"],
+                                      i["basis_v"], p.lengths, p.page_table, scale=case.scale,
+                                      key_scale=p.key_scale, block_t=16, num_splits=num_splits, private=private)
+    ref_out, ref_lse = run(case, private="per_head", block_t=16)
     torch.testing.assert_close(out, ref_out, rtol=0, atol=1e-12)
     torch.testing.assert_close(lse, ref_lse, rtol=0, atol=1e-12)
 

@@ -291,20 +291,34 @@ def _wide_private_values(acc_pw, p, LV, s_lvb, s_lvt, col, row0, row1, tmask, cm
 
 
 @triton.jit
-def _slot_rows(offs_t, tmask, b64, PT, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES, MAX_PAGES, PAGED: tl.constexpr):
+def _slot_rows(offs_t, tmask, b64, PT, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES, MAX_PAGES, PAGED: tl.constexpr,
+               t0=0, BLOCK_T: tl.constexpr = 16, TILE_IN_PAGE: tl.constexpr = False):
     """Where logical slots offs_t of sequence b live (DESIGN §4): (mask, row0, row1).
 
     Contiguous: row0 = b, row1 = the slot. Paged (the block-table convention): slot j is row
     j % page_size of page page_table[b, j // page_size]; a slot whose table entry is past
     max_pages, negative or past the last page is masked off, so no load leaves the allocation.
+    TILE_IN_PAGE (the wrapper checked that page_size and every tile start t0 are multiples of
+    BLOCK_T): the whole tile lies in one page, so the table is read once per tile and the rows
+    are written as t0 % page_size + arange — affine in the slot, as in the contiguous layout,
+    which lets the compiler keep one base address per tile instead of one per element.
     """
     if PAGED:
-        page_idx = offs_t // PAGE_SIZE
-        tmask = tmask & (page_idx < MAX_PAGES)
-        page = tl.load(PT + b64 * s_ptb + page_idx.to(tl.int64) * s_ptp, mask=tmask, other=0)
-        tmask = tmask & (page >= 0) & (page < NUM_PAGES)
-        row0 = page.to(tl.int64)
-        row1 = (offs_t % PAGE_SIZE).to(tl.int64)
+        if TILE_IN_PAGE:
+            pidx = t0 // PAGE_SIZE
+            lane = offs_t * 0  # vector lanes (the interpreter mis-types scalar & vector masks)
+            in_table = (lane + pidx) < MAX_PAGES
+            page = tl.load(PT + b64 * s_ptb + (lane + pidx).to(tl.int64) * s_ptp, mask=tmask & in_table, other=0)
+            tmask = tmask & in_table & (page >= 0) & (page < NUM_PAGES)
+            row0 = page.to(tl.int64)
+            row1 = (t0 % PAGE_SIZE + tl.arange(0, BLOCK_T)).to(tl.int64)
+        else:
+            page_idx = offs_t // PAGE_SIZE
+            tmask = tmask & (page_idx < MAX_PAGES)
+            page = tl.load(PT + b64 * s_ptb + page_idx.to(tl.int64) * s_ptp, mask=tmask, other=0)
+            tmask = tmask & (page >= 0) & (page < NUM_PAGES)
+            row0 = page.to(tl.int64)
+            row1 = (offs_t % PAGE_SIZE).to(tl.int64)
     else:
         row0 = offs_t.to(tl.int64) * 0 + b64
         row1 = offs_t.to(tl.int64)
@@ -331,6 +345,7 @@ def decode_split_kernel(
     HAS_KS: tl.constexpr, ROPE_EXACT: tl.constexpr, PAGED: tl.constexpr,
     DOT: tl.constexpr, ACC_FP64: tl.constexpr, MUTANT: tl.constexpr,
     WIDE: tl.constexpr = False, BLOCK_GR: tl.constexpr = 16, HR_CONTIG: tl.constexpr = False,
+    TILE_IN_PAGE: tl.constexpr = False,
 ):
     """Stage 1: one (b, head group, split) program; online softmax of Eq. 6 over the split.
 
@@ -403,7 +418,7 @@ def decode_split_kernel(
         offs_t = t0 + tl.arange(0, BLOCK_T)  # logical slots (= positions)
         tmask = offs_t < split_hi
         tmask, row0, row1 = _slot_rows(offs_t, tmask, b64, PT, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES, MAX_PAGES,
-                                       PAGED)
+                                       PAGED, t0, BLOCK_T, TILE_IN_PAGE)
 
         # ---- shared K tile, loaded once for the whole group: [BLOCK_D, BLOCK_T]
         kT = tl.load(SK + row0[None, :] * s_skb + row1[None, :] * s_skt + offs_d[:, None] * s_skd,

@@ -43,6 +43,7 @@ class Variant:
     dot: str | None = None  # None: what a GPU run picks for the dtype (decode.default_dot)
     mutant: int = 0
     private: str = "per_head"  # 'wide': the group's latents as one [block_t, G·r] tile
+    page_size: int = 16  # paged variants: tiles inside one page when it divides by block_t
 
     @classmethod
     def from_launch(cls, cfg, *, r: int, d_h: int, dtype: str = "bfloat16", **kw) -> "Variant":
@@ -57,6 +58,7 @@ DEFAULT_VARIANTS = (
     Variant(group=8, r=54, block_t=16, num_warps=8, private="wide"),  # H=32 as 4 x 8, r=54
     Variant(block_t=32, num_warps=8, private="wide"),
     Variant(block_t=32, num_warps=16, private="wide"),
+    Variant(paged=True, block_t=16, num_warps=8, private="wide"),  # page 16: one page per tile
     Variant(dtype="float16", key_scale=True, paged=True, block_t=16, num_warps=8, private="wide"),
     Variant(dtype="bfloat16", rope_exact=True, block_t=16, num_warps=8, private="wide"),
     # the per-head private path (measured on an H200 with it: ci/gpu-results)
@@ -137,7 +139,7 @@ def compile_variant(v: Variant, arch: int = 90) -> dict:
                  ROPE_EXACT=v.rope_exact, PAGED=v.paged, DOT=DOT_MODES[dot],
                  ACC_FP64=v.dtype == "float64", MUTANT=v.mutant, WIDE=v.private == "wide",
                  BLOCK_GR=next_pow2(v.group * v.r, 16) if v.private == "wide" else 16,
-                 HR_CONTIG=v.private == "wide")
+                 HR_CONTIG=v.private == "wide", TILE_IN_PAGE=v.paged and v.page_size % v.block_t == 0)
     sig, constexprs = _signature(K.decode_split_kernel, ptrs, const)
     t0 = time.perf_counter()
     with warnings.catch_warnings():  # triton 3.9's one-time notice about TRITON_DEFAULT_FP_FUSION

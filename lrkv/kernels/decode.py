@@ -200,6 +200,13 @@ def hr_contiguous(*latents: torch.Tensor) -> bool:
     return all(t.stride(3) == 1 and t.stride(2) == t.shape[3] for t in latents)
 
 
+def tile_in_page(page_size: int, block_t: int, split_size: int | None = None) -> bool:
+    """Whether every tile of a paged launch lies inside one page: page_size and every tile
+    start (split starts are multiples of split_size, tiles step by block_t) are multiples of
+    block_t. The kernel then reads the page table once per tile (TILE_IN_PAGE)."""
+    return page_size % block_t == 0 and (split_size is None or split_size % block_t == 0)
+
+
 def _strides(t: torch.Tensor | None, n: int) -> list[int]:
     return list(t.stride()) if t is not None else [0] * n
 
@@ -272,7 +279,7 @@ def factored_decode(
         GROUP=group_size, BLOCK_H=block_h, BLOCK_T=block_t, BLOCK_D=block_d, BLOCK_R=block_r,
         HAS_KS=key_scale is not None, ROPE_EXACT=rope_cos is not None, PAGED=paged,
         DOT=dot, ACC_FP64=acc == torch.float64, MUTANT=mutant, WIDE=wide, BLOCK_GR=block_gr,
-        HR_CONTIG=hr_contiguous(latent_k, latent_v),
+        HR_CONTIG=hr_contiguous(latent_k, latent_v), TILE_IN_PAGE=paged and tile_in_page(page, block_t, split_size),
         num_warps=num_warps,
     )
     wrap_triton(K.decode_combine_kernel)[(B, H)](
