@@ -120,13 +120,18 @@ def pick_launch(
     *, B: int, H: int, d_h: int, r: int, slots: int, dtype: torch.dtype, device: torch.device,
     num_splits: int | None = None, group_size: int | None = None, block_t: int | None = None,
     num_warps: int | None = None, dot: str | None = None, private: str | None = None,
-    programs_per_sm: int | None = None,
+    programs_per_sm: int | None = None, rope_exact: bool = False,
 ) -> LaunchConfig:
     """The launch shape for a call; every argument left None is chosen from the sizes."""
     on_gpu = device.type == "cuda" and not runtime.is_interpreted()
     dot = default_dot(dtype, on_gpu) if dot is None else dot
     if private is None:
-        private = "wide" if wide_applies(r, dot)[0] else "per_head"
+        # Exact RoPE's private logits are per head and slot in either path (a rotated query per
+        # head, projected through B_h^K every tile), so on a GPU it keeps the per-head path at
+        # the shape measured on the H200 (64-slot tiles amortise each B_h^K re-read over 64
+        # slots; the wide default's 16-slot tiles would re-read it 4x as often).
+        wide_ok = wide_applies(r, dot)[0] and not (rope_exact and on_gpu)
+        private = "wide" if wide_ok else "per_head"
     if group_size is None:
         cap = MAX_GROUP
         if private == "wide":
@@ -309,7 +314,8 @@ def _launch(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths
     r = latent_k.shape[3]
     cfg = pick_launch(B=B, H=H, d_h=d_h, r=r, slots=slots, dtype=q.dtype, device=q.device,
                       num_splits=num_splits, group_size=group_size, block_t=block_t,
-                      num_warps=num_warps, dot=dot, private=private, programs_per_sm=programs_per_sm)
+                      num_warps=num_warps, dot=dot, private=private, programs_per_sm=programs_per_sm,
+                      rope_exact=rope is not None)
     cos = sin = None
     if rope is not None:
         cos, sin = rope_tables(slots, d_h, rope.theta, torch.float64 if cfg.acc_fp64 else torch.float32,
