@@ -13,8 +13,10 @@ import torch
 
 pytest.importorskip("triton")
 
-from lrkv.kernels.decode import decode_attention, pick_launch  # noqa: E402
-from lrkv.kernels.testing import kernel_context, make_case, tight_check, tolerance_rule  # noqa: E402
+from lrkv.kernels.decode import pick_launch  # noqa: E402
+from lrkv.kernels.testing import (  # noqa: E402
+    assert_tight, kernel_context, make_case, run_decode, tolerance_rule,
+)
 from lrkv.reference.rope import ExactRope  # noqa: E402
 
 pytestmark = [pytest.mark.triton, pytest.mark.equivalence]
@@ -29,18 +31,7 @@ def _kernels_live():
         yield
 
 
-def run(case, **kw):
-    return decode_attention(*case.args(), scale=case.scale, key_scale=case.inputs["key_scale"],
-                            rope=case.rope, **kw)
-
-
-def assert_tight(case, dtype, **kw):
-    out, lse = run(case, **kw)
-    ref_out, ref_lse = case.reference()
-    for name, a, b in (("out", out, ref_out), ("lse", lse, ref_lse)):
-        ok, err, bound = tight_check(a, b, dtype)
-        assert ok, f"{name}: max|err| {err:.3g} > {bound:.3g} ({dtype}, {kw})"
-    return out, lse
+run = run_decode
 
 
 @pytest.mark.parametrize("dtype", TIGHT, ids=str)

@@ -15,11 +15,13 @@ pytest.importorskip("triton")
 
 from lrkv.kernels import decode as decode_mod  # noqa: E402
 from lrkv.kernels.decode import (  # noqa: E402
-    WIDE_LIMIT_COLUMNS, WIDE_MAX_COLUMNS, decode_attention, hr_contiguous, paged_decode_attention, pick_launch,
+    WIDE_LIMIT_COLUMNS, WIDE_MAX_COLUMNS, hr_contiguous, paged_decode_attention, pick_launch,
     tile_in_page,
 )
 from lrkv.kernels.paged import paginate  # noqa: E402
-from lrkv.kernels.testing import kernel_context, make_case, tight_check, tolerance_rule  # noqa: E402
+from lrkv.kernels.testing import (  # noqa: E402
+    assert_tight, kernel_context, make_case, run_decode, tolerance_rule,
+)
 from lrkv.reference.cache import FactoredCache  # noqa: E402
 from lrkv.reference.rope import ExactRope  # noqa: E402
 
@@ -32,18 +34,7 @@ def _kernels_live():
         yield
 
 
-def run(case, **kw):
-    return decode_attention(*case.args(), scale=case.scale, key_scale=case.inputs["key_scale"], rope=case.rope,
-                            **kw)
-
-
-def assert_tight(case, dtype, **kw):
-    out, lse = run(case, **kw)
-    ref_out, ref_lse = case.reference()
-    for name, a, b in (("out", out, ref_out), ("lse", lse, ref_lse)):
-        ok, err, bound = tight_check(a, b, dtype)
-        assert ok, f"{name}: max|err| {err:.3g} > {bound:.3g} ({dtype}, {kw})"
-    return out, lse
+run = run_decode
 
 
 def _head_major(t: torch.Tensor) -> torch.Tensor:

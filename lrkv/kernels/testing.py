@@ -164,3 +164,21 @@ def tight_check(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> tup
     err = float((out - ref)[fin_r].abs().max())
     bound = TIGHT_RTOL[dtype] * (float(ref[fin_r].abs().max()) + 1.0)
     return err <= bound, err, bound
+
+
+def run_decode(case: DecodeCase, **launch):
+    """The kernel's contiguous decode on a case (launch options passed through)."""
+    from .decode import decode_attention
+
+    return decode_attention(*case.args(), scale=case.scale, key_scale=case.inputs["key_scale"], rope=case.rope,
+                            **launch)
+
+
+def assert_tight(case: DecodeCase, dtype: torch.dtype, **launch) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run the kernel and hold out and lse to the tight float64/float32 bound; return them."""
+    out, lse = run_decode(case, **launch)
+    ref_out, ref_lse = case.reference()
+    for name, a, b in (("out", out, ref_out), ("lse", lse, ref_lse)):
+        ok, err, bound = tight_check(a, b, dtype)
+        assert ok, f"{name}: max|err| {err:.3g} > {bound:.3g} ({dtype}, {launch})"
+    return out, lse
