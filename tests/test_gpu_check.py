@@ -35,7 +35,7 @@ def test_plan_lists_every_step(tmp_path):
     assert doc["plan"] and not doc["failed"]
     steps = {s["step"]: s for s in doc["steps"]}
     assert list(steps) == ["env", "sweep", "sweep-per-head", "bench", "bench-compiled", "pytest-triton", "verify-triton",
-                           "gate-triton", "verify-inductor", "pytest-gpu-other"]
+                           "gate-triton", "verify-inductor", "gate-inductor", "pytest-gpu-other"]
     assert all(s["status"] == "planned" for n, s in steps.items() if n != "env")
     assert "--sweep" in steps["sweep"]["note"] and "--check-targets" in steps["bench"]["note"]
     assert "private=wide" in steps["sweep"]["note"] and "private=per_head" in steps["sweep-per-head"]["note"]
@@ -44,7 +44,8 @@ def test_plan_lists_every_step(tmp_path):
     assert "--backend inductor" in steps["bench-compiled"]["note"]
     gate = steps["gate-triton"]["note"]
     assert "ci/baseline-triton.json" in gate and "--subset" not in gate  # gated on the whole baseline
-    assert sum(int(steps[n]["seconds"]) for n in steps if n not in ("verify-inductor", "pytest-gpu-other")) <= 465
+    assert sum(int(steps[n]["seconds"]) for n in steps
+               if n not in ("verify-inductor", "gate-inductor", "pytest-gpu-other")) <= 465
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="CUDA present: the steps would run")
