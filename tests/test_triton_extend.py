@@ -62,6 +62,25 @@ def reference(q, cu, args, case, **kw):
     return reference_extend(f(q), cu, *[f(a) for a in args], scale=case.scale, rope=case.rope, check=False, **kw)
 
 
+@pytest.mark.parametrize("private,num_splits,page", [("wide", 1, None), ("per_head", 4, None), ("wide", 3, 16),
+                                                     ("per_head", 1, 16)])
+def test_private_paths_and_splits(private, num_splits, page):
+    # extend runs decode's split kernel over each token's causal range: both private paths, and
+    # splits that leave the early tokens' later splits empty (the merge must ignore them);
+    # block_t 16 with page 16 keeps each tile inside one page
+    case = make_case(B=3, T=40, H=5, d_h=16, r=6, lengths=[40, 9, 23], key_scale=True, seed=33)
+    q, cu = ragged(case, [17, 3, 1])
+    args, ks, table = cache_args(case), case.inputs["key_scale"], None
+    if page is not None:
+        args, ks, table = paged_args(case, page)
+    out, lse = extend_attention(q, cu, *args, scale=case.scale, key_scale=ks, rope=case.rope, page_table=table,
+                                private=private, num_splits=num_splits, block_t=16)
+    ref_out, ref_lse = reference(q, cu, args, case, key_scale=ks, page_table=table)
+    for name, a, b in (("out", out, ref_out), ("lse", lse, ref_lse)):
+        ok, err, bound = tight_check(a, b, torch.float64)
+        assert ok, f"{name} ({private}, {num_splits} splits): max|err| {err:.3g} > {bound:.3g}"
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
 @pytest.mark.parametrize("rope,key_scale", [(None, False), (ExactRope(), True)], ids=["none", "exact-ks"])
 @pytest.mark.parametrize("page", [None, 16, 5], ids=["contiguous", "page16", "page5"])
@@ -174,10 +193,10 @@ def test_custom_op_is_registered():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: the native tests compile the kernel")
 def test_extend_kernel_compiles_for_sm90():
-    from lrkv.kernels.compile_check import EXTEND_VARIANTS, compile_extend
+    from lrkv.kernels.compile_check import EXTEND_VARIANTS, compile_variant
 
     try:
-        res = compile_extend(EXTEND_VARIANTS[0])
+        res = compile_variant(EXTEND_VARIANTS[0], extend=True)
     except FileNotFoundError as e:
         pytest.skip(f"CUDA toolchain of the triton wheel not found: {e}")
-    assert res["kernel"] == "extend_kernel" and res.get("stack", 0) == 0, res
+    assert res["kernel"] == "decode_split_kernel[extend]" and res.get("stack", 0) == 0, res

@@ -326,12 +326,12 @@ def _slot_rows(offs_t, tmask, b64, PT, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES, MAX_P
 
 
 @triton.jit(do_not_specialize=["H", "D", "R", "SPLIT_SIZE", "PAGE_SIZE", "NUM_PAGES", "MAX_PAGES", "NUM_SPLITS",
-                               "SLOT_LIMIT"])
+                               "SLOT_LIMIT", "NSEQ"])
 def decode_split_kernel(
     Q, SK, SV, LK, LV, BK, KS, COS, SIN, LENGTHS, PT, SCALE,
     M_OUT, L_OUT, ACC_S, ACC_P, M2_OUT, L2_OUT,
     H, D, R, SPLIT_SIZE, PAGE_SIZE, NUM_PAGES, MAX_PAGES, NUM_SPLITS, SLOT_LIMIT,
-    s_qb, s_qh, s_qd,  # q            [B, H, d_h]
+    s_qb, s_qh, s_qd,  # q            [B, H, d_h]  (extend: [N, H, d_h])
     s_skb, s_skt, s_skd,  # shared_k     [B, T, d_h]  (paged: [P, page, d_h])
     s_svb, s_svt, s_svd,  # shared_v
     s_lkb, s_lkt, s_lkh, s_lkr,  # latent_k     [B, T, H, r]
@@ -346,16 +346,24 @@ def decode_split_kernel(
     DOT: tl.constexpr, ACC_FP64: tl.constexpr, MUTANT: tl.constexpr,
     WIDE: tl.constexpr = False, BLOCK_GR: tl.constexpr = 16, HR_CONTIG: tl.constexpr = False,
     TILE_IN_PAGE: tl.constexpr = False,
+    CU=None, NSEQ=0, EXTEND: tl.constexpr = False, BLOCK_B: tl.constexpr = 16,
 ):
     """Stage 1: one (b, head group, split) program; online softmax of Eq. 6 over the split.
 
     WIDE: the group's latents are read as one [BLOCK_T, BLOCK_GR ≥ GROUP·r] tile and the
     private logits and values are one tl.dot each (`_wide_*`); otherwise one head at a time.
-    Exact RoPE keeps the per-head private logits (its contraction is per head and slot)."""
-    pid_b = tl.program_id(0)
+    Exact RoPE keeps the per-head private logits (its contraction is per head and slot).
+
+    EXTEND (chunked prefill, speculative verification; DESIGN §4): program row n is query
+    token n of a ragged batch (CU = cu_seqlens_q [NSEQ+1]); it finds its sequence b by
+    counting the cu[b+1] <= n, sits at position p = lengths[b] − n_b + (n − cu[b]), and runs
+    the same split loop over slots 0 … p (causal). The splits are merged and B_h^V applied by
+    the same stage 2."""
+    pid_b = tl.program_id(0)  # decode: the batch row; extend: the query token
     pid_g = tl.program_id(1)
     pid_s = tl.program_id(2)
-    b64 = pid_b.to(tl.int64)
+    prog64 = pid_b.to(tl.int64)  # row of q and of the split scratch
+    b64 = prog64  # row of the cache (the sequence)
 
     rows = tl.arange(0, BLOCK_H)  # head slot within the group
     heads = pid_g * GROUP + rows  # [BLOCK_H] global head index
@@ -365,7 +373,20 @@ def decode_split_kernel(
     dmask = offs_d < D
     rmask = offs_r < R
 
-    length = tl.load(LENGTHS + pid_b, mask=pid_b >= 0, other=0).to(tl.int32)
+    if EXTEND:
+        seq = 0
+        for b0 in range(0, NSEQ, BLOCK_B):
+            offs_b = b0 + tl.arange(0, BLOCK_B)
+            ends = tl.load(CU + 1 + offs_b, mask=offs_b < NSEQ, other=2147483647)  # cu[b+1]
+            seq += _rsum(tl.where(ends <= pid_b, 1, 0), 0)
+        b64 = seq.to(tl.int64)
+        start = tl.load(CU + b64, mask=seq >= 0, other=0)
+        end = tl.load(CU + b64 + 1, mask=seq >= 0, other=0)
+        seq_len = tl.load(LENGTHS + b64, mask=seq >= 0, other=0).to(tl.int32)
+        # causal: slots 0 … p, p = seq_len − n_b + (n − cu[b]) (validated; clamped for safety)
+        length = tl.minimum(seq_len - (end - start) + (pid_b - start) + 1, SLOT_LIMIT)
+    else:
+        length = tl.load(LENGTHS + pid_b, mask=pid_b >= 0, other=0).to(tl.int32)
     if MUTANT == M_LENGTH_OFF_BY_ONE:
         length = length - 1
     if MUTANT == M_READ_PAST_LENGTH:
@@ -381,14 +402,14 @@ def decode_split_kernel(
         sm_scale = 1.0 / tl.sqrt(R * 1.0)
 
     # q for the group: [BLOCK_H, BLOCK_D]
-    q = tl.load(Q + b64 * s_qb + heads[:, None] * s_qh + offs_d[None, :] * s_qd,
+    q = tl.load(Q + prog64 * s_qb + heads[:, None] * s_qh + offs_d[None, :] * s_qd,
                 mask=hmask[:, None] & dmask[None, :], other=0.0)
     q = _to_acc(q, ACC_FP64)
 
     # q_h B_h^K for every head of the group: [BLOCK_H, BLOCK_R]
     q_lat = tl.full([BLOCK_H, BLOCK_R], 0.0, dtype=q.dtype)
     if not ROPE_EXACT and not WIDE:
-        q_lat = _q_latent(q_lat, Q + b64 * s_qb, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, pid_g, rows, offs_d, offs_r,
+        q_lat = _q_latent(q_lat, Q + prog64 * s_qb, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, pid_g, rows, offs_d, offs_r,
                           dmask, rmask, H, GROUP, MUTANT == M_WRONG_HEAD_BASIS, ACC_FP64)
 
     if WIDE:
@@ -396,7 +417,7 @@ def decode_split_kernel(
         col_k = _wide_offsets(offs_c, pid_g, head_c, jc, s_lkh, s_lkr, R, GROUP, HR_CONTIG)
         col_v = _wide_offsets(offs_c, pid_g, head_c, jc, s_lvh, s_lvr, R, GROUP, HR_CONTIG)
         if not ROPE_EXACT:
-            q_bd = _q_block_diag(Q + b64 * s_qb, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, heads, hmask, rows,
+            q_bd = _q_block_diag(Q + prog64 * s_qb, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, heads, hmask, rows,
                                  hc, jc, head_c, cmask, H, D, BLOCK_H, BLOCK_GR, MUTANT == M_WRONG_HEAD_BASIS,
                                  DOT, ACC_FP64)  # [BLOCK_H, BLOCK_GR]
             q_bd_lo = q_bd
@@ -431,7 +452,7 @@ def decode_split_kernel(
             logits = _wide_private_logits(logits, q_bd, q_bd_lo, LK, s_lkb, s_lkt, col_k, row0, row1, tmask,
                                           cmask, DOT, ACC_FP64)
         else:
-            logits = _private_logits(logits, q_lat, Q + b64 * s_qb, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr,
+            logits = _private_logits(logits, q_lat, Q + prog64 * s_qb, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr,
                                      LK, s_lkb, s_lkt, s_lkh, s_lkr, row0, row1, tmask, COS, SIN, s_cst, s_csd,
                                      offs_t, offs_d, offs_r, dmask, rmask, rows, pid_g, H, D, GROUP, ROPE_EXACT,
                                      MUTANT == M_WRONG_HEAD_BASIS, DOT, ACC_FP64)
@@ -489,13 +510,13 @@ def decode_split_kernel(
         m_i = m_new
 
     # ---- partial results of this split (scratch is contiguous [B, H, S, ...])
-    base = (b64 * H + heads) * NUM_SPLITS + pid_s  # [BLOCK_H]
+    base = (prog64 * H + heads) * NUM_SPLITS + pid_s  # [BLOCK_H]
     tl.store(M_OUT + base, m_i, mask=hmask)
     tl.store(L_OUT + base, l_i, mask=hmask)
     tl.store(ACC_S + base[:, None] * D + offs_d[None, :], acc_s, mask=hmask[:, None] & dmask[None, :])
     if WIDE:
         # only the block diagonal is a_h R_h^V: row g, the columns of head g
-        base_c = (b64 * H + head_c) * NUM_SPLITS + pid_s  # [BLOCK_GR]
+        base_c = (prog64 * H + head_c) * NUM_SPLITS + pid_s  # [BLOCK_GR]
         tl.store(ACC_P + (base_c * R + jc)[None, :] + rows[:, None] * 0, acc_p,
                  mask=(rows[:, None] == hc[None, :]) & cmask[None, :] & hmask[:, None])
     else:

@@ -142,8 +142,7 @@ class TritonBackend(BaseBackend):
             raise TypeError(f"backend {self.name!r}: kernel mutants are compiled into the decode kernels only")
         home = q.device
         move = self._mover(home)
-        # extend has no splits and reads the private stream one head at a time
-        launch = {k: v for k, v in self._launch().items() if k not in ("num_splits", "private", "programs_per_sm")}
+        launch = self._launch()
         out, lse = extend_attention(
             move(q), move(cu_seqlens_q), move(shared_k), move(shared_v), move(latent_k), move(latent_v),
             move(basis_k), move(basis_v), move(lengths), scale=scale, key_scale=move(key_scale), rope=rope,

@@ -73,8 +73,9 @@ DEFAULT_VARIANTS = (
     Variant(dtype="float64", block_t=16, d_h=32, r=8, group=4),
 )
 
-EXTEND_VARIANTS = (
-    Variant(num_warps=8),  # bf16, the decode benchmark's main shape
+EXTEND_VARIANTS = (  # the split kernel compiled as extend (EXTEND)
+    Variant(block_t=16, num_warps=8, private="wide"),  # bf16, the decode benchmark's main shape
+    Variant(block_t=16, num_warps=8, private="wide", paged=True),
     Variant(dtype="float16", rope_exact=True, key_scale=True, paged=True, num_warps=8),
     Variant(dtype="float64", d_h=32, r=8, group=4),
 )
@@ -115,8 +116,9 @@ def _resource_usage(cubin: bytes) -> dict[str, int]:
     return out
 
 
-def compile_variant(v: Variant, arch: int = 90) -> dict:
-    """Compile the split kernel for `v` (and the combine kernel once); return usage stats."""
+def compile_variant(v: Variant, arch: int = 90, *, extend: bool = False) -> dict:
+    """Compile the split kernel for `v` — as decode, or with `extend` as the ragged causal
+    extend (EXTEND, mutants off) — and return its usage stats."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -133,13 +135,14 @@ def compile_variant(v: Variant, arch: int = 90) -> dict:
     ptrs = {n: f"*{el}" for n in ("Q", "SK", "SV", "LK", "LV", "BK", "KS")}
     ptrs.update(COS=f"*{acc}", SIN=f"*{acc}", LENGTHS="*i32", PT="*i32", SCALE=f"*{acc}",
                 M_OUT=f"*{acc}", L_OUT=f"*{acc}", ACC_S=f"*{acc}", ACC_P=f"*{acc}", M2_OUT=f"*{acc}",
-                L2_OUT=f"*{acc}")
+                L2_OUT=f"*{acc}", CU="*i32")
     const = dict(GROUP=v.group, BLOCK_H=next_pow2(v.group, 16), BLOCK_T=v.block_t,
                  BLOCK_D=next_pow2(v.d_h, 16), BLOCK_R=next_pow2(v.r, 16), HAS_KS=v.key_scale,
                  ROPE_EXACT=v.rope_exact, PAGED=v.paged, DOT=DOT_MODES[dot],
-                 ACC_FP64=v.dtype == "float64", MUTANT=v.mutant, WIDE=v.private == "wide",
+                 ACC_FP64=v.dtype == "float64", MUTANT=0 if extend else v.mutant, WIDE=v.private == "wide",
                  BLOCK_GR=next_pow2(v.group * v.r, 16) if v.private == "wide" else 16,
-                 HR_CONTIG=v.private == "wide", TILE_IN_PAGE=v.paged and v.page_size % v.block_t == 0)
+                 HR_CONTIG=v.private == "wide", TILE_IN_PAGE=v.paged and v.page_size % v.block_t == 0,
+                 EXTEND=extend, BLOCK_B=16)
     sig, constexprs = _signature(K.decode_split_kernel, ptrs, const)
     t0 = time.perf_counter()
     with warnings.catch_warnings():  # triton 3.9's one-time notice about TRITON_DEFAULT_FP_FUSION
@@ -147,40 +150,8 @@ def compile_variant(v: Variant, arch: int = 90) -> dict:
         k = triton.compile(ASTSource(K.decode_split_kernel, sig, constexprs),
                            target=GPUTarget("cuda", arch, 32), options=dict(num_warps=v.num_warps))
     usage = _resource_usage(k.asm["cubin"])
-    return dict(variant={**asdict(v), "dot": dot}, seconds=round(time.perf_counter() - t0, 2), **usage)
-
-
-def compile_extend(v: Variant, arch: int = 90) -> dict:
-    """Compile the extend kernel (`_extend_kernels.py`) for `v` (its `mutant` is ignored)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    import torch
-
-    from . import runtime
-    from .decode import DOT_MODES, default_dot
-
-    runtime._load("cuda")
-    K = runtime._load("cuda", runtime._EXTEND_FILE)
-    dot = v.dot or default_dot(getattr(torch, v.dtype), on_gpu=True)
-    el = _TL[v.dtype]
-    acc = "fp64" if v.dtype == "float64" else "fp32"
-    ptrs = {n: f"*{el}" for n in ("Q", "SK", "SV", "LK", "LV", "BK", "BV", "KS")}
-    ptrs.update(CU="*i32", COS=f"*{acc}", SIN=f"*{acc}", LENGTHS="*i32", PT="*i32", SCALE=f"*{acc}",
-                OUT=f"*{acc}", LSE=f"*{acc}")
-    const = dict(GROUP=v.group, BLOCK_H=next_pow2(v.group, 16), BLOCK_T=v.block_t,
-                 BLOCK_D=next_pow2(v.d_h, 16), BLOCK_R=next_pow2(v.r, 16), BLOCK_B=16, HAS_KS=v.key_scale,
-                 ROPE_EXACT=v.rope_exact, PAGED=v.paged, DOT=DOT_MODES[dot], ACC_FP64=v.dtype == "float64")
-    sig, constexprs = _signature(K.extend_kernel, ptrs, const)
-    t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*TRITON_DEFAULT_FP_FUSION.*")
-        k = triton.compile(ASTSource(K.extend_kernel, sig, constexprs),
-                           target=GPUTarget("cuda", arch, 32), options=dict(num_warps=v.num_warps))
-    usage = _resource_usage(k.asm["cubin"])
-    return dict(kernel="extend_kernel", variant={**asdict(v), "dot": dot},
-                seconds=round(time.perf_counter() - t0, 2), **usage)
+    return dict(kernel="decode_split_kernel[extend]" if extend else "decode_split_kernel",
+                variant={**asdict(v), "dot": dot}, seconds=round(time.perf_counter() - t0, 2), **usage)
 
 
 def compile_aux(arch: int = 90) -> list[dict]:
@@ -219,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         r = compile_variant(v, args.arch)
         results.append(r)
         print(json.dumps(r))
-    for r in [*compile_aux(args.arch), *(compile_extend(v, args.arch) for v in EXTEND_VARIANTS)]:
+    for r in [*compile_aux(args.arch), *(compile_variant(v, args.arch, extend=True) for v in EXTEND_VARIANTS)]:
         results.append(r)
         print(json.dumps(r))
     if args.json:

@@ -56,6 +56,7 @@ WIDE_MAX_COLUMNS = 512  # default cap on G·r for the wide private tile (registe
 WIDE_LIMIT_COLUMNS = 2048  # an explicit group_size may go this far; past it the tile cannot fit
 PROGRAMS_PER_SM = 2  # default occupancy target of the split heuristic (the committed H200 runs)
 PRIVATE_MODES = ("wide", "per_head")
+MAX_BLOCK_B = 1024  # extend: sequences scanned per step when a program looks up its sequence
 
 # Tile-product modes (the kernels' DOT constexpr, see _kernels.py):
 #   ieee   fp32 (or fp64) tl.dot without TF32 — the interpreter; exact-ish, slow on a GPU
@@ -243,8 +244,19 @@ def factored_decode(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch stage 1 (splits) and stage 2 (merge). No checks here: the wrappers validate,
     and this body must stay traceable by torch.compile (no data-dependent Python)."""
+    return split_and_combine(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table,
+                             key_scale, rope_cos, rope_sin, scale, num_splits, split_size, group_size, block_t,
+                             num_warps, dot, mutant, wide)
+
+
+def split_and_combine(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table, key_scale,
+                      rope_cos, rope_sin, scale, num_splits, split_size, group_size, block_t, num_warps, dot, mutant,
+                      wide, cu_seqlens_q=None):
+    """The two launches behind decode and extend (inside their triton_ops): stage 1 on a
+    (rows, head groups, splits) grid — a row is a batch row, or with `cu_seqlens_q` a query
+    token of the ragged extend batch — then stage 2 on (rows, heads)."""
     K = runtime.kernels()
-    B, H, D = q.shape
+    B, H, D = q.shape  # B: rows (extend: N query tokens)
     R = latent_k.shape[3]
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
     paged = page_table is not None
@@ -286,6 +298,9 @@ def factored_decode(
         DOT=dot, ACC_FP64=acc == torch.float64, MUTANT=mutant, WIDE=wide, BLOCK_GR=block_gr,
         HR_CONTIG=hr_contiguous(latent_k, latent_v), TILE_IN_PAGE=paged and tile_in_page(page, block_t, split_size),
         num_warps=num_warps,
+        **({} if cu_seqlens_q is None else dict(
+            CU=cu_seqlens_q, NSEQ=cu_seqlens_q.shape[0] - 1, EXTEND=True,
+            BLOCK_B=min(next_pow2(cu_seqlens_q.shape[0] - 1, 16), MAX_BLOCK_B))),
     )
     wrap_triton(K.decode_combine_kernel)[(B, H)](
         m_part, l_part, acc_s, acc_p, m2_part, l2_part, basis_v, out, lse,

@@ -6,7 +6,6 @@ loaded lazily, once per mode, with the variable set only for the duration of tha
 
     mode()           'cuda' | 'interpreter' | 'fallback' and why
     kernels()        the kernel module for the current mode (None in fallback)
-    extend_kernels() the extend kernel module, loaded after (and reusing) kernels()
     interpreter()    context manager: run the kernels in the interpreter inside the block
                      (the tests use it on CPU machines; nothing leaks into other tests)
 
@@ -34,7 +33,6 @@ from types import ModuleType
 import torch
 
 _KERNEL_FILE = Path(__file__).with_name("_kernels.py")
-_EXTEND_FILE = Path(__file__).with_name("_extend_kernels.py")  # reuses _kernels.py's helpers
 _LOCK = threading.RLock()
 _LOADED: dict[str, ModuleType] = {}  # 'cuda' | 'interpreter' -> module
 _FORCED: list[str] = []  # stack of forced modes
@@ -66,13 +64,11 @@ def mode() -> tuple[str, str]:
                         "float64 reference math (set TRITON_INTERPRET=1 to run the kernels on CPU)")
 
 
-def _load(which: str, file: Path = _KERNEL_FILE) -> ModuleType:
+def _load(which: str) -> ModuleType:
     with _LOCK:
-        key = which if file == _KERNEL_FILE else f"{which}:{file.stem}"
-        if key in _LOADED:
-            return _LOADED[key]
-        if file != _KERNEL_FILE:
-            _load(which)  # the helpers it imports, in the same mode
+        if which in _LOADED:
+            return _LOADED[which]
+        file = _KERNEL_FILE
         name = f"lrkv.kernels.{file.stem}_{which}"
         old = os.environ.get("TRITON_INTERPRET")
         os.environ["TRITON_INTERPRET"] = "1" if which == "interpreter" else "0"
@@ -86,7 +82,7 @@ def _load(which: str, file: Path = _KERNEL_FILE) -> ModuleType:
                 os.environ.pop("TRITON_INTERPRET", None)
             else:
                 os.environ["TRITON_INTERPRET"] = old
-        _LOADED[key] = mod
+        _LOADED[which] = mod
         return mod
 
 
@@ -94,12 +90,6 @@ def kernels() -> ModuleType | None:
     """The kernel module for the current mode, or None in fallback mode."""
     which, _ = mode()
     return None if which == "fallback" else _load(which)
-
-
-def extend_kernels() -> ModuleType | None:
-    """The extend kernel module for the current mode, or None in fallback mode."""
-    which, _ = mode()
-    return None if which == "fallback" else _load(which, _EXTEND_FILE)
 
 
 def is_interpreted() -> bool:
