@@ -100,6 +100,28 @@ def test_tight_vs_reference(dtype, rope, key_scale, page):
         assert ok, f"{name}: max|err| {err:.3g} > {bound:.3g}"
 
 
+@pytest.mark.parametrize("mutant", ["read_past_length", "length_off_by_one", "separate_softmax", "scale_rank"])
+def test_kernel_mutants_rejected_in_extend(mutant):
+    # The split kernel's bug switches reach extend too. read_past_length is the causal bug
+    # there: each query also attends the NEXT token, a valid (already appended) slot — a
+    # finite, plausible-looking output that only the comparison catches. The tight check
+    # must say no for every mutant, on the same case the correct kernel passes.
+    case = make_case(B=2, T=24, H=3, d_h=16, r=5, lengths=[24, 10], key_scale=True, seed=34, q_mult=3.0)
+    q, cu = ragged(case, [6, 3])
+    args = cache_args(case)
+    kw = dict(scale=case.scale, key_scale=case.inputs["key_scale"])
+    ref_out, _ = reference(q, cu, args, case, key_scale=case.inputs["key_scale"])
+    good, _ = extend_attention(q, cu, *args, **kw)
+    assert tight_check(good, ref_out, torch.float64)[0]
+    bad, _ = extend_attention(q, cu, *args, mutant=mutant, **kw)
+    ok, err, bound = tight_check(bad, ref_out, torch.float64)
+    assert not ok, f"mutant {mutant} passed the extend check: max|err| {err:.3g} <= {bound:.3g}"
+    if mutant == "read_past_length":  # every query but each sequence's last reads a valid slot
+        inner = [0, 1, 2, 3, 4, 6, 7]  # (the last ones read NaN garbage past the length)
+        assert torch.isfinite(bad[inner]).all()
+        assert not tight_check(bad[inner], ref_out[inner], torch.float64)[0]
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_low_precision_tolerance_rule(dtype):
     case = make_case(B=2, T=24, H=3, d_h=16, r=5, lengths=[24, 6], dtype=dtype, key_scale=True,
@@ -161,7 +183,7 @@ def test_no_queries_and_validation_before_launch():
 def test_backend_declares_and_runs_the_new_levels():
     be = TritonBackend()
     assert {"kernel", "kernel-paged", "kernel-extend"} <= be.levels
-    assert "kernel-extend" not in TritonBackend(mutant="scale_rank").levels  # mutants: decode kernels only
+    assert "kernel-extend" in TritonBackend(mutant="scale_rank").levels  # extend runs the same split kernel
     case = make_case(B=2, T=12, H=2, d_h=16, r=3, lengths=[12, 5], seed=35)
     q, cu = ragged(case, [4, 1])
     args, ks, table = paged_args(case, 4)

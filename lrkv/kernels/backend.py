@@ -50,7 +50,6 @@ class TritonBackend(BaseBackend):
         self._hints: dict[str, int] = {}  # per-case launch hints from configure()
         if mutant is not None and mutant != "none":
             self.name = f"triton[{mutant}]"
-            self.levels = self.levels - {"kernel-extend"}  # the mutants live in the decode kernels
 
     # ------------------------------------------------------------------ protocol
     def available(self) -> tuple[bool, str]:
@@ -138,15 +137,13 @@ class TritonBackend(BaseBackend):
                          lengths, *, scale, key_scale=None, rope=None, page_table=None):
         from .extend import extend_attention
 
-        if self.mutant not in (None, "none"):
-            raise TypeError(f"backend {self.name!r}: kernel mutants are compiled into the decode kernels only")
         home = q.device
         move = self._mover(home)
         launch = self._launch()
         out, lse = extend_attention(
             move(q), move(cu_seqlens_q), move(shared_k), move(shared_v), move(latent_k), move(latent_v),
             move(basis_k), move(basis_v), move(lengths), scale=scale, key_scale=move(key_scale), rope=rope,
-            page_table=move(page_table), **launch)
+            page_table=move(page_table), mutant=self.mutant, **launch)
         return out.to(home), lse.to(home)
 
     # ------------------------------------------------------------------ layer level

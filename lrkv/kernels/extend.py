@@ -28,6 +28,7 @@ from ..reference.lrkv import accumulation_dtype
 from ..reference.rope import ExactRope
 from . import runtime
 from .decode import DOT_MODES, _check_launch, pick_launch, rope_tables, split_and_combine
+from .mutants import mutant_code
 from .validate import next_pow2, validate_extend_inputs
 
 
@@ -54,13 +55,14 @@ def factored_extend(
     num_warps: int,
     dot: int,
     wide: bool = False,
+    mutant: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Decode's two stages on an (N query tokens, head groups, splits) grid, each token
     attending slots 0 … its position. No checks here (the wrapper validates); the body stays
     traceable by torch.compile."""
     return split_and_combine(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table,
                              key_scale, rope_cos, rope_sin, scale, num_splits, split_size, group_size, block_t,
-                             num_warps, dot, 0, wide, cu_seqlens_q=cu_seqlens_q.to(torch.int32))
+                             num_warps, dot, mutant, wide, cu_seqlens_q=cu_seqlens_q.to(torch.int32))
 
 
 def extend_attention(
@@ -86,6 +88,7 @@ def extend_attention(
     num_splits: int | None = None,
     private: str | None = None,
     programs_per_sm: int | None = None,
+    mutant: str | int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal factored attention (Eqs. 6–7) for ragged queries. Returns out [N, H, d_h], lse [N, H].
 
@@ -98,8 +101,10 @@ def extend_attention(
                               latent_v=latent_v, basis_k=basis_k, basis_v=basis_v, lengths=lengths,
                               page_table=page_table, key_scale=key_scale),
                       num_splits=num_splits, group_size=group_size, block_t=block_t, num_warps=num_warps, dot=dot,
-                      mutant=None, private=private, programs_per_sm=programs_per_sm, r=latent_k.shape[3])
+                      mutant=mutant, private=private, programs_per_sm=programs_per_sm, r=latent_k.shape[3])
     if runtime.mode()[0] == "fallback":
+        if mutant_code(mutant):
+            raise RuntimeError("kernel mutants need the kernel: no GPU and TRITON_INTERPRET unset")
         f = lambda t: None if t is None else t.to(torch.float64)  # noqa: E731
         out, lse = reference_extend_attention(
             f(q), cu_seqlens_q, f(shared_k), f(shared_v), f(latent_k), f(latent_v), f(basis_k), f(basis_v),
@@ -120,4 +125,4 @@ def extend_attention(
     return torch.ops.lrkv.factored_extend(
         q, cu_seqlens_q.to(torch.int32), shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
         page_table, key_scale, cos, sin, float(scale), cfg.num_splits, cfg.split_size, cfg.group_size, cfg.block_t,
-        cfg.num_warps, DOT_MODES[cfg.dot], cfg.private == "wide")
+        cfg.num_warps, DOT_MODES[cfg.dot], cfg.private == "wide", mutant_code(mutant))
