@@ -157,3 +157,25 @@ def test_cli_without_gpu_or_interpreter_exits_3(tmp_path, capsys):
     assert main(["bench", "--sweep", "--device", "cuda", "--out", str(tmp_path)]) == 3
     assert main(["bench", "--sweep", "--device", "cpu", "--out", str(tmp_path)]) == 3
     assert "TRITON_INTERPRET=1" in capsys.readouterr().out
+
+
+def test_recorded_launch_shape_is_the_variants_own(monkeypatch):
+    # The row records the launch shape the kernel picks for THAT variant: exact RoPE picks its
+    # own (per-head) shape on a GPU, so the rope row must ask pick_launch with rope_exact.
+    from lrkv.kernels import decode as decode_mod
+
+    monkeypatch.setattr(decode_mod, "_num_sms", lambda device: 132)
+    monkeypatch.setattr(decode_mod.runtime, "is_interpreted", lambda: False)
+    spec = PAPER_SCALES["2.5B"].spec("lrkv")
+    inputs = dict(q=torch.empty(8, spec.n_heads, spec.head_dim, dtype=torch.bfloat16, device="meta"),
+                  shared_k=torch.empty(8, 32768, spec.head_dim, dtype=torch.bfloat16, device="meta"))
+    real = decode_mod.pick_launch
+
+    def as_if_cuda(**kw):  # the inputs are on "meta": decide as a CUDA run would
+        return real(**{**kw, "device": torch.device("cuda")})
+
+    monkeypatch.setattr(decode_mod, "pick_launch", as_if_cuda)
+    plain = TritonSteps().launch_config(inputs, spec)
+    rope = TritonSteps("rope").launch_config(inputs, spec)
+    assert (plain["private"], plain["block_t"]) == ("wide", 16)
+    assert (rope["private"], rope["block_t"], rope["num_warps"]) == ("per_head", 64, 4)
