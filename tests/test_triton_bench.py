@@ -178,4 +178,4 @@ def test_recorded_launch_shape_is_the_variants_own(monkeypatch):
     plain = TritonSteps().launch_config(inputs, spec)
     rope = TritonSteps("rope").launch_config(inputs, spec)
     assert (plain["private"], plain["block_t"]) == ("wide", 16)
-    assert (rope["private"], rope["block_t"], rope["num_warps"]) == ("per_head", 64, 4)
+    assert (rope["private"], rope["block_t"], rope["num_warps"]) == ("per_head", 32, 8)

@@ -61,6 +61,8 @@ DEFAULT_VARIANTS = (
     Variant(paged=True, block_t=16, num_warps=8, private="wide"),  # page 16: one page per tile
     Variant(dtype="float16", key_scale=True, paged=True, block_t=16, num_warps=8, private="wide"),
     Variant(dtype="bfloat16", rope_exact=True, block_t=16, num_warps=8, private="wide"),
+    Variant(dtype="bfloat16", rope_exact=True, block_t=32, num_warps=8),  # exact RoPE's GPU default
+    Variant(dtype="bfloat16", rope_exact=True, block_t=64, num_warps=4),  # ... and the shape measured with it
     # the per-head private path (measured on an H200 with it: ci/gpu-results)
     Variant(),  # H=18 (2 x 9), r=55, bf16: the benchmark's main case
     Variant(num_warps=8),

@@ -128,9 +128,8 @@ def pick_launch(
     dot = default_dot(dtype, on_gpu) if dot is None else dot
     if private is None:
         # Exact RoPE's private logits are per head and slot in either path (a rotated query per
-        # head, projected through B_h^K every tile), so on a GPU it keeps the per-head path at
-        # the shape measured on the H200 (64-slot tiles amortise each B_h^K re-read over 64
-        # slots; the wide default's 16-slot tiles would re-read it 4x as often).
+        # head, projected through B_h^K every tile), so on a GPU it takes the per-head path
+        # with its own tile (below): larger tiles amortise each B_h^K re-read over more slots.
         wide_ok = wide_applies(r, dot)[0] and not (rope_exact and on_gpu)
         private = "wide" if wide_ok else "per_head"
     if group_size is None:
@@ -147,7 +146,12 @@ def pick_launch(
     if block_t is None:
         block_t = 32 if block_h * block_r <= 512 and dot != "fma" else 16
         if on_gpu and dot != "fma":
-            if private == "wide":
+            if rope_exact and private == "per_head":
+                # Not yet measured: 32-slot tiles at 8 warps spill 40 bytes for sm_90
+                # (compile_check), where the 64-slot, 4-warp shape measured on the H200 (6.54 ms,
+                # 5.2x rope none) spills 1640 — and 16-slot tiles re-read B_h^K twice as often.
+                block_t = 32
+            elif private == "wide":
                 # Not yet measured: the largest tile that compiles for sm_90 without spills at
                 # both paper scales (compile_check: 16 slots x 512 columns, 8 warps, 187
                 # registers; 32 slots spill). The GPU sweep of `lrkv bench` decides.
@@ -174,7 +178,7 @@ def pick_launch(
         num_warps = 8 if block_d * block_r >= 4096 else 4  # 4 warps spill at d_h=128, r=64 ...
         if on_gpu and dot != "fma" and block_t >= 64 and private == "per_head":
             num_warps = 4  # ... yet measured fastest with 64-slot tiles (see block_t above)
-        if on_gpu and private == "wide":
+        if on_gpu and (private == "wide" or rope_exact) and dot != "fma":
             num_warps = 8  # 4 warps spill with the [16, 512] accumulator and tiles (compile_check)
     return LaunchConfig(num_splits, split_size, group_size, n_groups, block_h, block_t, block_d, block_r,
                         num_warps, dot, dtype == torch.float64, private, block_gr, programs_per_sm)
