@@ -302,9 +302,12 @@ def split_and_combine(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_
         DOT=dot, ACC_FP64=acc == torch.float64, MUTANT=mutant, WIDE=wide, BLOCK_GR=block_gr,
         HR_CONTIG=hr_contiguous(latent_k, latent_v), TILE_IN_PAGE=paged and tile_in_page(page, block_t, split_size),
         num_warps=num_warps,
-        **({} if cu_seqlens_q is None else dict(
-            CU=cu_seqlens_q, NSEQ=cu_seqlens_q.shape[0] - 1, EXTEND=True,
-            BLOCK_B=min(next_pow2(cu_seqlens_q.shape[0] - 1, 16), MAX_BLOCK_B))),
+        # always passed (decode: never read): torch.compile's handling of user Triton kernels
+        # is safest with every runtime argument given
+        CU=lengths if cu_seqlens_q is None else cu_seqlens_q,
+        NSEQ=B if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1,
+        EXTEND=cu_seqlens_q is not None,
+        BLOCK_B=16 if cu_seqlens_q is None else min(next_pow2(cu_seqlens_q.shape[0] - 1, 16), MAX_BLOCK_B),
     )
     wrap_triton(K.decode_combine_kernel)[(B, H)](
         m_part, l_part, acc_s, acc_p, m2_part, l2_part, basis_v, out, lse,
