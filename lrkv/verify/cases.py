@@ -233,8 +233,31 @@ class Case:
 
 
 # ----------------------------------------------------------------------------- input bundles
+class ContractInputs:
+    """What every contract's argument bundle (decode, paged decode, extend; DESIGN §4) does
+    with its fields: call a backend entry point, map the float tensors, copy. A subclass is
+    a dataclass that defines args() and kwargs()."""
+
+    def call(self, fn, **extra):
+        """fn(*contract args, **contract kwargs, **extra)."""
+        return fn(*self.args(), **self.kwargs(), **extra)
+
+    def map(self, f):
+        """Apply f to every float tensor (lengths, page tables, cu_seqlens untouched)."""
+        return replace(self, **{fl.name: f(v) for fl in fields(self)
+                                if isinstance(v := getattr(self, fl.name), torch.Tensor) and v.is_floating_point()})
+
+    def to(self, dtype: torch.dtype):
+        return self.map(lambda t: t.to(dtype))
+
+    def clone(self):
+        """A copy with the SAME strides (a strided layout must reach the backend as drawn)."""
+        return replace(self, **{fl.name: clone_strided(v) for fl in fields(self)
+                                if isinstance(v := getattr(self, fl.name), torch.Tensor)})
+
+
 @dataclass
-class KernelInputs:
+class KernelInputs(ContractInputs):
     """The arguments of the decode contract (DESIGN §4), all float tensors at one dtype."""
 
     q: torch.Tensor  # [B, H, d_h]
@@ -255,27 +278,6 @@ class KernelInputs:
 
     def kwargs(self) -> dict:
         return {"scale": self.scale, "key_scale": self.key_scale, "rope": self.rope}
-
-    def call(self, fn, **extra):
-        """fn(*contract args, scale=..., key_scale=..., rope=..., **extra)."""
-        return fn(*self.args(), **self.kwargs(), **extra)
-
-    def map(self, f) -> KernelInputs:
-        """Apply f to every float tensor (lengths untouched)."""
-        out = {}
-        for fl in fields(self):
-            v = getattr(self, fl.name)
-            out[fl.name] = f(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-        return KernelInputs(**out)
-
-    def to(self, dtype: torch.dtype) -> KernelInputs:
-        return self.map(lambda t: t.to(dtype))
-
-    def clone(self) -> KernelInputs:
-        """A copy with the SAME strides (a strided layout must reach the backend as drawn)."""
-        c = self.map(clone_strided)
-        c.lengths = self.lengths.clone()
-        return c
 
 
 @dataclass

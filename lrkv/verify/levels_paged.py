@@ -17,7 +17,7 @@ against its own float64 run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -27,28 +27,15 @@ from ..reference.extend import query_positions
 from ..reference.lrkv import accumulation_dtype
 from ..reference.rope import ExactRope
 from .bounds import kernel_conditioning
-from .cases import FINITE_GARBAGE, Case, KernelInputs, _generator, draw_kernel_inputs
+from .cases import FINITE_GARBAGE, Case, ContractInputs, KernelInputs, _generator, draw_kernel_inputs
 from .levels import Level, _pair, register_level
 
 SPARE_PAGES = 2  # pages no sequence owns: garbage a wrong page index can land on
 CACHE = ("shared_k", "shared_v", "latent_k", "latent_v", "key_scale")
 
 
-def _map_floats(obj, f):
-    out = {}
-    for fl in fields(obj):
-        v = getattr(obj, fl.name)
-        out[fl.name] = f(v) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-    return replace(obj, **out)
-
-
-def _clone(obj):
-    return replace(obj, **{fl.name: getattr(obj, fl.name).clone() for fl in fields(obj)
-                           if isinstance(getattr(obj, fl.name), torch.Tensor)})
-
-
 @dataclass
-class PagedInputs:
+class PagedInputs(ContractInputs):
     """The arguments of the paged decode contract (DESIGN §4)."""
 
     q: torch.Tensor  # [B, H, d_h]
@@ -71,14 +58,6 @@ class PagedInputs:
     def kwargs(self) -> dict:
         return {"scale": self.scale, "key_scale": self.key_scale, "rope": self.rope}
 
-    def call(self, fn, **extra):
-        return fn(*self.args(), **self.kwargs(), **extra)
-
-    def to(self, dtype: torch.dtype) -> PagedInputs:
-        return _map_floats(self, lambda t: t.to(dtype))
-
-    def clone(self) -> PagedInputs:
-        return _clone(self)
 
     def contiguous(self) -> KernelInputs:
         """The decode-contract view: the pages gathered back into [B, max_pages·page, ...]."""
@@ -89,7 +68,7 @@ class PagedInputs:
 
 
 @dataclass
-class ExtendInputs:
+class ExtendInputs(ContractInputs):
     """The arguments of the extend contract (DESIGN §4); page_table None: contiguous cache."""
 
     q: torch.Tensor  # [N, H, d_h]
@@ -113,14 +92,6 @@ class ExtendInputs:
     def kwargs(self) -> dict:
         return {"scale": self.scale, "key_scale": self.key_scale, "rope": self.rope, "page_table": self.page_table}
 
-    def call(self, fn, **extra):
-        return fn(*self.args(), **self.kwargs(), **extra)
-
-    def to(self, dtype: torch.dtype) -> ExtendInputs:
-        return _map_floats(self, lambda t: t.to(dtype))
-
-    def clone(self) -> ExtendInputs:
-        return _clone(self)
 
 
 # ----------------------------------------------------------------------------- drawing
