@@ -208,8 +208,10 @@ def test_paged_and_extend_levels_pass_through_the_harness():
     assert [r["status"] for r in recs] == ["pass", "pass"], [(r["id"], r["reason"]) for r in recs]
 
 
-def test_custom_op_is_registered():
-    assert hasattr(torch.ops.lrkv, "factored_extend")
+def test_extend_goes_through_decodes_custom_op():
+    # one op for both contracts: its schema carries the optional cu_seqlens_q
+    schema = str(torch.ops.lrkv.factored_decode.default._schema)
+    assert "cu_seqlens_q" in schema and not hasattr(torch.ops.lrkv, "factored_extend")
     assert runtime.mode()[0] in ("cuda", "interpreter")
 
 

@@ -123,7 +123,8 @@ def pick_launch(
     num_warps: int | None = None, dot: str | None = None, private: str | None = None,
     programs_per_sm: int | None = None, rope_exact: bool = False,
 ) -> LaunchConfig:
-    """The launch shape for a call; every argument left None is chosen from the sizes."""
+    """The launch shape for a call; every argument left None is chosen from the sizes.
+    For extend, B is the number of query tokens (the rows of the grid)."""
     on_gpu = device.type == "cuda" and not runtime.is_interpreted()
     dot = default_dot(dtype, on_gpu) if dot is None else dot
     if private is None:
@@ -245,20 +246,12 @@ def factored_decode(
     dot: int,
     mutant: int,
     wide: bool = False,
+    cu_seqlens_q: torch.Tensor | None = None,  # [B+1] int32: extend (q is then [N, H, d_h])
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Launch stage 1 (splits) and stage 2 (merge). No checks here: the wrappers validate,
-    and this body must stay traceable by torch.compile (no data-dependent Python)."""
-    return split_and_combine(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table,
-                             key_scale, rope_cos, rope_sin, scale, num_splits, split_size, group_size, block_t,
-                             num_warps, dot, mutant, wide)
-
-
-def split_and_combine(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table, key_scale,
-                      rope_cos, rope_sin, scale, num_splits, split_size, group_size, block_t, num_warps, dot, mutant,
-                      wide, cu_seqlens_q=None):
-    """The two launches behind decode and extend (inside their triton_ops): stage 1 on a
-    (rows, head groups, splits) grid — a row is a batch row, or with `cu_seqlens_q` a query
-    token of the ragged extend batch — then stage 2 on (rows, heads)."""
+    """Launch stage 1 (splits) on a (rows, head groups, splits) grid — a row is a batch row,
+    or with `cu_seqlens_q` a query token of the ragged extend batch — then stage 2 (merge)
+    on (rows, heads). No checks here: the wrappers validate, and this body must stay
+    traceable by torch.compile (no data-dependent Python)."""
     K = runtime.kernels()
     B, H, D = q.shape  # B: rows (extend: N query tokens)
     R = latent_k.shape[3]

@@ -1,5 +1,4 @@
-"""Factored extend (DESIGN §4): several new tokens per sequence, causal — the public wrapper
-and its custom op.
+"""Factored extend (DESIGN §4): several new tokens per sequence, causal — the public wrapper.
 
     extend_attention(q [N, H, d_h], cu_seqlens_q [B+1], shared_k, shared_v, latent_k, latent_v,
                      basis_k, basis_v, lengths, *, scale, key_scale=None, rope=None,
@@ -12,57 +11,24 @@ With `page_table` the cache tensors are pages, as in paged decode. `out` has q's
 
 Like `decode_attention`, the wrapper validates every argument before launch
 (`lrkv.reference.contract.validate_extend_inputs` plus the kernel-side checks), picks the
-launch shape with `pick_launch` (one split: the N queries are the parallelism), and calls
-`torch.ops.lrkv.factored_extend`, a `torch.library.triton_op` around `extend_kernel`
-(`_extend_kernels.py`). In fallback mode (no GPU, TRITON_INTERPRET unset) it computes the
-float64 reference (`lrkv.reference.extend`) instead.
+launch shape with `pick_launch` (the N query tokens are the rows), and calls decode's own
+custom op, `torch.ops.lrkv.factored_decode`, with `cu_seqlens_q`: the split kernel then
+runs one program row per query token over its causal range, and the same merge follows.
+In fallback mode (no GPU, TRITON_INTERPRET unset) it computes the float64 reference
+(`lrkv.reference.extend`) instead.
 """
 
 from __future__ import annotations
 
 import torch
-from torch.library import triton_op
 
 from ..reference.extend import extend_attention as reference_extend_attention
 from ..reference.lrkv import accumulation_dtype
 from ..reference.rope import ExactRope
 from . import runtime
-from .decode import DOT_MODES, _check_launch, pick_launch, rope_tables, split_and_combine
+from .decode import DOT_MODES, _check_launch, pick_launch, rope_tables
 from .mutants import mutant_code
 from .validate import next_pow2, validate_extend_inputs
-
-
-@triton_op("lrkv::factored_extend", mutates_args=())
-def factored_extend(
-    q: torch.Tensor,  # [N, H, d_h]
-    cu_seqlens_q: torch.Tensor,  # [B+1] int32
-    shared_k: torch.Tensor,  # [B, T, d_h] or paged [P, page, d_h]
-    shared_v: torch.Tensor,
-    latent_k: torch.Tensor,  # [B, T, H, r] or paged [P, page, H, r]
-    latent_v: torch.Tensor,
-    basis_k: torch.Tensor,  # [H, d_h, r]
-    basis_v: torch.Tensor,
-    lengths: torch.Tensor,  # [B]
-    page_table: torch.Tensor | None,  # [B, max_pages] int32, or None (contiguous)
-    key_scale: torch.Tensor | None,  # [B, T, H] or paged [P, page, H]
-    rope_cos: torch.Tensor | None,  # [slots, d_h] (exact RoPE only)
-    rope_sin: torch.Tensor | None,
-    scale: float,
-    num_splits: int,
-    split_size: int,
-    group_size: int,
-    block_t: int,
-    num_warps: int,
-    dot: int,
-    wide: bool = False,
-    mutant: int = 0,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Decode's two stages on an (N query tokens, head groups, splits) grid, each token
-    attending slots 0 … its position. No checks here (the wrapper validates); the body stays
-    traceable by torch.compile."""
-    return split_and_combine(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table,
-                             key_scale, rope_cos, rope_sin, scale, num_splits, split_size, group_size, block_t,
-                             num_warps, dot, mutant, wide, cu_seqlens_q=cu_seqlens_q.to(torch.int32))
 
 
 def extend_attention(
@@ -122,7 +88,7 @@ def extend_attention(
     cos = sin = None
     if rope is not None:
         cos, sin = rope_tables(slots, d_h, rope.theta, torch.float64 if cfg.acc_fp64 else torch.float32, q.device)
-    return torch.ops.lrkv.factored_extend(
-        q, cu_seqlens_q.to(torch.int32), shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-        page_table, key_scale, cos, sin, float(scale), cfg.num_splits, cfg.split_size, cfg.group_size, cfg.block_t,
-        cfg.num_warps, DOT_MODES[cfg.dot], cfg.private == "wide", mutant_code(mutant))
+    return torch.ops.lrkv.factored_decode(
+        q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table, key_scale, cos, sin,
+        float(scale), cfg.num_splits, cfg.split_size, cfg.group_size, cfg.block_t, cfg.num_warps,
+        DOT_MODES[cfg.dot], mutant_code(mutant), cfg.private == "wide", cu_seqlens_q.to(torch.int32))
