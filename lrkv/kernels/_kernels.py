@@ -126,6 +126,21 @@ def _mm(a, b, DOT: tl.constexpr, A_EXACT: tl.constexpr):
 # (each test's split size would be a new kernel); strides keep Triton's specialisation,
 # which is what makes unit-stride loads vectorise.
 @triton.jit
+def _head_basis(BK, s_bkh, s_bkd, s_bkr, h, H, offs_d, offs_r, dmask, rmask, NEXT_HEAD_BASIS: tl.constexpr):
+    """Head h's basis tile B_h^K [BLOCK_D, BLOCK_R] (B_{h+1} for the wrong-head-basis mutant)
+    and h's d- and r-masks, all-false past the last head. The masks are built as vectors:
+    the interpreter mis-types scalar & vector."""
+    hk = h
+    if NEXT_HEAD_BASIS:
+        hk = (h + 1) % H
+    dv = dmask & ((offs_d * 0 + h) < H)
+    rv = rmask & ((offs_r * 0 + h) < H)
+    bk = tl.load(BK + hk * s_bkh + offs_d[:, None] * s_bkd + offs_r[None, :] * s_bkr,
+                 mask=dv[:, None] & rv[None, :], other=0.0)  # [BLOCK_D, BLOCK_R]
+    return bk, dv, rv
+
+
+@triton.jit
 def _q_latent(q_lat, Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, pid_g, rows, offs_d, offs_r, dmask, rmask, H,
               GROUP: tl.constexpr, NEXT_HEAD_BASIS: tl.constexpr, ACC_FP64: tl.constexpr):
     """q_h B_h^K for every head of the group (Eq. 6's private query): [BLOCK_H, BLOCK_R].
@@ -136,15 +151,8 @@ def _q_latent(q_lat, Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, pid_g, rows, of
     """
     for hh in range(GROUP):
         h = pid_g * GROUP + hh
-        hk = h
-        if NEXT_HEAD_BASIS:
-            hk = (h + 1) % H
-        # head-valid masks are built as vectors: the interpreter mis-types scalar & vector
-        dv = dmask & ((offs_d * 0 + h) < H)
-        rv = rmask & ((offs_r * 0 + h) < H)
+        bk, dv, rv = _head_basis(BK, s_bkh, s_bkd, s_bkr, h, H, offs_d, offs_r, dmask, rmask, NEXT_HEAD_BASIS)
         qh = tl.load(Q_ROW + h * s_qh + offs_d * s_qd, mask=dv, other=0.0)
-        bk = tl.load(BK + hk * s_bkh + offs_d[:, None] * s_bkd + offs_r[None, :] * s_bkr,
-                     mask=dv[:, None] & rv[None, :], other=0.0)  # [BLOCK_D, BLOCK_R]
         ql = _rsum(_to_acc(qh, ACC_FP64)[:, None] * _to_acc(bk, ACC_FP64), 0)  # [BLOCK_R]
         q_lat = tl.where(rows[:, None] == hh, ql[None, :], q_lat)
     return q_lat
@@ -178,17 +186,12 @@ def _private_logits(logits, q_lat, Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, L
         sign_d = tl.where(offs_d < half, -1.0, 1.0)
         for hh in range(GROUP):
             h = pid_g * GROUP + hh
-            hk = h
-            if NEXT_HEAD_BASIS:
-                hk = (h + 1) % H
-            dv = dmask & ((offs_d * 0 + h) < H)
-            rv = rmask & ((offs_r * 0 + h) < H)
+            bk, dv, rv = _head_basis(BK, s_bkh, s_bkd, s_bkr, h, H, offs_d, offs_r, dmask, rmask,
+                                     NEXT_HEAD_BASIS)  # [BLOCK_D, BLOCK_R]  B_h^K
             qh = _to_acc(tl.load(Q_ROW + h * s_qh + offs_d * s_qd, mask=dv, other=0.0), ACC_FP64)
             qp = _to_acc(tl.load(Q_ROW + h * s_qh + perm_d * s_qd, mask=dv, other=0.0), ACC_FP64)
             # rope(q_h, −j)_d = q_d cos_{j,d} − sign_d q_{perm(d)} sin_{j,d}   [BLOCK_T, BLOCK_D]
             q_rot = qh[None, :] * cos - (sign_d * qp)[None, :] * sin
-            bk = tl.load(BK + hk * s_bkh + offs_d[:, None] * s_bkd + offs_r[None, :] * s_bkr,
-                         mask=dv[:, None] & rv[None, :], other=0.0)  # [BLOCK_D, BLOCK_R]  B_h^K
             qb = _mm(q_rot, _ld(bk, DOT, ACC_FP64), DOT, False)  # [BLOCK_T, BLOCK_R]
             z = tl.load(LK + row0[:, None] * s_lkb + row1[:, None] * s_lkt + h * s_lkh + offs_r[None, :] * s_lkr,
                         mask=tmask[:, None] & rv[None, :], other=0.0)  # [BLOCK_T, BLOCK_R]  R_h^K

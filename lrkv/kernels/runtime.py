@@ -68,12 +68,11 @@ def _load(which: str) -> ModuleType:
     with _LOCK:
         if which in _LOADED:
             return _LOADED[which]
-        file = _KERNEL_FILE
-        name = f"lrkv.kernels.{file.stem}_{which}"
+        name = f"lrkv.kernels._kernels_{which}"
         old = os.environ.get("TRITON_INTERPRET")
         os.environ["TRITON_INTERPRET"] = "1" if which == "interpreter" else "0"
         try:
-            spec = importlib.util.spec_from_file_location(name, file)
+            spec = importlib.util.spec_from_file_location(name, _KERNEL_FILE)
             mod = importlib.util.module_from_spec(spec)
             sys.modules[name] = mod  # triton resolves the kernels' globals through the module
             spec.loader.exec_module(mod)

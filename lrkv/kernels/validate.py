@@ -15,7 +15,7 @@ import math
 import torch
 
 from ..reference.contract import (  # noqa: F401  (re-exported for the kernels)
-    valid_physical_slots, validate_extend_inputs, validate_paged_inputs,
+    validate_extend_inputs, validate_paged_inputs,
 )
 
 MAX_SPLITS = 256  # stage 2 holds all splits of one head in registers
