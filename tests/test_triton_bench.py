@@ -6,6 +6,7 @@ come from `ci/gpu-check` on a GPU."""
 
 from __future__ import annotations
 
+import inspect
 import json
 
 import pytest
@@ -19,6 +20,7 @@ from lrkv.bench.families import FAMILIES, make_inputs, reference_step, step_args
 from lrkv.bench.grid import BenchGrid  # noqa: E402
 from lrkv.bench.runner import RunOptions, run_bench  # noqa: E402
 from lrkv.kernels import runtime  # noqa: E402
+from lrkv.kernels.decode import decode_attention  # noqa: E402
 from lrkv.spec import PAPER_SCALES, PaperScale  # noqa: E402
 
 pytestmark = [pytest.mark.triton]
@@ -74,13 +76,14 @@ def test_runner_times_the_triton_rows_in_the_interpreter(tiny_scale):
     assert rows["lrkv", "triton-paged"].bytes_total == rows["lrkv", "triton"].bytes_total
 
 
-def test_sweep_points_follow_the_kernel_signature():
-    knobs = sweep_mod.supported_knobs()
-    assert {"block_t", "num_warps", "group_size"} <= set(knobs)
+def test_sweep_points_cover_the_kernels_launch_knobs():
+    knobs = sweep_mod.KNOBS
+    params = inspect.signature(decode_attention).parameters
+    assert set(knobs) <= set(params)  # every swept knob is a launch option of the kernel
     pts = sweep_mod.sweep_points(dict(block_t=(16, 32), num_warps=(4,), group_size=(2, 9, 18), private=("wide",),
                                       programs_per_sm=(2,)), n_heads=4)
     assert {p["group_size"] for p in pts} == {2, 4}  # 9 and 18 clamp to H = 4, once
-    assert len(pts) == 4 and all(set(p) == set(knobs) for p in pts)  # knobs the kernel lacks are left out
+    assert len(pts) == 4 and all(set(p) == set(knobs) for p in pts)
 
 
 @on_cpu_only
@@ -98,14 +101,13 @@ def test_sweep_in_the_interpreter(monkeypatch):
     with runtime.interpreter():
         sw = sweep_mod.run_sweep(TINY, 1, 32, device="cpu", dtype=torch.float32, copy_bandwidth=1e9, values=values)
     statuses = [p["status"] for p in sw["points"]]
-    n_extra = 2 if "private" in sw["knobs"] else 1  # the kernel may not take `private` yet
+    n_extra = 2  # private: wide and per_head
     assert len(statuses) == 4 * n_extra
     assert statuses.count("error") == n_extra and "out of resources" in sw["points"][statuses.index("error")]["reason"]
     ok = [p for p in sw["points"] if p["status"] == "ok"]
     assert ok and all(p["time_s"] > 0 and p["bandwidth_frac"] == pytest.approx(p["bandwidth"] / 1e9) for p in ok)
     assert all(p["launch"]["block_t"] == p["knobs"]["block_t"] for p in ok)
     assert sw["best"] in [p["knobs"] for p in ok]
-    assert sorted(sw["unsupported"]) == sorted(k for k in sweep_mod.KNOBS if k not in sw["knobs"])
     md = sweep_mod.sweep_markdown(sw)
     assert "Launch-shape sweep" in md and md.count("\n| ") == len(ok) + 1 and f"{n_extra} point(s) not timed" in md
     skipped = sweep_mod.run_sweep(TINY, 1, 32, device="cpu", dtype=torch.float32, copy_bandwidth=None,

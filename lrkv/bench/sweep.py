@@ -5,9 +5,7 @@ at every combination of the launch knobs
 
     block_t × num_warps × group_size × private × programs_per_sm
 
-that `lrkv.kernels.decode.decode_attention` accepts (a knob it does not take is left out
-and listed under `unsupported`, so the sweep runs on any version of the kernel), each
-point a median of CUDA-graph replays with L2 flushed, like every other GPU row
+of `lrkv.kernels.decode.decode_attention`, each point a median of CUDA-graph replays with L2 flushed, like every other GPU row
 (`lrkv.bench.timing.time_call`). A point whose launch fails (registers, shared memory) is
 recorded with its error. A time budget stops starting new points; the rest are recorded
 as skipped. The result goes to `BenchResult.sweep` (JSON) and a Markdown table.
@@ -18,12 +16,12 @@ tiny shape the caller gives: the code path, with meaningless times.
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import time
 
 import torch
 
+from ..kernels.validate import PRIVATE_CHOICES
 from ..spec import dtype_name
 from .families import FAMILIES, make_inputs, read_bytes
 from .timing import time_call
@@ -42,8 +40,6 @@ DEFAULT_VALUES: dict[str, tuple] = {
 }
 DEFAULT_SHAPE = ("2.5B", 8, 32 * 1024)  # scale, B, T
 
-
-PRIVATE_CHOICES = ("wide", "per_head")
 
 
 def parse_knob(text: str) -> tuple[str, tuple]:
@@ -69,18 +65,10 @@ def parse_knob(text: str) -> tuple[str, tuple]:
     return name, values
 
 
-def supported_knobs() -> tuple[str, ...]:
-    """The knobs this version of the kernel takes (keyword arguments of decode_attention)."""
-    from ..kernels.decode import decode_attention
-
-    params = inspect.signature(decode_attention).parameters
-    return tuple(k for k in KNOBS if k in params)
-
-
 def sweep_points(values: dict[str, tuple], n_heads: int) -> list[dict]:
-    """Every combination of the supported knobs' values, in RUN_ORDER; group sizes above H
-    are clamped to H (the same program), duplicates removed."""
-    knobs = [k for k in RUN_ORDER if k in supported_knobs() and values.get(k)]
+    """Every combination of the knobs' values, in RUN_ORDER; group sizes above H are clamped
+    to H (the same program), duplicates removed."""
+    knobs = [k for k in RUN_ORDER if values.get(k)]
     axes = []
     for k in knobs:
         vals = values[k]
@@ -104,7 +92,7 @@ def run_sweep(scale, batch: int, seq_len: int, *, device: str, dtype: torch.dtyp
     points = sweep_points(values, spec.n_heads)
     out = dict(scale=scale.label, spec=spec.short(), batch=batch, seq_len=seq_len, device=device,
                dtype=dtype_name(dtype), bytes_total=nbytes, copy_bandwidth=copy_bandwidth,
-               knobs=list(supported_knobs()), unsupported=[k for k in KNOBS if k not in supported_knobs()],
+               knobs=list(KNOBS),
                values={k: list(v) for k, v in values.items()}, points=[])
     t0 = time.monotonic()
     for i, knobs in enumerate(points):
@@ -144,8 +132,6 @@ def sweep_markdown(sweep: dict) -> str:
     head = (f"**Launch-shape sweep** ({sweep['spec']}, B={sweep['batch']}, T={sweep['seq_len']}, "
             f"{sweep['device']} {sweep['dtype']}; {sweep.get('seconds', '?')} s)")
     lines = [head, ""]
-    if sweep["unsupported"]:
-        lines += [f"Knobs this kernel does not take (left out): {', '.join(sweep['unsupported'])}.", ""]
     lines += ["| " + " | ".join([*knobs, "splits", "ms", "GB/s", "%copy"]) + " |",
               "|" + "---:|" * (len(knobs) + 4)]
     ok = sorted((p for p in sweep["points"] if p["status"] == "ok"), key=lambda p: p["time_s"])
