@@ -10,6 +10,7 @@ from hypothesis import given, settings
 
 from lrkv.spec import AttentionSpec
 from lrkv.verify.backend import get_backend
+from lrkv.verify.backends import ReferenceBackend
 from lrkv.verify.cases import Case
 from lrkv.verify.grid import default_grid
 from lrkv.verify.levels_paged import make_extend_inputs, make_paged_inputs
@@ -132,3 +133,45 @@ def test_readme_example_backends_pass_their_level(label, level):
     judged = [r for r in recs if r["status"] != "skip"]
     assert judged and all(r["status"] == "pass" for r in judged), [(r["id"], r["reason"]) for r in judged]
     assert all(r["reason"].startswith("dtype") for r in recs if r["status"] == "skip")  # float64 only
+
+
+class _Vandal(ReferenceBackend):
+    """Correct answers, then it scribbles over every tensor it was handed (a kernel that uses
+    its inputs as scratch): the next backend of the same case must not see the damage."""
+
+    name = "vandal"
+    role = "verified"
+
+    @staticmethod
+    def _scribble(args, kwargs):
+        for t in [*args, *kwargs.values()]:
+            if isinstance(t, torch.Tensor):
+                t.fill_(float("nan") if t.is_floating_point() else 0)
+
+    def decode_attention(self, *args, **kw):
+        out = tuple(o.clone() for o in super().decode_attention(*args, **kw))
+        self._scribble(args, kw)
+        return out
+
+    def paged_decode_attention(self, *args, **kw):
+        out = tuple(o.clone() for o in super().paged_decode_attention(*args, **kw))
+        self._scribble(args, kw)
+        return out
+
+    def extend_attention(self, *args, **kw):
+        out = tuple(o.clone() for o in super().extend_attention(*args, **kw))
+        self._scribble(args, kw)
+        return out
+
+
+@pytest.mark.parametrize("level", ["kernel", "kernel-paged", "kernel-extend"])
+def test_each_backend_gets_its_own_copy_of_the_inputs(level):
+    # The vandal runs first on every case and wrecks what it was given; the honest reference
+    # after it must still pass everything — the runner hands each backend a copy (with the
+    # drawn strides) of the prepared inputs, never the shared ones.
+    grid = [c for c in default_grid() if c.level == level and c.dtype == "float64"][:4]
+    assert grid
+    recs = run(grid, [("vandal", _Vandal()), ("reference", get_backend("reference"))], POLICY)
+    honest = [r for r in recs if r["backend"] == "reference"]
+    assert len(honest) == len(grid)
+    assert all(r["status"] == "pass" for r in honest), [(r["id"], r["reason"]) for r in honest]
