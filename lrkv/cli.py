@@ -22,11 +22,11 @@ from importlib import resources
 # verb -> (module that registers it, one-line help). Only the chosen verb's module is
 # imported: `lrkv --version` and `lrkv --help` never import torch.
 VERBS: dict[str, tuple[str, str]] = {
-    "verify": ("lrkv.verify.cli", "run decode backends against the float64 oracle; write a tolerance report"),
-    "gate": ("lrkv.verify.cli", "gate a tolerance report against an accepted baseline"),
+    "verify": ("lrkv.verify.verify_cli", "run decode backends against the float64 oracle; write a tolerance report"),
+    "gate": ("lrkv.verify.gate_cli", "gate a tolerance report against an accepted baseline"),
     "proofs": ("lrkv.proofs.cli", "run the symbolic proofs of the paper's algebra"),
-    "export": ("lrkv.compiled.cli", "export a verified ONNX / AOTInductor / TensorRT engine"),
-    "bench": ("lrkv.bench.cli", "time one decode step of LRKV and its peers side by side"),
+    "export": ("lrkv.compiled.export_cli", "export a verified ONNX / AOTInductor / TensorRT engine"),
+    "bench": ("lrkv.bench.bench_cli", "time one decode step of LRKV and its peers side by side"),
     "cache": ("lrkv.spec.cache_cli", "size a deployment: KV cache of LRKV and its peers side by side"),
     "init": ("lrkv.testing.init", "set up lrkv verification in your own repository"),
 }

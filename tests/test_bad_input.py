@@ -15,7 +15,7 @@ import pytest
 
 from lrkv import spec as S
 from lrkv.cli import main as lrkv_main
-from lrkv.compiled.cli import parse_spec
+from lrkv.compiled.export_cli import parse_spec
 from lrkv.compiled.config import ExportConfig
 from lrkv.spec import AttentionSpec
 
@@ -245,7 +245,7 @@ def test_bench_rounds_zero_is_refused_not_replaced_by_the_default(capsys):
 def test_bench_rounds_override_is_honoured():
     import argparse
 
-    from lrkv.bench.cli import build_grid
+    from lrkv.bench.bench_cli import build_grid
 
     ns = argparse.Namespace(quick=True, full=False, scales=None, batch=None, seq_lens=None, families=None, rounds=1)
     assert build_grid(ns).rounds == 1
@@ -299,7 +299,7 @@ def _interrupt(*_a, **_k):
 
 @pytest.mark.parametrize("argv, target", [
     (["export", "--engine", "onnx", "--out", "{tmp}/engines", "--quiet"], "lrkv.compiled.export.export_engine"),
-    (["bench", "--quick", "--out", "{tmp}/bench", "--no-progress"], "lrkv.bench.cli._run"),
+    (["bench", "--quick", "--out", "{tmp}/bench", "--no-progress"], "lrkv.bench.bench_cli._run"),
     (["proofs", "--only", "break_even_rank"], "lrkv.proofs.registry.run"),
 ])
 def test_ctrl_c_is_exit_130_without_a_traceback(argv, target, tmp_path, monkeypatch, capsys):

@@ -30,7 +30,7 @@ from lrkv.bench.families import (
 )
 from lrkv.bench.grid import CPU_FAMILIES, GRIDS, BenchGrid
 from lrkv.bench.machine import Machine, cpu_model, describe_machine, measure_copy_bandwidth, measure_gemm_flops
-from lrkv.bench.report import cells, footnotes, headline, markdown_table, rich_tables, targets_markdown
+from lrkv.bench.render import cells, footnotes, headline, markdown_table, rich_tables, targets_markdown
 from lrkv.bench.result import BenchResult, BenchRow
 from lrkv.bench.runner import RunOptions, run_bench
 from lrkv.bench.steps_baselines import GEMM_MIN_HEADS
@@ -463,7 +463,7 @@ def test_equal_bytes_gqa():
 def test_cli_grid_overrides():
     import argparse
 
-    from lrkv.bench.cli import _ints, build_grid
+    from lrkv.bench.bench_cli import _ints, build_grid
 
     assert _ints("1K,8k,3") == (1024, 8192, 3)
     ns = argparse.Namespace(quick=True, full=False, scales=None, batch=(2,), seq_lens=None, families=("lrkv",),

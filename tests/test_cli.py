@@ -66,7 +66,7 @@ def test_no_verb_prints_help_and_exits_2(capsys):
 
 def test_quiet_turns_progress_off(monkeypatch):
     seen = {}
-    monkeypatch.setattr("lrkv.verify.cli.cmd_verify", lambda args: seen.update(vars(args)) or 0)
+    monkeypatch.setattr("lrkv.verify.verify_cli.cmd_verify", lambda args: seen.update(vars(args)) or 0)
     assert cli.main(["-q", "verify", "--grid", "quick"]) == 0
     assert seen["no_progress"] is True and seen["verbosity"] == -1
     assert cli.main(["-vv", "verify"]) == 0 and seen["verbosity"] == 2 and seen["no_progress"] is False

@@ -207,13 +207,13 @@ def test_harness_tp_level_and_gate_reject_every_mutant(tmp_path):
     `lrkv gate`: the reference passes, each mutant FAILs on the evidence the gate re-judges."""
     from lrkv.cli import main
     from lrkv.verify.gate import classify, load_baseline
-    from lrkv.verify.report import load_report
+    from lrkv.verify.tolerance_report import load_report
 
     out = tmp_path / "tp"
     argv = ["verify", "--tp", "2", "--filter", "rope_none:float64:T5", "--out", str(out), "--no-progress",
             "--backend", "reference"]
     for m in TP_MUTANT_BACKENDS:
-        argv += ["--backend", f"lrkv.distributed.mutants:{m}"]
+        argv += ["--backend", f"lrkv.distributed.tp_mutants:{m}"]
     assert main(argv) == 1  # a case failed
     report = load_report(out / "report.json")
     recs = {r["backend"]: r for r in report["records"]}

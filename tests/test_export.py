@@ -19,7 +19,7 @@ import torch
 import lrkv.compiled.progress as progress
 from lrkv.cli import main as lrkv_main
 from lrkv.compiled import harness
-from lrkv.compiled.backends import DEFAULT_B_MAX, DEFAULT_T_MAX, EngineBackend, cached_engine
+from lrkv.compiled.engine_backends import DEFAULT_B_MAX, DEFAULT_T_MAX, EngineBackend, cached_engine
 from lrkv.compiled.config import ExportConfig
 from lrkv.compiled.engine import EngineUnavailable, engine_class
 from lrkv.compiled.check import check_artifact
@@ -31,9 +31,9 @@ from lrkv.compiled.verification import batch_lengths, grid_cases, length_grid
 from lrkv.reference.lrkv import layer_step
 from lrkv.reference.weights import init_lrkv_weights
 from lrkv.spec import AttentionSpec
-from lrkv.verify.backend import get_backend
+from lrkv.verify.backend_registry import get_backend
 from lrkv.verify.cases import Case, make_kernel_inputs, make_layer_inputs
-from lrkv.verify.report import validate_report
+from lrkv.verify.tolerance_report import validate_report
 
 pytestmark = pytest.mark.export
 

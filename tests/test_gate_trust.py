@@ -17,15 +17,15 @@ from pathlib import Path
 import pytest
 import torch
 
-import lrkv.verify.backends  # noqa: F401 — imported before any test plants an oracle bug (they bind the
+import lrkv.verify.builtin_backends  # noqa: F401 — imported before any test plants an oracle bug (they bind the
 import lrkv.verify.tiled  # noqa: F401   reference functions at import time)
 from lrkv.cli import main
 from lrkv.reference import lrkv as ref_lrkv
 from lrkv.spec import AttentionSpec
 from lrkv.verify import gate
-from lrkv.verify.backend import get_backend
+from lrkv.verify.backend_registry import get_backend
 from lrkv.verify.cases import Case
-from lrkv.verify.report import build_report, load_report
+from lrkv.verify.tolerance_report import build_report, load_report
 from lrkv.verify.runner import backend_info, prepare, run, run_case
 from lrkv.verify.tolerance import Policy, Tolerance, judge_record, load_policy
 
@@ -39,7 +39,7 @@ CASES = (F32, BF16)
 PLANTED = '''
 import time
 import torch
-from lrkv.verify.backends import EagerBackend
+from lrkv.verify.builtin_backends import EagerBackend
 from lrkv.verify.tiled import TiledBackend
 
 
@@ -367,7 +367,7 @@ def test_the_gate_exits_4_when_nothing_was_verified(tmp_path, planted, good_repo
 
 # ============================================================================ 3. the gate re-judges
 def _failing_report():
-    return _report([("tiled", get_backend("tiled")), ("mutant", get_backend("lrkv.verify.mutants:SqrtRankScale"))])
+    return _report([("tiled", get_backend("tiled")), ("mutant", get_backend("lrkv.verify.decode_mutants:SqrtRankScale"))])
 
 
 def test_a_hand_edited_pass_is_report_altered(tmp_path, good_report):
@@ -430,7 +430,7 @@ def test_a_missing_baseline_names_update_baseline(tmp_path, good_report, capsys)
 def test_a_report_made_under_a_lax_policy_is_refused(tmp_path, good_report):
     lax = tmp_path / "lax.toml"
     lax.write_text("[defaults]\nk = 1e12\nk_mean = 1e12\n")
-    rep = _report([("mutant", get_backend("lrkv.verify.mutants:SqrtRankScale"))], policy=load_policy(lax))
+    rep = _report([("mutant", get_backend("lrkv.verify.decode_mutants:SqrtRankScale"))], policy=load_policy(lax))
     assert {r["status"] for r in rep["records"]} == {"pass", "skip"}  # the lax policy waves the mutant through ...
     baseline = gate.baseline_from_report(good_report)  # ... but the baseline pins the packaged policy
     assert gate_cli(tmp_path, rep, baseline, "--subset") == 1
@@ -596,5 +596,5 @@ def test_bugs_only_a_rope_theta_or_strided_case_can_catch_are_rejected(tmp_path,
     from lrkv.verify.cases import default_grid
     grid = [c for c in default_grid() if c.level == "kernel" and c.dtype in ("float64", "float32")
             and (c.spec.rope_theta != 10000.0 or c.layout == "strided")]
-    code, path = verify(tmp_path, f"lrkv.verify.mutants:{mutant}", cases=grid)
+    code, path = verify(tmp_path, f"lrkv.verify.decode_mutants:{mutant}", cases=grid)
     assert code == 1 and any(r["status"] == "fail" for r in records(path))

@@ -20,12 +20,12 @@ from lrkv.cli import main
 from lrkv.reference.lrkv import decode_attention
 from lrkv.spec import PAPER_SCALES, AttentionSpec
 from lrkv.verify import gate
-from lrkv.verify.backend import get_backend
-from lrkv.verify.backends import EagerBackend
+from lrkv.verify.backend_registry import get_backend
+from lrkv.verify.builtin_backends import EagerBackend
 from lrkv.verify.cases import Case, default_grid, make_kernel_inputs, make_layer_inputs, quick_grid
-from lrkv.verify.cli import DEFAULT_BACKENDS
+from lrkv.verify.verify_cli import DEFAULT_BACKENDS
 from lrkv.verify.metrics import ErrorMetrics, error_metrics, json_float, parse_float
-from lrkv.verify.report import SCHEMA, build_report, render_markdown, schema, validate_report
+from lrkv.verify.tolerance_report import SCHEMA, build_report, render_markdown, schema, validate_report
 from lrkv.verify.runner import backend_info, not_applicable, prepare, run, run_case
 from lrkv.verify.tolerance import Policy, Tolerance, fa3_atol, judge, load_policy, make_bound
 
@@ -389,18 +389,18 @@ def test_verify_cli_writes_report_and_exit_codes(tmp_path, capsys):
     validate_report(json.loads((out / "report.json").read_text()))
     assert (out / "report.md").read_text().startswith("## LRKV tolerance report")
     bad = tmp_path / "bad"
-    assert main(["verify", "--backend", "lrkv.verify.mutants:SqrtRankScale", "--case", case.to_json(),
+    assert main(["verify", "--backend", "lrkv.verify.decode_mutants:SqrtRankScale", "--case", case.to_json(),
                  "--out", str(bad), "--no-progress"]) == 1
     err = capsys.readouterr().err
-    assert "replay: lrkv verify --backend lrkv.verify.mutants:SqrtRankScale --case" in err
+    assert "replay: lrkv verify --backend lrkv.verify.decode_mutants:SqrtRankScale --case" in err
     assert main(["verify", "--backend", "no-such-backend", "--out", str(bad), "--no-progress"]) == 2
 
 
 def test_a_failing_record_replays_from_its_command(tmp_path):
     case = Case("kernel", AttentionSpec.lrkv(2, 8, 3), "float32", (5, 2), 6)
     prep = prepare(case)
-    from lrkv.verify.mutants import OffByOneMask
-    rec = run_case(prep, OffByOneMask(), "lrkv.verify.mutants:OffByOneMask", Tolerance())
+    from lrkv.verify.decode_mutants import OffByOneMask
+    rec = run_case(prep, OffByOneMask(), "lrkv.verify.decode_mutants:OffByOneMask", Tolerance())
     assert rec["status"] == "fail"
     argv = rec["repro"].split(" ", 1)[1]  # drop the program name
     import shlex

@@ -9,10 +9,10 @@ import torch
 from hypothesis import given, settings
 
 from lrkv.spec import AttentionSpec
-from lrkv.verify.backend import get_backend
-from lrkv.verify.backends import ReferenceBackend
+from lrkv.verify.backend_registry import get_backend
+from lrkv.verify.builtin_backends import ReferenceBackend
 from lrkv.verify.cases import Case
-from lrkv.verify.grid import default_grid
+from lrkv.verify.grids import default_grid
 from lrkv.verify.levels_paged import make_extend_inputs, make_paged_inputs
 from lrkv.verify.runner import prepare, run, run_case
 from lrkv.verify.strategies import cases

@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from lrkv.verify import inductor
-from lrkv.verify.backend import get_backend
-from lrkv.verify.backends import InductorBackend
+from lrkv.verify.backend_registry import get_backend
+from lrkv.verify.builtin_backends import InductorBackend
 from lrkv.verify.cases import Case
-from lrkv.verify.grid import BASE, default_grid
-from lrkv.verify.report import build_report, render_markdown, validate_report
+from lrkv.verify.grids import BASE, default_grid
+from lrkv.verify.tolerance_report import build_report, render_markdown, validate_report
 from lrkv.verify.runner import backend_info, call_with_timeout, not_applicable, run
 from lrkv.verify.tolerance import load_policy
 

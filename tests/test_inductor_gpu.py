@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lrkv.verify.backends import InductorBackend
+from lrkv.verify.builtin_backends import InductorBackend
 from lrkv.verify.cases import Case, make_kernel_inputs
-from lrkv.verify.grid import BASE, QKN_EXACT
+from lrkv.verify.grids import BASE, QKN_EXACT
 from lrkv.verify.runner import run
 from lrkv.verify.tolerance import load_policy
 

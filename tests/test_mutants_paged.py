@@ -1,4 +1,4 @@
-"""Each paged / extend mutant (lrkv.verify.mutants_paged) differs from the float64 reference
+"""Each paged / extend mutant (lrkv.verify.paged_mutants) differs from the float64 reference
 on an ordinary case, while the same code without the bug (the base classes) matches it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 from lrkv.reference.extend import extend_attention
 from lrkv.reference.paged import paged_decode_attention
 from lrkv.reference.rope import ExactRope
-from lrkv.verify.mutants_paged import EXTEND_MUTANTS, PAGED_MUTANTS, ExtendMutant, PagedMutant
+from lrkv.verify.paged_mutants import EXTEND_MUTANTS, PAGED_MUTANTS, ExtendMutant, PagedMutant
 
 from ._helpers import random_factored_inputs, split_kw
 from .test_reference_paged_extend import paginate, ragged_queries

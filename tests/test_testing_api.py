@@ -11,9 +11,9 @@ from hypothesis import find
 from examples.my_backend import SplitKDecode
 from lrkv.spec import AttentionSpec
 from lrkv.testing import Report, cases_for, check_backend, check_case, grid_cases, properties, resolve
-from lrkv.verify.backend import get_backend
+from lrkv.verify.backend_registry import get_backend
 from lrkv.verify.cases import Case
-from lrkv.verify.grid import BASE
+from lrkv.verify.grids import BASE
 from lrkv.verify.strategies import lrkv_specs
 
 EXAMPLE = "examples.my_backend:backend"
@@ -151,7 +151,7 @@ def test_strategies_draw_a_non_default_rope_theta_and_it_is_checked():
 
 def test_a_report_from_check_backend_is_gated_like_one_from_lrkv_verify(tmp_path):
     from lrkv import cli
-    from lrkv.verify.report import validate_report
+    from lrkv.verify.tolerance_report import validate_report
 
     report = check_backend(EXAMPLE, grid="quick")
     validate_report(report.data)

@@ -9,7 +9,7 @@ import torch
 pytest.importorskip("triton")
 
 from lrkv.kernels.append import append, paged_append  # noqa: E402
-from lrkv.kernels.backend import TritonBackend  # noqa: E402
+from lrkv.kernels.triton_backend import TritonBackend  # noqa: E402
 from lrkv.kernels.paged import paginate, to_contiguous  # noqa: E402
 from lrkv.kernels.testing import kernel_context, kernel_device, tight_check  # noqa: E402
 from lrkv.reference import lrkv as L  # noqa: E402

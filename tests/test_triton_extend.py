@@ -13,7 +13,7 @@ import torch
 pytest.importorskip("triton")
 
 from lrkv.kernels import runtime  # noqa: E402
-from lrkv.kernels.backend import TritonBackend  # noqa: E402
+from lrkv.kernels.triton_backend import TritonBackend  # noqa: E402
 from lrkv.kernels.decode import decode_attention  # noqa: E402
 from lrkv.kernels.extend import extend_attention  # noqa: E402
 from lrkv.kernels.paged import paginate  # noqa: E402
@@ -196,7 +196,7 @@ def test_backend_declares_and_runs_the_new_levels():
 
 
 def test_paged_and_extend_levels_pass_through_the_harness():
-    from lrkv.verify.grid import default_grid
+    from lrkv.verify.grids import default_grid
     from lrkv.verify.runner import run
     from lrkv.verify.tolerance import load_policy
 

@@ -8,11 +8,11 @@ import pytest
 
 pytest.importorskip("triton")
 runner = pytest.importorskip("lrkv.verify.runner")
-grid = pytest.importorskip("lrkv.verify.grid")
+grid = pytest.importorskip("lrkv.verify.grids")
 tolerance = pytest.importorskip("lrkv.verify.tolerance")
 
 from lrkv.kernels import runtime  # noqa: E402
-from lrkv.kernels.backend import TritonBackend, kernel_mutant_backends  # noqa: E402
+from lrkv.kernels.triton_backend import TritonBackend, kernel_mutant_backends  # noqa: E402
 from lrkv.kernels.testing import kernel_context  # noqa: E402
 
 pytestmark = [pytest.mark.triton, pytest.mark.equivalence]

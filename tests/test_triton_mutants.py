@@ -1,4 +1,4 @@
-"""Every kernel-bug mutant (lrkv.kernels.mutants — the same Triton kernels compiled with one
+"""Every kernel-bug mutant (lrkv.kernels.kernel_mutants — the same Triton kernels compiled with one
 line changed) is REJECTED by the DESIGN §6 tolerance rule, while the correct kernel PASSES
 the same rule on the same case. This is what makes a green gate mean something."""
 
@@ -9,9 +9,9 @@ import torch
 
 pytest.importorskip("triton")
 
-from lrkv.kernels.backend import TritonBackend  # noqa: E402
+from lrkv.kernels.triton_backend import TritonBackend  # noqa: E402
 from lrkv.kernels.decode import paged_decode_attention  # noqa: E402
-from lrkv.kernels.mutants import KERNEL_MUTANTS  # noqa: E402
+from lrkv.kernels.kernel_mutants import KERNEL_MUTANTS  # noqa: E402
 from lrkv.kernels.paged import paginate  # noqa: E402
 from lrkv.kernels.testing import kernel_context, make_case, tolerance_rule  # noqa: E402
 from lrkv.reference.cache import FactoredCache  # noqa: E402

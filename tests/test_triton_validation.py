@@ -9,9 +9,9 @@ import torch
 pytest.importorskip("triton")
 
 from lrkv.kernels import runtime  # noqa: E402
-from lrkv.kernels.backend import TritonBackend, kernel_mutant_backends  # noqa: E402
+from lrkv.kernels.triton_backend import TritonBackend, kernel_mutant_backends  # noqa: E402
 from lrkv.kernels.decode import decode_attention, paged_decode_attention  # noqa: E402
-from lrkv.kernels.mutants import KERNEL_MUTANTS, mutant_code  # noqa: E402
+from lrkv.kernels.kernel_mutants import KERNEL_MUTANTS, mutant_code  # noqa: E402
 from lrkv.kernels.paged import paginate  # noqa: E402
 from lrkv.kernels.testing import kernel_context, make_case, tight_check  # noqa: E402
 from lrkv.reference.cache import FactoredCache  # noqa: E402

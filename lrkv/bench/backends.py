@@ -9,7 +9,7 @@
             terms with a cascade helper, for accuracy, and guards on which side of 4096 a
             reduction is); B = 1 specialises, so B = 1 and B > 1 compile apart.
   triton    LRKV only: the fused split-K kernel of `lrkv.kernels`, looked up through the
-            backend registry (`lrkv.verify.backend.get_backend("triton")`) for availability,
+            backend registry (`lrkv.verify.backend_registry.get_backend("triton")`) for availability,
             inputs validated once here, then timed with validation off. Two variants time
             the same data another way: `triton-paged` over a paged cache of 16-slot pages in
             a random page order (`lrkv.kernels.paged.paginate`), `triton-rope` with exact RoPE
@@ -167,7 +167,7 @@ class TritonSteps:
             return False, ("the Triton kernel is timed on a GPU (on a CPU it runs in the interpreter only: "
                            "TRITON_INTERPRET=1)")
         try:
-            from ..verify.backend import get_backend
+            from ..verify.backend_registry import get_backend
 
             backend = get_backend("triton")
         except Exception as e:  # noqa: BLE001 — not built/installed: a skip with the reason

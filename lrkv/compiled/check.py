@@ -24,7 +24,7 @@ import json
 from pathlib import Path
 
 from ..verify.metrics import parse_float
-from ..verify.report import validate_report
+from ..verify.tolerance_report import validate_report
 from ..verify.tolerance import Policy
 from . import harness
 from .config import ExportConfig

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..reference.weights import LRKVWeights, init_lrkv_weights
 from ..verify.tolerance import Policy
 from . import harness
-from .backends import EngineBackend
+from .engine_backends import EngineBackend
 from .config import ExportConfig
 from .engine import Engine, engine_class
 from .manifest import build_manifest, manifest_path, report_paths, write_json

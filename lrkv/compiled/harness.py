@@ -16,7 +16,7 @@ from pathlib import Path
 from ..verify import gate as gate_mod
 from ..verify.cases import Case
 from ..verify.metrics import parse_float
-from ..verify.report import build_report, render_markdown, summarize
+from ..verify.tolerance_report import build_report, render_markdown, summarize
 from ..verify.runner import backend_info, run
 from ..verify.tolerance import Policy, load_policy
 from .progress import say

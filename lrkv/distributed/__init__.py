@@ -9,7 +9,7 @@
 """
 
 from .check import TPVerdict, bytes_check, judge_job, oracle, verify_tp
-from .mutants import MUTANTS
+from .tp_mutants import MUTANTS
 from .partition import RankPlan, plan_all, plan_rank, rank_cache_elements, split_sizes
 from .runner import TPJob, run_jobs
 from .steps import Comm, FunctionTP, TPLayer, as_tp_layer, tp_layer_for

@@ -70,7 +70,7 @@ class TPJob:
         if len(chosen) > 1:
             raise ValueError(f"give at most one of mutant, backend, step; got {chosen}")
         if self.mutant is not None:
-            from .mutants import MUTANTS
+            from .tp_mutants import MUTANTS
 
             check_choice("mutant", self.mutant, tuple(MUTANTS))
             if self.spec.family != "lrkv":
@@ -100,13 +100,13 @@ def job_inputs(job: TPJob) -> tuple[object, torch.Tensor]:
 
 def tp_layer(job: TPJob):
     """The TP layer a job runs on each rank."""
-    from .mutants import MUTANTS
+    from .tp_mutants import MUTANTS
     from .steps import TPLayer, as_tp_layer, tp_layer_for
 
     if job.mutant is not None:
         return MUTANTS[job.mutant]()
     if job.backend is not None:
-        from ..verify.backend import get_backend
+        from ..verify.backend_registry import get_backend
 
         backend = get_backend(job.backend) if isinstance(job.backend, str) else job.backend
         if job.case is not None and hasattr(backend, "configure"):  # the harness's per-case hints, on this rank
@@ -115,9 +115,9 @@ def tp_layer(job: TPJob):
             backend.configure(Case.from_dict(job.case))
         return tp_layer_for(backend, job.spec)
     if job.step is not None:
-        from ..verify.backend import _resolve
+        from ..verify.backend_registry import resolve_path
 
-        return as_tp_layer(_resolve(job.step))
+        return as_tp_layer(resolve_path(job.step))
     return TPLayer()
 
 

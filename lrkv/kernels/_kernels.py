@@ -39,7 +39,7 @@ Conventions used by every kernel (DESIGN §8):
     (16 × 128K × 32 × 54 elements of latents is 3.6e9).
 
 Mutation switches (`MUTANT`, a constexpr, 0 = correct kernel) reproduce the bugs the
-harness's mutation tests look for; see `lrkv.kernels.mutants` for the codes.
+harness's mutation tests look for; see `lrkv.kernels.kernel_mutants` for the codes.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-# Mutant codes (mirrored by lrkv.kernels.mutants.KERNEL_MUTANTS; a test keeps the two in
+# Mutant codes (mirrored by lrkv.kernels.kernel_mutants.KERNEL_MUTANTS; a test keeps the two in
 # step). tl.constexpr because compiled Triton reads no other kind of global.
 M_NO_PRIVATE_RESCALE = tl.constexpr(1)  # private accumulator not rescaled when the running max grows
 M_LENGTH_OFF_BY_ONE = tl.constexpr(2)  # length mask drops the last valid slot (t < len − 1)

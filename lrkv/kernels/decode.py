@@ -41,7 +41,7 @@ from ..reference.lrkv import accumulation_dtype
 from ..reference.lrkv import decode_attention as reference_decode_attention
 from ..reference.rope import ExactRope, rope_freqs
 from . import runtime
-from .mutants import mutant_code
+from .kernel_mutants import mutant_code
 from .validate import (
     MAX_SPLITS,
     check_kernel_extras,

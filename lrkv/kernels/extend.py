@@ -27,7 +27,7 @@ from ..reference.lrkv import accumulation_dtype
 from ..reference.rope import ExactRope
 from . import runtime
 from .decode import DOT_MODES, _check_launch, pick_launch, rope_tables
-from .mutants import mutant_code
+from .kernel_mutants import mutant_code
 from .validate import next_pow2, validate_extend_inputs
 
 

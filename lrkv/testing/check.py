@@ -15,15 +15,15 @@ from typing import Any
 from ..checks import check_choice
 from ..spec import dtype_name
 from ..verify.cases import CASE_LEVELS, DTYPES, Case
-from .report import Report
+from .report_view import Report
 from .target import Target, resolve
 
 GRIDS = ("default", "quick", "mutants")
 
 
 def grid_cases(grid: str | Iterable[Case] = "default") -> list[Case]:
-    """A named grid of `lrkv.verify.grid`, or the given cases."""
-    from ..verify import grid as grids
+    """A named grid of `lrkv.verify.grids`, or the given cases."""
+    from ..verify import grids
 
     if isinstance(grid, str):
         check_choice("grid", grid, GRIDS)
@@ -111,7 +111,7 @@ def check_backend(backend: Any, *, grid: str | Iterable[Case] = "default", level
     failing case with its replay command — and when nothing was verified (every case
     skipped or inapplicable), because a check that checked nothing is not a pass.
     """
-    from ..verify.report import build_report
+    from ..verify.tolerance_report import build_report
     from ..verify.runner import backend_info, run
 
     target = resolve(backend, backend_ref)

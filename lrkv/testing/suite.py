@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
 from ..spec import dtype_name
-from ..verify.backend import backend_names
+from ..verify.backend_registry import backend_names
 from ..verify.cases import Case
 from ..verify.runner import repro_command
 from ..verify.strategies import PROFILES, cases, lrkv_specs
@@ -75,7 +75,7 @@ def _ropes(level: str):
 def family(target: Target, level: str, qk_norm=None):
     """(strategy, example cap) for a backend: free shapes for user backends and eager-style
     built-ins, one fixed family per compiled built-in."""
-    from ..verify.grid import BASE, QKN_EXACT
+    from ..verify.grids import BASE, QKN_EXACT
 
     dtypes = _dtypes(target)
     label = target.label

@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from ..verify.backend import get_backend
+from ..verify.backend_registry import get_backend
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,6 @@ def resolve(backend: Any, backend_ref: str | None = None) -> Target:
 
 def get_backend_object(backend: Any) -> Any:
     """Instantiate a class or factory and check the protocol, as `--backend` does."""
-    from ..verify.backend import _instantiate
+    from ..verify.protocol import instantiate
 
-    return _instantiate(backend, getattr(backend, "name", None) or repr(backend))
+    return instantiate(backend, getattr(backend, "name", None) or repr(backend))

@@ -461,7 +461,7 @@ def case_shapes(case: Case) -> dict:
     return shapes
 
 
-from .grid import default_grid, mutant_grid, quick_grid  # noqa: E402  (grid builds on Case)
+from .grids import default_grid, mutant_grid, quick_grid  # noqa: E402  (grid builds on Case)
 
 __all__ = ["Case", "KernelInputs", "LayerInputs", "ModelInputs", "make_kernel_inputs", "make_layer_inputs",
            "make_model_inputs", "make_inputs", "empty_cache", "default_grid", "quick_grid", "mutant_grid",

@@ -33,8 +33,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .metrics import parse_float
-from .report import SCHEMA as REPORT_SCHEMA
-from .report import read_json, validate_file, write_atomic
+from .tolerance_report import SCHEMA as REPORT_SCHEMA
+from .tolerance_report import read_json, validate_file, write_atomic
 from .tolerance import Policy, judge_record
 
 BASELINE_SCHEMA = "lrkv.tolerance-baseline/1"

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, Phase, given, seed as hypothesis_seed, setti
 from hypothesis import strategies as st
 
 from ..checks import arg_int, arg_out_file
-from .backend import get_backend
+from .backend_registry import get_backend
 from .runner import not_applicable, prepare, run_case
 from .strategies import cases, lrkv_specs
 from .tolerance import load_policy

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..spec import as_dtype, dtype_name
-from .backend import check_available
+from .protocol import check_available
 from .bounds import U64, Conditioning, oracle_reference
 from .cases import Case, case_shapes
 from .levels import get_level

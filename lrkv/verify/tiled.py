@@ -23,7 +23,7 @@ import torch
 from ..reference.contract import validate_decode_inputs
 from ..reference.lrkv import layer_step
 from ..reference.rope import apply_rope, rope_freqs
-from .backend import BaseBackend
+from .protocol import BaseBackend
 
 DEFAULT_TILE = 16
 DEFAULT_SPLITS = 1

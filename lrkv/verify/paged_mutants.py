@@ -23,7 +23,7 @@ from ..reference.extend import query_positions
 from ..reference.lrkv import decode_attention
 from ..reference.paged import gather_cache
 from ..reference.rope import apply_rope, rope_freqs
-from .backend import BaseBackend
+from .protocol import BaseBackend
 
 CACHE = ("shared_k", "shared_v", "latent_k", "latent_v", "key_scale")
 

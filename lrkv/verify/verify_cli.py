@@ -1,4 +1,5 @@
-"""`lrkv verify` and `lrkv gate` (their help texts are VERIFY_DOC and GATE_DOC)."""
+"""`lrkv verify`: run backends on a case grid against the float64 oracle and write the report
+(its help text is VERIFY_DOC; the exit codes VERIFY_EXITS; `lrkv gate` is gate_cli.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import sys
 import time
 
-from ..checks import arg_in_file, arg_int, arg_out_dir, arg_out_file
+from ..checks import arg_in_file, arg_int, arg_out_dir
 
 DEFAULT_BACKENDS = ("reference", "materialized", "eager", "inductor")
 DEFAULT_OUT = "reports/verify"
@@ -21,13 +22,6 @@ an ::error annotation. --tp P runs the `tp` grid instead: token-by-token decode 
 torch.distributed ranks (lrkv.distributed.harness).
 """
 
-GATE_DOC = """Re-judge a report written by `lrkv verify` under the policy its baseline pins, and sort
-every case into PASS/FAIL/REGRESSED/MISSING/ERROR/IMPROVED/UNVERIFIED (+XFAIL/SKIP); print
-the summary as Markdown (or JSON with --json). The first baseline is made on purpose:
-  lrkv gate REPORT --baseline FILE --update-baseline
-With GITHUB_ACTIONS=true each blocking case is also an ::error annotation.
-"""
-
 VERIFY_EXITS = """exit codes:
   0    every verified case passed, and at least one backend was independently verified
   1    a case failed or errored (FAIL / ERROR records; see report.md)
@@ -37,18 +31,6 @@ VERIFY_EXITS = """exit codes:
        (--allow-empty accepts that explicitly)
   130  interrupted: the report is written and marked incomplete (the gate refuses it)
 """
-
-GATE_EXITS = """exit codes:
-  0    nothing is FAIL, REGRESSED, MISSING, ERROR or UNVERIFIED, and something was verified
-  1    blocked: a case is FAIL/REGRESSED/MISSING/ERROR, a gated backend verified nothing, the
-       report is incomplete or altered, or it was made under another policy than the baseline's;
-       with --update-baseline: the report has FAIL/ERROR records and the baseline is unchanged
-  2    bad input or usage: unreadable or malformed report/baseline (the file and field are named)
-  4    nothing verified (no non-baseline backend has a passing case); with --update-baseline:
-       the baseline would be empty, so it is not written
-  130  interrupted (the baseline is written atomically: never half-updated)
-"""
-
 
 def register(subparsers) -> None:
     v = subparsers.add_parser("verify", help="run decode backends against the float64 oracle; write a report",
@@ -76,21 +58,6 @@ def register(subparsers) -> None:
                    help="tensor parallelism: decode the `tp` grid (instead of --grid) on P gloo ranks and judge the "
                         "gathered output and each rank's cache bytes (default backends: reference, eager)")
     v.set_defaults(func=cmd_verify)
-
-    g = subparsers.add_parser("gate", help="gate a tolerance report against the accepted baseline",
-                              description=GATE_DOC, epilog=GATE_EXITS,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
-    g.add_argument("report", help="report.json written by `lrkv verify`")
-    g.add_argument("--baseline", required=True, help="accepted baseline (e.g. ci/baseline.json)")
-    g.add_argument("--update-baseline", action="store_true",
-                   help="accept this report on purpose: (re)write the baseline from its pass/xfail records; "
-                        "refused if any case fails or errors")
-    g.add_argument("--markdown", metavar="PATH", type=arg_out_file(), help="also write the gate summary as Markdown")
-    g.add_argument("--subset", action="store_true",
-                   help="only judge baseline entries of backends that appear in the report")
-    g.add_argument("--json", action="store_true", help="print the verdict as JSON (exit code, counts, entries) "
-                                                       "instead of Markdown")
-    g.set_defaults(func=cmd_gate)
 
 
 def _cases(args):
@@ -122,7 +89,8 @@ def _cases(args):
 
 
 def _load_backends(args, console):
-    from .backend import add_backend_path, check_available, get_backend
+    from .protocol import check_available
+    from .backend_registry import add_backend_path, get_backend
 
     for d in args.backend_path:
         add_backend_path(d)
@@ -149,7 +117,7 @@ def _say(console, text: str, style: str = "") -> None:
 
 def cmd_verify(args) -> int:
     from .console import annotate_records, make_console, summary_table
-    from .report import build_report, clear_report, verification, write_report
+    from .tolerance_report import build_report, clear_report, verification, write_report
     from .runner import backend_info
     from .tolerance import load_policy
     from ..distributed import harness as tp_harness  # registers the `tp` case level
@@ -235,65 +203,3 @@ def _run_with_progress(cases, backends, policy, console, show: bool, records: li
         task = progress.add_task("", total=total_steps(cases, backends))
         return run(cases, backends, policy, records=records,  # description: the step just finished
                    on_step=lambda what: progress.update(task, advance=1, description=what[:PROGRESS_CHARS]))
-
-
-def cmd_gate(args) -> int:
-    from pathlib import Path
-
-    from .gate import (BLOCKING, EXIT_NOTHING as GATE_NOTHING, baseline_from_report, classify, counts, exit_code,
-                       load_baseline, render_markdown, write_baseline)
-    from .report import load_report
-    from ..distributed import harness as _tp  # noqa: F401 — registers the `tp` case level for re-judging
-
-    from .console import annotate_entries
-
-    baseline_path = Path(args.baseline)
-    try:
-        report = load_report(args.report)
-        if args.update_baseline and not baseline_path.exists():
-            baseline = {"entries": {}, "policy": None}
-        elif not baseline_path.exists():
-            raise ValueError(f"{baseline_path}: no such baseline; to accept this report as the first one, run "
-                             f"`lrkv gate {args.report} --baseline {baseline_path} --update-baseline` and commit it")
-        else:
-            baseline = load_baseline(baseline_path)
-    except (ValueError, OSError) as e:
-        print(f"lrkv gate: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    entries = classify(report, baseline, subset=args.subset, check_policy=not args.update_baseline)
-    md = render_markdown(entries, report=report)
-    if args.json:
-        import json
-        from dataclasses import asdict
-
-        print(json.dumps({"report": str(args.report), "baseline": str(baseline_path),
-                          "exit_code": exit_code(entries, report), "counts": counts(entries),
-                          "entries": [asdict(e) for e in entries]}, indent=1))
-    else:
-        print(md, end="")
-    if not args.update_baseline:
-        annotate_entries(entries, report, BLOCKING)
-    if args.markdown:
-        from .report import write_atomic
-        write_atomic(args.markdown, md)
-    if args.update_baseline:
-        bad = [e for e in entries if e.klass in ("FAIL", "ERROR")]
-        if bad:
-            print(f"lrkv gate: refusing to update {baseline_path}: {len(bad)} FAIL/ERROR "
-                  f"(e.g. {bad[0].klass} {bad[0].key}: {bad[0].detail[:160]}); the baseline is unchanged",
-                  file=sys.stderr)
-            return EXIT_FAILED
-        new = baseline_from_report(report)
-        if not any(e["status"] == "pass" for e in new["entries"].values()):
-            print(f"lrkv gate: refusing to write an empty baseline to {baseline_path}: the report verified "
-                  "nothing", file=sys.stderr)
-            return GATE_NOTHING
-        write_baseline(new, baseline_path)
-        c = counts(entries)
-        print(f"baseline updated: {baseline_path} (accepted REGRESSED {c['REGRESSED']}, MISSING {c['MISSING']}, "
-              f"IMPROVED {c['IMPROVED']}, UNVERIFIED {c['UNVERIFIED']}; policy sha256 {new['policy']['sha256'][:12]})")
-        return EXIT_OK
-    code = exit_code(entries, report)
-    if code and not any(e.klass in BLOCKING for e in entries):
-        print("lrkv gate: nothing verified — no non-baseline backend has a passing case", file=sys.stderr)
-    return code

@@ -13,7 +13,7 @@ Each is a plausible bug of a hand-written TP layer, built from the reference ste
                          again inside the final all-reduce: P copies of it reach y
 
 Each is also a backend for the harness level `tp` (name `tp-<mutant>`), e.g.
-`lrkv verify --tp 2 --backend lrkv.distributed.mutants:foreign_basis` must fail.
+`lrkv verify --tp 2 --backend lrkv.distributed.tp_mutants:foreign_basis` must fail.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from ..reference.cache import FactoredCache
-from ..verify.backend import BaseBackend
+from ..verify.protocol import BaseBackend
 from ..reference.lrkv import append, decode_attention, decode_rope, project_token
 from .partition import plan_rank, split_blocks
 from .shard import Shard, shard_lrkv

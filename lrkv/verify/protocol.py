@@ -1,23 +1,15 @@
-"""The backend protocol and registry (DESIGN §4).
+"""The backend protocol (DESIGN §4): what the harness calls, and the checks of a backend object.
 
-A backend is an object with a name, the levels it implements (kernel / layer / model), the
-dtypes it supports, and `available() -> (bool, reason)`. Kernel level is the decode
-contract of `lrkv.reference.contract`; layer level is `layer_step(weights, x_t, cache,
-positions) -> (y, cache)`.
-
-Built-ins are registered by import path so that importing the registry never imports
-Triton, onnxruntime or torch-tensorrt. A user's backend is `package.module:attribute`,
-where the attribute is a backend object, a class, or a zero-argument factory. Like
-gunicorn and uvicorn, resolution falls back to the working directory, so
-`lrkv verify --backend examples.my_backend:backend` works from the repository root.
+A backend is an object with a name, the levels it implements (the kernel contracts, the
+layer step, the model, `tp`), the dtypes it supports, and `available() -> (bool, reason)`.
+Kernel level is the decode contract of `lrkv.reference.contract`; layer level is
+`layer_step(weights, x_t, cache, positions) -> (y, cache)`. `BaseBackend` is a convenience
+base; `normalize_backend` checks any object against the protocol before the harness uses it.
+Where backends come from (names, `package.module:attribute`) is `backend_registry`.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
-from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -68,67 +60,7 @@ class BaseBackend:
     def __repr__(self) -> str:
         return f"<backend {self.name} levels={sorted(self.levels)}>"
 
-
-# name -> "module:attribute" (lazy) or a factory
-_REGISTRY: dict[str, str | Callable[[], Any]] = {
-    "reference": "lrkv.verify.backends:ReferenceBackend",
-    "materialized": "lrkv.verify.backends:MaterializedBackend",
-    "eager": "lrkv.verify.backends:EagerBackend",
-    "inductor": "lrkv.verify.backends:InductorBackend",  # CUDA when torch sees one, else the CPU
-    "inductor-cudagraphs": "lrkv.verify.backends:inductor_cudagraphs",  # CUDA graphs; CUDA only
-    "tiled": "lrkv.verify.tiled:TiledBackend",
-    "triton": "lrkv.kernels.backend:TritonBackend",
-    "onnxruntime": "lrkv.compiled.backends:OnnxRuntimeBackend",
-    "aoti": "lrkv.compiled.backends:AOTIBackend",
-    "tensorrt": "lrkv.compiled.backends:TensorRTBackend",
-}
-
-
-def register_backend(name: str, factory: str | Callable[[], Any]) -> None:
-    """Register a backend factory (or 'module:attr' path) under a name."""
-    _REGISTRY[name] = factory
-
-
-def backend_names() -> list[str]:
-    return list(_REGISTRY)
-
-
-def add_backend_path(directory: str) -> None:
-    """Make modules under `directory` importable as backends (`--backend-path`)."""
-    directory = os.path.abspath(directory)
-    if directory not in sys.path:
-        sys.path.insert(0, directory)
-
-
-def _import(mod_name: str):
-    try:
-        return importlib.import_module(mod_name)
-    except ModuleNotFoundError as e:
-        top = mod_name.split(".")[0]
-        if e.name != top or os.getcwd() in sys.path or "" in sys.path:
-            raise
-    add_backend_path(os.getcwd())  # the console script's sys.path lacks the working directory
-    return importlib.import_module(mod_name)
-
-
-def _resolve(path: str) -> Any:
-    if ":" not in path:
-        raise ValueError(f"backend path must look like 'package.module:attribute', got {path!r}")
-    mod_name, attr = path.split(":", 1)
-    try:
-        mod = _import(mod_name)
-    except KeyboardInterrupt:
-        raise
-    except BaseException as e:  # noqa: BLE001 — SyntaxError, RuntimeError, SystemExit at import: all named
-        raise ValueError(f"cannot import backend module {mod_name!r}: {type(e).__name__}: {e}") from None
-    try:
-        obj = getattr(mod, attr)
-    except AttributeError:
-        raise ValueError(f"module {mod_name!r} has no attribute {attr!r}") from None
-    return obj
-
-
-def _normalize(obj: Any, label: str) -> Any:
+def normalize_backend(obj: Any, label: str) -> Any:
     """Check the protocol's attributes; dtype names become torch dtypes, levels a frozenset."""
     from ..spec import as_dtype
 
@@ -165,7 +97,7 @@ def _normalize(obj: Any, label: str) -> Any:
     return obj
 
 
-def _instantiate(obj: Any, label: str) -> Any:
+def instantiate(obj: Any, label: str) -> Any:
     if isinstance(obj, type) or (callable(obj) and not hasattr(obj, "available")):
         try:
             obj = obj()
@@ -176,7 +108,7 @@ def _instantiate(obj: Any, label: str) -> Any:
     for attr in ("name", "levels", "dtypes", "available"):
         if not hasattr(obj, attr):
             raise TypeError(f"backend {label!r} lacks {attr!r}; see the backend protocol in the README")
-    return _normalize(obj, label)
+    return normalize_backend(obj, label)
 
 
 def check_available(backend: Any, label: str) -> tuple[bool, str]:
@@ -190,16 +122,3 @@ def check_available(backend: Any, label: str) -> tuple[bool, str]:
     if not (isinstance(res, tuple) and len(res) == 2 and isinstance(res[0], bool) and isinstance(res[1], str)):
         raise TypeError(f"backend {label!r}: available() must return (bool, str), got {res!r}")
     return res
-
-
-def get_backend(spec: str) -> Any:
-    """A backend by registered name or by 'package.module:attribute'."""
-    if not isinstance(spec, str) or not spec:
-        raise ValueError(f"backend must be a registered name or 'package.module:attribute', got {spec!r}")
-    if spec in _REGISTRY:
-        entry = _REGISTRY[spec]
-        obj = _resolve(entry) if isinstance(entry, str) else entry
-        return _instantiate(obj, spec)
-    if ":" in spec:
-        return _instantiate(_resolve(spec), spec)
-    raise ValueError(f"unknown backend {spec!r}; known: {', '.join(_REGISTRY)}, or 'package.module:attribute'")

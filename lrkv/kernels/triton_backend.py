@@ -1,7 +1,7 @@
 """The `triton` backend (DESIGN §4): the fused split-K kernels behind the backend protocol.
 
     lrkv verify --backend triton                    (registered name)
-    lrkv verify --backend lrkv.kernels.backend:TritonBackend
+    lrkv verify --backend lrkv.kernels.triton_backend:TritonBackend
 
 Kernel level: `decode_attention` (the contract of `lrkv.reference.contract`); levels
 `kernel-paged` and `kernel-extend`: `paged_decode_attention` and `extend_attention`
@@ -15,7 +15,7 @@ interpreter when TRITON_INTERPRET=1, and nowhere otherwise: in fallback mode the
 reports itself unavailable rather than pass the reference math off as the kernel.
 
 `TritonBackend(mutant="scale_rank")` builds the same kernels with one bug compiled in
-(`lrkv.kernels.mutants`); the harness's mutation tests use it to show the tolerance rule
+(`lrkv.kernels.kernel_mutants`); the harness's mutation tests use it to show the tolerance rule
 rejects each.
 """
 
@@ -28,9 +28,9 @@ import torch
 
 from ..reference.cache import FactoredCache
 from ..reference.lrkv import decode_rope, project_token
-from ..verify.backend import BaseBackend
+from ..verify.protocol import BaseBackend
 from . import runtime
-from .mutants import KERNEL_MUTANTS, mutant_code
+from .kernel_mutants import KERNEL_MUTANTS, mutant_code
 
 
 class TritonBackend(BaseBackend):
@@ -187,7 +187,7 @@ def kernel_mutant_backends() -> dict[str, TritonBackend]:
     return {name: TritonBackend(mutant=name) for name in KERNEL_MUTANTS}
 
 
-# `lrkv verify --grid mutants --backend lrkv.kernels.backend:mutant_scale_rank` etc.:
+# `lrkv verify --grid mutants --backend lrkv.kernels.triton_backend:mutant_scale_rank` etc.:
 # zero-argument factories, one per kernel mutant (the registry instantiates them).
 for _name in KERNEL_MUTANTS:
     globals()[f"mutant_{_name}"] = functools.partial(TritonBackend, mutant=_name)

@@ -23,7 +23,7 @@ from ..reference.cache import FactoredCache
 from ..reference.rope import ExactRope
 from ..reference.weights import LRKVWeights
 from ..spec import AttentionSpec
-from ..verify.backend import BaseBackend
+from ..verify.protocol import BaseBackend
 from .config import ExportConfig
 from .engine import Engine, engine_class
 from .signature import weight_sigs

@@ -35,7 +35,7 @@ KERNEL_MUTANTS: dict[str, int] = {
     "fp16_accumulation": 8,
 }
 
-# The same bugs under the names of the harness's Python mutants (lrkv.verify.mutants,
+# The same bugs under the names of the harness's Python mutants (lrkv.verify.decode_mutants,
 # `name` attributes) and other likely spellings; lookups accept either.
 ALIASES: dict[str, str] = {
     "mutant-no-private-rescale": "no_private_rescale",

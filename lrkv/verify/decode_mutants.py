@@ -1,7 +1,7 @@
 """Deliberately broken backends: the gate must be able to say no.
 
 Each mutant carries exactly one bug that a real LRKV decode kernel could have. Run any of
-them with `lrkv verify --backend lrkv.verify.mutants:<Class> --grid mutants`; tests run
+them with `lrkv verify --backend lrkv.verify.decode_mutants:<Class> --grid mutants`; tests run
 them all through the harness and the gate and require every one to be rejected while the
 correct backends pass (tests/test_mutants.py).
 """
@@ -13,7 +13,7 @@ import torch
 from ..reference.contract import validate_decode_inputs
 from ..reference.lrkv import decode_attention
 from ..reference.rope import ExactRope
-from .backend import BaseBackend
+from .protocol import BaseBackend
 from .tiled import SplitState, TiledBackend, TiledDecoder
 
 MUTANT_TILE = 8  # tiles smaller than T, so that the running max changes between tiles

@@ -39,7 +39,7 @@ class Report:
     @property
     def nothing_verified(self) -> str:
         """'' when every backend verified a case; else why not (DESIGN §7: never green)."""
-        from ..verify.report import verification
+        from ..verify.tolerance_report import verification
 
         return verification(self.data["records"], self.data.get("backends", [])).message()
 
@@ -60,7 +60,7 @@ class Report:
 
     def write(self, out_dir: str | Path) -> tuple[Path, Path]:
         """Write report.json and report.md (the files `lrkv gate` reads)."""
-        from ..verify.report import write_report
+        from ..verify.tolerance_report import write_report
 
         return write_report(self.data, out_dir)
 

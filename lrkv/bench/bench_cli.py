@@ -268,7 +268,7 @@ def _warn_if_busy(console, device: str, threads: int | None) -> None:
 
 def _emit(result, args, console) -> int:
     from .plot import plot_result
-    from .report import footnotes, headline, markdown_table, rich_tables, targets_markdown
+    from .render import footnotes, headline, markdown_table, rich_tables, targets_markdown
     from .roofline import render
     from .sweep import sweep_markdown
 

@@ -17,7 +17,7 @@ from ..reference import extend as ref_extend
 from ..reference import paged as ref_paged
 from ..reference.lrkv import decode_attention, layer_step, materialized_decode_attention
 from ..reference.weights import LRKVWeights
-from .backend import BaseBackend
+from .protocol import BaseBackend
 from .inductor import compiled_decode, compiled_layer_step, cuda_unavailable_reason, resolve_device
 
 F64 = (torch.float64,)
@@ -167,5 +167,5 @@ def inductor_cudagraphs() -> InductorBackend:
 
 
 def inductor_cpu() -> InductorBackend:
-    """inductor pinned to the CPU (`--backend lrkv.verify.backends:inductor_cpu` on a GPU machine)."""
+    """inductor pinned to the CPU (`--backend lrkv.verify.builtin_backends:inductor_cpu` on a GPU machine)."""
     return InductorBackend(device="cpu")
