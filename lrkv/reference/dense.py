@@ -26,7 +26,8 @@ import torch
 
 from ..spec import AttentionSpec, cache_components
 from .contract import FLOAT_DTYPES
-from .lrkv import _softmax_rows, _valid_mask, append
+from .lrkv import append
+from .masking import softmax_rows, valid_mask
 from .norms import rms_norm
 from .rope import apply_rope, rope_freqs
 
@@ -92,7 +93,7 @@ def validate_common(
     for name, t in weights.items():
         if t is not None and not torch.isfinite(t).all():
             raise ValueError(f"{name} contains NaN or Inf")
-    valid = _valid_mask(lengths, t_max)  # [B, T]
+    valid = valid_mask(lengths, t_max)  # [B, T]
     for name, t in cache.items():
         if t is None:
             continue
@@ -196,7 +197,7 @@ def fill_prefix(cache: LayerCache, entries: dict[str, torch.Tensor], lengths: to
     """Write a prompt's tokens (entries [B, T, ...]) into slots [0, lengths[b]); the rest stay
     garbage. torch.where, so padding tokens (possibly NaN) never reach the cache."""
     B, T = entries["q"].shape[:2]
-    valid = _valid_mask(lengths, T)  # [B, T]
+    valid = valid_mask(lengths, T)  # [B, T]
     for name, t in cache.tensors().items():
         e = entries[name]
         m = valid.reshape(B, T, *([1] * (e.dim() - 2)))
@@ -351,10 +352,10 @@ def decode_attention(
     B, H, d_h = q.shape
     T, n_kv = k.shape[1], k.shape[2]
     G = H // n_kv
-    valid = _valid_mask(lengths, T)  # [B, T]
+    valid = valid_mask(lengths, T)  # [B, T]
     qg = q.reshape(B, n_kv, G, d_h)  # head h = n·G + g reads KV head n
     logits = torch.einsum("bngd,btnd->bngt", qg, k).reshape(B, H, T)
-    a, lse = _softmax_rows(logits * scale, valid[:, None, :])  # [B, H, T]
+    a, lse = softmax_rows(logits * scale, valid[:, None, :])  # [B, H, T]
     vz = torch.where(valid[..., None, None], v, 0.0)  # NaN garbage must not meet a zero weight
     out = torch.einsum("bngt,btnd->bngd", a.reshape(B, n_kv, G, T), vz)
     return out.reshape(B, H, d_h), lse
@@ -396,10 +397,10 @@ def layer_forward(weights: DenseWeights, x: torch.Tensor, lengths: torch.Tensor 
     q = p["q"]  # [B, T, H, d_h]
     k = p["k"].repeat_interleave(spec.group_size, dim=2)  # [B, T, H, d_h]  head h ← KV head h // G
     v = p["v"].repeat_interleave(spec.group_size, dim=2)
-    valid = _valid_mask(lengths, T)  # [B, T]
+    valid = valid_mask(lengths, T)  # [B, T]
     logits = torch.einsum("bihe,bjhe->bhij", q, k) * spec.scale
     causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-    a, _ = _softmax_rows(logits, causal[None, None] & valid[:, None, None, :])
+    a, _ = softmax_rows(logits, causal[None, None] & valid[:, None, None, :])
     v = torch.where(valid[..., None, None], v, 0.0)
     out = torch.einsum("bhij,bjhe->bihe", a, v)  # [B, T, H, d_h]
     return torch.einsum("bthe,hed->btd", out, weights.w_o)

@@ -23,11 +23,11 @@ import torch
 from ..spec import AttentionSpec
 from .cache import FactoredCache, allocate_cache
 from .contract import validate_decode_inputs
+from .masking import softmax_rows, valid_mask, zero_garbage
 from .norms import joint_key_scale, rms_norm
 from .rope import ExactRope, apply_rope, rope_freqs
 from .weights import LRKVWeights
 
-NEG_INF = float("-inf")
 HALF = (torch.float16, torch.bfloat16)
 
 
@@ -51,8 +51,6 @@ def _check_lengths(lengths: torch.Tensor, batch: int, t: int) -> None:
         raise ValueError(f"lengths must lie in [0, {t}], got {lengths.tolist()}")
 
 
-def _valid_mask(lengths: torch.Tensor, t_max: int) -> torch.Tensor:
-    return torch.arange(t_max, device=lengths.device)[None, :] < lengths[:, None]  # [B, T]
 
 
 def _private_keys_exact(latent_k: torch.Tensor, basis_k: torch.Tensor, rope: ExactRope) -> torch.Tensor:
@@ -63,25 +61,8 @@ def _private_keys_exact(latent_k: torch.Tensor, basis_k: torch.Tensor, rope: Exa
     return apply_rope(k_priv, pos, rope_freqs(d_h, rope.theta))
 
 
-def _zero_garbage(latent: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Latents [B, T, H, r] with the slots past lengths set to 0 before any contraction.
-
-    Masking the logits alone is not enough at reduced precision: CPU bfloat16 matmuls
-    (the `bthr,hdr->bthd` rebuild of exact RoPE) let a NaN in a garbage row turn valid rows
-    NaN too (kernel:lrkv-H2-dh16-r9-rope_exact:bfloat16:T9:L0-1:s0).
-    """
-    return torch.where(valid[..., None, None], latent, 0.0)
 
 
-def _softmax_rows(logits: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Masked softmax over the last dim; empty rows give weights 0 and lse −inf.
-
-    torch.where (not multiplication) removes masked slots, so NaN garbage cannot leak.
-    """
-    logits = torch.where(valid, logits, NEG_INF)
-    lse = torch.logsumexp(logits, dim=-1)  # [B, H]
-    a = torch.where(valid, torch.exp(logits - lse[..., None]), 0.0)
-    return a, lse
 
 
 def decode_attention(
@@ -104,8 +85,8 @@ def decode_attention(
         validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
                                scale=scale, key_scale=key_scale, rope=rope)
     T = shared_k.shape[1]
-    valid = _valid_mask(lengths, T)  # [B, T]
-    latent_k = _zero_garbage(latent_k, valid)
+    valid = valid_mask(lengths, T)  # [B, T]
+    latent_k = zero_garbage(latent_k, valid)
     acc = accumulation_dtype(q.dtype)
     q_, shared_k, latent_k, basis_k_ = q.to(acc), shared_k.to(acc), latent_k.to(acc), basis_k.to(acc)
     # Eq. 6: q_h S_K^T + (q_h B_h^K) R_h^{K T}
@@ -118,7 +99,7 @@ def decode_attention(
     logits = shared_logits + private_logits  # one softmax over the SUM
     if key_scale is not None:
         logits = logits * key_scale.to(acc).permute(0, 2, 1)  # joint inverse RMS of each full key
-    a, lse = _softmax_rows(logits * scale, valid[:, None, :])  # [B, H, T]
+    a, lse = softmax_rows(logits * scale, valid[:, None, :])  # [B, H, T]
     a = a.to(q.dtype)  # the value contraction runs at the input dtype, as a kernel's P·V does
     # Eq. 7: a_h S_V + (a_h R_h^V) B_h^{V T}; garbage slots zeroed before the contraction
     sv = torch.where(valid[..., None], shared_v, 0.0)
@@ -137,20 +118,20 @@ def materialized_decode_attention(
         validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
                                scale=scale, key_scale=key_scale, rope=rope)
     T = shared_k.shape[1]
-    valid = _valid_mask(lengths, T)
-    latent_k = _zero_garbage(latent_k, valid)
+    valid = valid_mask(lengths, T)
+    latent_k = zero_garbage(latent_k, valid)
     acc = accumulation_dtype(q.dtype)
     if rope is None:
         k_priv = torch.einsum("bthr,hdr->bthd", latent_k, basis_k)
     else:
         k_priv = _private_keys_exact(latent_k, basis_k, rope)
     k = shared_k[:, :, None, :] + k_priv  # [B, T, H, d_h]  K_h, materialized at the input dtype
-    latent_v = _zero_garbage(latent_v, valid)  # the rebuild is a contraction too
+    latent_v = zero_garbage(latent_v, valid)  # the rebuild is a contraction too
     v = shared_v[:, :, None, :] + torch.einsum("bthr,hdr->bthd", latent_v, basis_v)  # V_h
     if key_scale is not None:
         k = k * key_scale[..., None]
     logits = torch.einsum("bhd,bthd->bht", q.to(acc), k.to(acc)) * scale  # scores accumulate in acc
-    a, lse = _softmax_rows(logits, valid[:, None, :])
+    a, lse = softmax_rows(logits, valid[:, None, :])
     a = a.to(q.dtype)
     v = torch.where(valid[..., None, None], v, 0.0)
     return torch.einsum("bht,bthd->bhd", a, v), lse
@@ -256,9 +237,9 @@ def layer_forward(weights: LRKVWeights, x: torch.Tensor, lengths: torch.Tensor |
         q, k = apply_rope(q, pos, freqs), apply_rope(k, pos, freqs)
     logits = torch.einsum("bihe,bjhe->bhij", q, k) * spec.head_dim**-0.5
     causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-    visible = causal[None, None] & _valid_mask(lengths, T)[:, None, None, :]
-    a, _ = _softmax_rows(logits, visible)
-    v = torch.where(_valid_mask(lengths, T)[..., None, None], v, 0.0)  # 0·NaN would leak padding
+    visible = causal[None, None] & valid_mask(lengths, T)[:, None, None, :]
+    a, _ = softmax_rows(logits, visible)
+    v = torch.where(valid_mask(lengths, T)[..., None, None], v, 0.0)  # 0·NaN would leak padding
     out = torch.einsum("bhij,bjhe->bihe", a, v)
     return torch.einsum("bthe,hed->btd", out, weights.w_o)
 
@@ -277,7 +258,7 @@ def prefill(
     y = layer_forward(weights, x, lengths)
     cache = allocate_cache(weights.spec, B, t_max, weights.dtype, device=x.device)
     entries = project_token(weights, x, torch.arange(T, device=x.device)[None, :].expand(B, T))
-    valid = _valid_mask(lengths, T)
+    valid = valid_mask(lengths, T)
     for name, t in cache.tensors().items():
         e = entries[name]
         m = valid.reshape(B, T, *([1] * (e.dim() - 2)))

@@ -36,7 +36,8 @@ from ..spec import AttentionSpec
 from .dense import (
     LayerCache, cast_tensors, check_allocation, check_layer_input, check_lengths, check_step, check_weight_shapes, gain, prefill_with, require_dims, require_shape, require_tensor, validate_common,
 )
-from .lrkv import _softmax_rows, _valid_mask, append
+from .lrkv import append
+from .masking import softmax_rows, valid_mask
 from .norms import rms_norm
 from .rope import apply_rope, rope_freqs
 
@@ -154,11 +155,11 @@ def latent_decode_attention(
     if check:
         _validate_latent_kernel(q_latent, q_pe, latent, k_rope, lengths, scale=scale)
     T = latent.shape[1]
-    valid = _valid_mask(lengths, T)  # [B, T]
+    valid = valid_mask(lengths, T)  # [B, T]
     logits = torch.einsum("bhc,btc->bht", q_latent, latent)  # q_nope · (c W_UK)
     if k_rope is not None:
         logits = logits + torch.einsum("bhr,btr->bht", q_pe, k_rope)  # q_pe · k_pe, one k_pe for all heads
-    a, lse = _softmax_rows(logits * scale, valid[:, None, :])  # [B, H, T]
+    a, lse = softmax_rows(logits * scale, valid[:, None, :])  # [B, H, T]
     c = torch.where(valid[..., None], latent, 0.0)  # garbage slots zeroed before P·C
     return torch.einsum("bht,btc->bhc", a, c), lse
 
@@ -203,13 +204,13 @@ def naive_decode_attention(
     if check:
         validate_decode_inputs(q, latent, k_rope, w_uk, w_uv, lengths, scale=scale)
     T, d_h = latent.shape[1], w_uk.shape[2]
-    valid = _valid_mask(lengths, T)
+    valid = valid_mask(lengths, T)
     k_nope = torch.einsum("btc,hcd->bthd", latent, w_uk)  # [B, T, H, d_h]
     v = torch.einsum("btc,hcd->bthd", latent, w_uv)  # [B, T, H, d_h]
     logits = torch.einsum("bhd,bthd->bht", q[..., :d_h], k_nope)
     if k_rope is not None:
         logits = logits + torch.einsum("bhr,btr->bht", q[..., d_h:], k_rope)
-    a, lse = _softmax_rows(logits * scale, valid[:, None, :])
+    a, lse = softmax_rows(logits * scale, valid[:, None, :])
     v = torch.where(valid[..., None, None], v, 0.0)
     return torch.einsum("bht,bthd->bhd", a, v), lse
 
@@ -278,10 +279,10 @@ def layer_forward(weights: MLAWeights, x: torch.Tensor, lengths: torch.Tensor | 
     if spec.rope_dim:
         k_pe = p["k_rope"][:, :, None, :].expand(B, T, spec.n_heads, spec.rope_dim)  # broadcast to heads
         k = torch.cat((k, k_pe), dim=-1)  # [B, T, H, d_h + d_rope]
-    valid = _valid_mask(lengths, T)
+    valid = valid_mask(lengths, T)
     logits = torch.einsum("bihe,bjhe->bhij", p["q"], k) * spec.scale
     causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-    a, _ = _softmax_rows(logits, causal[None, None] & valid[:, None, None, :])
+    a, _ = softmax_rows(logits, causal[None, None] & valid[:, None, None, :])
     v = torch.where(valid[..., None, None], v, 0.0)
     out = torch.einsum("bhij,bjhe->bihe", a, v)  # [B, T, H, d_h]
     return torch.einsum("bthe,hed->btd", out, weights.w_o)

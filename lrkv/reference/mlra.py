@@ -41,7 +41,7 @@ from .dense import (
     LayerCache, cast_tensors, check_allocation, check_layer_input, check_lengths, check_weight_shapes, gain,
     prefill_with, require_dims, require_shape, require_tensor, validate_common,
 )
-from .lrkv import _softmax_rows, _valid_mask
+from .masking import softmax_rows, valid_mask
 from .mla import latent_layer_step
 from .norms import rms_norm
 from .rope import apply_rope, rope_freqs
@@ -176,12 +176,12 @@ def branch_decode_attention(
                         lengths=lengths, scale=scale, batch=B, t_max=T)
     B, H, d_c = q_latent.shape
     T, g = latent.shape[1], latent.shape[2]
-    valid = _valid_mask(lengths, T)  # [B, T]
+    valid = valid_mask(lengths, T)  # [B, T]
     qg = q_latent.reshape(B, g, H // g, d_c)  # head h = j·(H/g) + i reads latent j
     logits = torch.einsum("bjic,btjc->bjit", qg, latent).reshape(B, H, T)
     if k_rope is not None:
         logits = logits + torch.einsum("bhr,btr->bht", q_pe, k_rope)  # k_pe shared by every branch
-    a, lse = _softmax_rows(logits * scale, valid[:, None, :])  # [B, H, T]
+    a, lse = softmax_rows(logits * scale, valid[:, None, :])  # [B, H, T]
     c = torch.where(valid[..., None, None], latent, 0.0)  # garbage slots zeroed before P·Ĉ
     z = torch.einsum("bjit,btjc->bjic", a.reshape(B, g, H // g, T), c)
     return z.reshape(B, H, d_c), lse
@@ -235,7 +235,7 @@ def naive_decode_attention(
         validate_decode_inputs(q, latent, k_rope, w_uk, w_uv, lengths, scale=scale)
     T, L = latent.shape[1], latent.shape[2]
     nb, H, d_h = w_uk.shape[0], w_uk.shape[1], w_uk.shape[3]
-    valid = _valid_mask(lengths, T)
+    valid = valid_mask(lengths, T)
     idx = latent_of_head(L, nb, H, device=latent.device)  # [n_b, H]
     c = latent[:, :, idx]  # [B, T, n_b, H, d_c]  the latent head each (branch, head) reads
     k = torch.einsum("btnhc,nhcd->bnthd", c, w_uk)  # [B, n_b, T, H, d_h]
@@ -243,7 +243,7 @@ def naive_decode_attention(
     logits = torch.einsum("bhd,bnthd->bnht", q[..., :d_h], k)
     if k_rope is not None:
         logits = logits + torch.einsum("bhr,btr->bht", q[..., d_h:], k_rope)[:, None]  # same k_pe per branch
-    a, lse = _softmax_rows(logits * scale, valid[:, None, None, :])  # [B, n_b, H, T]: a softmax per branch
+    a, lse = softmax_rows(logits * scale, valid[:, None, None, :])  # [B, n_b, H, T]: a softmax per branch
     v = torch.where(valid[:, None, :, None, None], v, 0.0)
     out = torch.einsum("bnht,bnthd->bhd", a, v) / math.sqrt(nb)  # Σ_b O_b / sqrt(n_b)
     return out, lse
@@ -314,7 +314,7 @@ def layer_forward(weights: MLRAWeights, x: torch.Tensor, lengths: torch.Tensor |
     H, nb, d_r = spec.n_heads, spec.n_branches, spec.rope_dim
     lengths = check_lengths(lengths, B, T, x.device)
     p = project_token(weights, x, torch.arange(T, device=x.device)[None, :].expand(B, T))
-    valid = _valid_mask(lengths, T)
+    valid = valid_mask(lengths, T)
     causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
     visible = causal[None, None] & valid[:, None, None, :]
     idx = latent_of_head(spec.n_latent_heads, nb, H, device=x.device)  # [n_b, H]
@@ -326,7 +326,7 @@ def layer_forward(weights: MLRAWeights, x: torch.Tensor, lengths: torch.Tensor |
         if d_r:
             k = torch.cat((k, p["k_rope"][:, :, None, :].expand(B, T, H, d_r)), dim=-1)
         logits = torch.einsum("bihe,bjhe->bhij", p["q"], k) * spec.scale
-        a, _ = _softmax_rows(logits, visible)
+        a, _ = softmax_rows(logits, visible)
         out = out + torch.einsum("bhij,bjhe->bihe", a, v)  # [B, T, H, d_h]
     out = out / math.sqrt(nb)
     return torch.einsum("bthe,hed->btd", out, weights.w_o)
