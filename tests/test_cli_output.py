@@ -10,7 +10,7 @@ import torch
 
 from lrkv import cli
 from lrkv.spec import AttentionSpec
-from lrkv.verify.cases import Case
+from lrkv.verify.case import Case
 
 CASE = Case("kernel", AttentionSpec.lrkv(3, 8, 3), "float32", (5, 9, 0), 9).to_json()
 GOOD, BAD = "examples.my_backend:backend", "tests.test_testing_api:SCALED"

@@ -229,7 +229,7 @@ def test_harness_tp_level_and_gate_reject_every_mutant(tmp_path):
 
 
 def test_tp_cases_are_validated():
-    from lrkv.verify.cases import Case
+    from lrkv.verify.case import Case
 
     with pytest.raises(ValueError, match="tp"):
         Case("layer-model", LRKV, "float64", (3,), 3, tp=2)

@@ -29,7 +29,8 @@ from lrkv.testing.suite import (test_append_then_decode_equals_prefill, test_fac
                                 test_split_tile_invariance)
 from lrkv.testing import check_case
 from lrkv.verify.backend_registry import backend_names
-from lrkv.verify.cases import Case, make_kernel_inputs
+from lrkv.verify.case import Case
+from lrkv.verify.levels.kernel import make_kernel_inputs
 from lrkv.verify.grids import BASE
 from lrkv.verify.metrics import error_metrics
 from lrkv.verify.runner import repro_command

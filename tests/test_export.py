@@ -32,7 +32,9 @@ from lrkv.reference.lrkv import layer_step
 from lrkv.reference.weights import init_lrkv_weights
 from lrkv.spec import AttentionSpec
 from lrkv.verify.backend_registry import get_backend
-from lrkv.verify.cases import Case, make_kernel_inputs, make_layer_inputs
+from lrkv.verify.case import Case
+from lrkv.verify.levels.kernel import make_kernel_inputs
+from lrkv.verify.levels.layer import make_layer_inputs
 from lrkv.verify.tolerance_report import validate_report
 
 pytestmark = pytest.mark.export

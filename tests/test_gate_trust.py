@@ -24,7 +24,7 @@ from lrkv.reference import lrkv as ref_lrkv
 from lrkv.spec import AttentionSpec
 from lrkv.verify import gate
 from lrkv.verify.backend_registry import get_backend
-from lrkv.verify.cases import Case
+from lrkv.verify.case import Case
 from lrkv.verify.tolerance_report import build_report, load_report
 from lrkv.verify.runner import backend_info, prepare, run, run_case
 from lrkv.verify.tolerance import Policy, Tolerance, judge_record, load_policy
@@ -581,7 +581,8 @@ def test_out_under_a_file_exits_2(tmp_path, good_report, capsys):
 
 # ============================================================================ 6. checks that could not fail before
 def test_the_grid_exercises_rope_theta_and_strided_layouts():
-    from lrkv.verify.cases import default_grid, make_kernel_inputs
+    from lrkv.verify.grids import default_grid
+    from lrkv.verify.levels.kernel import make_kernel_inputs
     grid = default_grid()
     assert {c.level for c in grid if c.spec.rope_theta != 10000.0} == {"kernel", "layer", "layer-model"}
     strided = [c for c in grid if c.layout == "strided"]
@@ -593,7 +594,7 @@ def test_the_grid_exercises_rope_theta_and_strided_layouts():
 
 @pytest.mark.parametrize("mutant", ["IgnoresRopeTheta", "AssumesContiguousLatents"])
 def test_bugs_only_a_rope_theta_or_strided_case_can_catch_are_rejected(tmp_path, mutant):
-    from lrkv.verify.cases import default_grid
+    from lrkv.verify.grids import default_grid
     grid = [c for c in default_grid() if c.level == "kernel" and c.dtype in ("float64", "float32")
             and (c.spec.rope_theta != 10000.0 or c.layout == "strided")]
     code, path = verify(tmp_path, f"lrkv.verify.decode_mutants:{mutant}", cases=grid)

@@ -22,7 +22,10 @@ from lrkv.spec import PAPER_SCALES, AttentionSpec
 from lrkv.verify import gate
 from lrkv.verify.backend_registry import get_backend
 from lrkv.verify.builtin_backends import EagerBackend
-from lrkv.verify.cases import Case, default_grid, make_kernel_inputs, make_layer_inputs, quick_grid
+from lrkv.verify.case import Case
+from lrkv.verify.grids import default_grid, quick_grid
+from lrkv.verify.levels.kernel import make_kernel_inputs
+from lrkv.verify.levels.layer import make_layer_inputs
 from lrkv.verify.verify_cli import DEFAULT_BACKENDS
 from lrkv.verify.metrics import ErrorMetrics, error_metrics, json_float, parse_float
 from lrkv.verify.tolerance_report import SCHEMA, build_report, render_markdown, schema, validate_report

@@ -11,9 +11,10 @@ from hypothesis import given, settings
 from lrkv.spec import AttentionSpec
 from lrkv.verify.backend_registry import get_backend
 from lrkv.verify.builtin_backends import ReferenceBackend
-from lrkv.verify.cases import Case
+from lrkv.verify.case import Case
 from lrkv.verify.grids import default_grid
-from lrkv.verify.levels_paged import make_extend_inputs, make_paged_inputs
+from lrkv.verify.levels.extend import make_extend_inputs
+from lrkv.verify.levels.paged import make_paged_inputs
 from lrkv.verify.runner import prepare, run, run_case
 from lrkv.verify.strategies import cases
 from lrkv.verify.tolerance import load_policy

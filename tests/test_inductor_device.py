@@ -17,7 +17,7 @@ import torch
 from lrkv.verify import inductor
 from lrkv.verify.backend_registry import get_backend
 from lrkv.verify.builtin_backends import InductorBackend
-from lrkv.verify.cases import Case
+from lrkv.verify.case import Case
 from lrkv.verify.grids import BASE, default_grid
 from lrkv.verify.tolerance_report import build_report, render_markdown, validate_report
 from lrkv.verify.runner import backend_info, call_with_timeout, not_applicable, run

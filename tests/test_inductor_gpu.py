@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from lrkv.verify.builtin_backends import InductorBackend
-from lrkv.verify.cases import Case, make_kernel_inputs
+from lrkv.verify.case import Case
+from lrkv.verify.levels.kernel import make_kernel_inputs
 from lrkv.verify.grids import BASE, QKN_EXACT
 from lrkv.verify.runner import run
 from lrkv.verify.tolerance import load_policy

@@ -9,7 +9,7 @@ import pytest
 from lrkv.cli import main
 from lrkv.verify import gate
 from lrkv.verify.backend_registry import get_backend
-from lrkv.verify.cases import mutant_grid
+from lrkv.verify.grids import mutant_grid
 from lrkv.verify.decode_mutants import ALL_MUTANTS
 from lrkv.verify.paged_mutants import ALL_PAGED_EXTEND_MUTANTS
 from lrkv.verify.tolerance_report import build_report

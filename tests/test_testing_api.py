@@ -12,7 +12,7 @@ from examples.my_backend import SplitKDecode
 from lrkv.spec import AttentionSpec
 from lrkv.testing import Report, cases_for, check_backend, check_case, grid_cases, properties, resolve
 from lrkv.verify.backend_registry import get_backend
-from lrkv.verify.cases import Case
+from lrkv.verify.case import Case
 from lrkv.verify.grids import BASE
 from lrkv.verify.strategies import lrkv_specs
 

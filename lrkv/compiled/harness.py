@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from ..verify import gate as gate_mod
-from ..verify.cases import Case
+from ..verify.case import Case
 from ..verify.metrics import parse_float
 from ..verify.tolerance_report import build_report, render_markdown, summarize
 from ..verify.runner import backend_info, run

@@ -10,7 +10,7 @@ an empty cache through the engine — each step reads the cache the previous ste
 against the training-form model. That is what checks the engine's cache *outputs*.
 (rope='latent' is the paper's claim that the suite shows false: it is expected to differ.)
 
-Inputs come from the harness (`lrkv.verify.cases`): drawn in float64 from real
+Inputs come from the harness (`lrkv.verify.levels`): drawn in float64 from real
 projections, rounded to the engine dtype; the float64 reference runs on the rounded
 values and the baseline is the materialized path at the engine dtype (DESIGN §6). For an
 engine with embedded weights the cases use the seed the weights were initialised with, so
@@ -19,7 +19,7 @@ the harness draws exactly the embedded weights.
 
 from __future__ import annotations
 
-from ..verify.cases import Case
+from ..verify.case import Case
 from . import harness
 from .config import ExportConfig
 

@@ -1,5 +1,5 @@
 """Judge a tensor-parallel decode: output against the single-process float64 oracle, and the
-bytes each rank holds against the cache formula (issue 15; DESIGN §6).
+bytes each rank holds against the cache formula (DESIGN §6).
 
 Output. The oracle is the family's reference `layer_step` (lrkv.reference.layers), one
 process, float64, on the job's inputs rounded to τ, token by token from an empty cache. The
@@ -26,7 +26,7 @@ import torch
 
 from ..reference.layers import layer_module
 from ..spec import as_dtype, dtype_bytes, mha_cache_elements, per_device_cache_elements, tp_cache_ratio
-from ..verify.bounds import Conditioning, ConditioningProbe, layer_gain
+from ..verify.bounds import Conditioning, ConditioningProbe, through_output_projection
 from ..verify.metrics import ErrorMetrics, error_metrics
 from ..verify.tolerance import Bound, Tolerance, fa3_atol, judge, make_bound
 from .partition import plan_rank, rank_cache_elements
@@ -105,8 +105,7 @@ def oracle(job: TPJob) -> tuple[torch.Tensor, ErrorMetrics, Conditioning]:
     else:
         y64 = _decode(w64, x64)
         cond = (_latent_conditioning if job.spec.family in ("mla", "mlra") else _dense_conditioning)(w64, x64)
-    extra, cond.gain = layer_gain(w64)
-    cond.n += extra
+    cond = through_output_projection(cond, w64)
     base = error_metrics(_decode(weights, x) if x.dtype != torch.float64 else y64, y64)
     return y64, base, cond
 

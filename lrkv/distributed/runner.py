@@ -1,4 +1,4 @@
-"""Spawn P ranks on torch.distributed and decode token by token on each (issue 15).
+"""Spawn P ranks on torch.distributed and decode token by token on each.
 
 `run_jobs(jobs, tp)` starts P processes with `torch.multiprocessing` (spawn); each joins a
 process group on localhost — gloo on CPU, NCCL on GPUs (device="cuda", one GPU per rank) —
@@ -87,7 +87,8 @@ def job_inputs(job: TPJob) -> tuple[object, torch.Tensor]:
     """The float64 weights and inputs x [B, T, d], both rounded to τ (DESIGN §6: the oracle then
     runs on the rounded values upcast). Every rank and the parent build the same tensors."""
     if job.case is not None:
-        from ..verify.cases import Case, make_model_inputs
+        from ..verify.case import Case
+        from ..verify.levels.model import make_model_inputs
 
         inp = make_model_inputs(Case.from_dict(job.case).replace(level="layer-model", tp=1))
         return inp.weights, inp.x
@@ -110,7 +111,7 @@ def tp_layer(job: TPJob):
 
         backend = get_backend(job.backend) if isinstance(job.backend, str) else job.backend
         if job.case is not None and hasattr(backend, "configure"):  # the harness's per-case hints, on this rank
-            from ..verify.cases import Case
+            from ..verify.case import Case
 
             backend.configure(Case.from_dict(job.case))
         return tp_layer_for(backend, job.spec)

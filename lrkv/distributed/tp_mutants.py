@@ -1,4 +1,4 @@
-"""Wrong tensor-parallel LRKV layers that a TP check must reject (issue 15).
+"""Wrong tensor-parallel LRKV layers that a TP check must reject.
 
 Each is a plausible bug of a hand-written TP layer, built from the reference step:
 

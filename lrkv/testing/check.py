@@ -14,7 +14,7 @@ from typing import Any
 
 from ..checks import check_choice
 from ..spec import dtype_name
-from ..verify.cases import CASE_LEVELS, DTYPES, Case
+from ..verify.case import CASE_LEVELS, DTYPES, Case
 from .report_view import Report
 from .target import Target, resolve
 
@@ -88,7 +88,7 @@ def check_case(backend: Any, case: Case, *, policy=None, backend_ref: str | None
     from ..verify.runner import run
 
     if not isinstance(case, Case):
-        raise TypeError(f"case must be a lrkv.verify.cases.Case, got {type(case).__name__}")
+        raise TypeError(f"case must be a lrkv.verify.case.Case, got {type(case).__name__}")
     target = backend if isinstance(backend, Target) else resolve(backend, backend_ref)
     rec = run([case], [(target.label, target.backend)], _policy(policy))[0]
     if rec["status"] in ("fail", "error"):

@@ -24,8 +24,10 @@ import torch
 from ..reference.lrkv import decode_attention, prefill
 from ..spec import as_dtype
 from ..verify.bounds import U64, kernel_conditioning
-from ..verify.cases import Case, KernelInputs, make_kernel_inputs, make_model_inputs
-from ..verify.levels import decode_sequence, get_level
+from ..verify.case import Case
+from ..verify.levels import get_level
+from ..verify.levels.kernel import KernelInputs, make_kernel_inputs
+from ..verify.levels.model import decode_sequence, make_model_inputs
 from ..verify.metrics import error_metrics
 from ..verify.runner import Prepared, float64_bounds, judge_outputs, prepare, prepare_inputs, repro_command
 from ..verify.tolerance import fa3_atol, judge, make_bound

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from ..spec import dtype_name
 from ..verify.backend_registry import backend_names
-from ..verify.cases import Case
+from ..verify.case import Case
 from ..verify.runner import repro_command
 from ..verify.strategies import PROFILES, cases, lrkv_specs
 from . import properties

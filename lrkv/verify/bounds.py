@@ -19,8 +19,6 @@ from dataclasses import dataclass
 
 import torch
 
-from .metrics import error_metrics
-
 U64 = 2.0 ** -53  # unit roundoff of float64
 ORACLE_MODULE = "lrkv.reference.mpmath_oracle"
 ORACLE_MAX_ELEMENTS = 2048  # B·T_max·H·(d_h + r) up to which the mpmath oracle is cheap (~0.1 s)
@@ -77,10 +75,13 @@ class ConditioningProbe:
         return self.decode(*args, **kwargs)
 
 
-def layer_gain(weights) -> tuple[int, float]:
-    """Extra reduction length and the output projection's ∞-norm gain."""
+def through_output_projection(cond: Conditioning, weights) -> Conditioning:
+    """The conditioning of a layer's y: the attention's, carried through W_o (the reduction
+    grows by H·d_h + d and the bound by W_o's ∞-norm gain max_e Σ|W_o[:, :, e]|)."""
     w_o = weights.w_o.double()  # [H, d_h, d]
-    return w_o.shape[0] * w_o.shape[1] + weights.spec.d_model, float(w_o.abs().sum(dim=(0, 1)).max())
+    cond.n += w_o.shape[0] * w_o.shape[1] + weights.spec.d_model
+    cond.gain = float(w_o.abs().sum(dim=(0, 1)).max())
+    return cond
 
 
 # ----------------------------------------------------------------------------- mpmath oracle
@@ -114,12 +115,3 @@ def oracle_reference(inputs) -> torch.Tensor | None:
         return None
     fn = oracle_decode()
     return None if fn is None else inputs.call(fn)[0]
-
-
-def oracle_check(oracle_out: torch.Tensor | None, out: torch.Tensor, bound: float) -> dict | None:
-    """Judge a float64 output against the oracle's with the float64 bound."""
-    if oracle_out is None:
-        return None
-    m = error_metrics(out, oracle_out)
-    ok = m.nonfinite_match and m.max_abs <= bound
-    return {"metrics": m.to_dict(), "bound": bound, "status": "pass" if ok else "fail"}

@@ -114,7 +114,7 @@ def report_policy(report: dict) -> Policy:
 
 def rejudge(rec: dict, policy: Policy) -> tuple[str, str]:
     """(status, reason) the record's evidence supports; status 'error' if the record was altered."""
-    from .cases import Case
+    from .case import Case
     from .levels import get_level
 
     st = rec["status"]

@@ -53,7 +53,6 @@ def cmd_gate(args) -> int:
     from .gate import (BLOCKING, EXIT_NOTHING as GATE_NOTHING, baseline_from_report, classify, counts, exit_code,
                        load_baseline, render_markdown, write_baseline)
     from .tolerance_report import load_report
-    from ..distributed import harness as _tp  # noqa: F401 — registers the `tp` case level for re-judging
 
     from .console import annotate_entries
 

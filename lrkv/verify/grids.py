@@ -31,7 +31,7 @@ outside the CPU budget above, not yet measured on a GPU.
 from __future__ import annotations
 
 from ..spec import PAPER_SCALES, AttentionSpec
-from .cases import Case
+from .case import Case
 
 ALL = ("float64", "float32", "bfloat16", "float16")
 PAPER_KERNEL_D_MODEL = 256  # kernel cases only need the cache entries; d only changes how they are drawn
@@ -182,4 +182,18 @@ def mutant_grid() -> list[Case]:
         Case("kernel-paged", s_exact, "float32", (16, 33, 7), 40, page_size=16, seed=1),
         Case("kernel-extend", s_exact, "float64", (12, 40, 23), 48, n_new=(6, 3, 1)),
         Case("kernel-extend", s, "float32", (9, 20, 16), 24, n_new=(2, 8, 0), page_size=4, seed=1),
+    ]
+
+
+def tp_grid(tp: int) -> list[Case]:
+    """Tiny `tp` cases for P ranks: an even head split, an uneven one (2P + 1 heads),
+    RoPE + QK-RMSNorm (key_scale sharded with the heads), and the low precisions."""
+    even, uneven = AttentionSpec.lrkv(2 * tp, 16, 4), AttentionSpec.lrkv(2 * tp + 1, 16, 3)
+    qkn = AttentionSpec.lrkv(2 * tp, 16, 4, rope="exact", qk_norm=True)
+    return [
+        Case("tp", even, "float64", (5, 5), 5, tp=tp),
+        Case("tp", uneven, "float64", (4, 4), 4, seed=1, tp=tp),
+        Case("tp", qkn, "float64", (4, 4, 4), 4, seed=2, tp=tp),
+        Case("tp", even, "float32", (5, 5), 5, tp=tp),
+        Case("tp", uneven, "bfloat16", (4, 4), 4, seed=1, tp=tp),
     ]

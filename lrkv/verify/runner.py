@@ -33,7 +33,7 @@ import torch
 from ..spec import as_dtype, dtype_name
 from .protocol import check_available
 from .bounds import U64, Conditioning, oracle_reference
-from .cases import Case, case_shapes
+from .case import Case, case_shapes
 from .levels import get_level
 from .metrics import ErrorMetrics, error_metrics, json_float, worst_of
 from .tolerance import Policy, Tolerance, fa3_atol, judge_record, make_bound, ulp

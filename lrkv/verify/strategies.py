@@ -16,7 +16,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from ..spec import ROPE_MODES, AttentionSpec
-from .cases import KERNEL_LEVELS, Case, make_kernel_inputs, make_layer_inputs
+from .case import KERNEL_LEVELS, Case
+from .levels.kernel import make_kernel_inputs
+from .levels.layer import make_layer_inputs
 from .runner import repro_command
 
 CI_MAX_EXAMPLES = 15  # per property and backend; the whole `-m equivalence` run must stay in minutes
@@ -130,14 +132,14 @@ def layer_inputs(**kw):
 
 def paged_inputs(**kw):
     """(case, PagedInputs): a kernel-paged case and its inputs at the case dtype."""
-    from .levels_paged import make_paged_inputs
+    from .levels.paged import make_paged_inputs
 
     return cases(level="kernel-paged", **kw).map(lambda c: (c, make_paged_inputs(c)))
 
 
 def extend_inputs(**kw):
     """(case, ExtendInputs): a kernel-extend case (ragged n_b, contiguous or paged) and its inputs."""
-    from .levels_paged import make_extend_inputs
+    from .levels.extend import make_extend_inputs
 
     return cases(level="kernel-extend", **kw).map(lambda c: (c, make_extend_inputs(c)))
 

@@ -21,13 +21,12 @@ from dataclasses import dataclass
 import torch
 
 from ..reference.contract import validate_decode_inputs
-from ..reference.lrkv import layer_step
-from ..reference.rope import apply_rope, rope_freqs
+from ..reference.lrkv import accumulation_dtype, factored_logits, layer_step
+from ..reference.masking import NEG_INF, valid_mask
 from .protocol import BaseBackend
 
 DEFAULT_TILE = 16
 DEFAULT_SPLITS = 1
-NEG_INF = float("-inf")
 
 
 @dataclass
@@ -59,13 +58,11 @@ class TiledDecoder:
         B, T, H, d_h, r = validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k,
                                                  basis_v, lengths, scale=scale, key_scale=key_scale, rope=rope)
         out_dtype = q.dtype
-        cd = torch.float64 if q.dtype == torch.float64 else torch.float32  # accumulate wide
+        cd = accumulation_dtype(q.dtype)  # accumulate wide: float32 for half inputs, as kernels do
         q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v = (
             t.to(cd) for t in (q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v))
         key_scale = None if key_scale is None else key_scale.to(cd)
-        valid = torch.arange(T, device=q.device)[None, :] < lengths[:, None]  # [B, T]
-        q_lat = torch.einsum("bhd,hdr->bhr", q, basis_k)  # [B, H, r]  q_h B_h^K, once
-        freqs = None if rope is None else rope_freqs(d_h, rope.theta)
+        valid = valid_mask(lengths, T)  # [B, T]
         chunk = max(1, math.ceil(T / self.splits))
         states = []
         for a in range(0, T, chunk):
@@ -73,24 +70,18 @@ class TiledDecoder:
                             torch.zeros(B, H, d_h, dtype=cd), torch.zeros(B, H, r, dtype=cd))
             for j0 in range(a, min(a + chunk, T), self.tile):
                 j1 = min(j0 + self.tile, a + chunk, T)
-                self._tile(st, j0, j1, q, q_lat, shared_k, shared_v, latent_k, latent_v, basis_k,
-                           key_scale, freqs, valid, scale)
+                self._tile(st, j0, j1, q, shared_k, shared_v, latent_k, latent_v, basis_k,
+                           key_scale, rope, valid, scale)
             states.append(st)
         out, lse = self._merge(states, basis_v, B, H, d_h, cd)
         return out.to(out_dtype), lse
 
-    def _tile(self, st, j0, j1, q, q_lat, shared_k, shared_v, latent_k, latent_v, basis_k, key_scale,
-              freqs, valid, scale) -> None:
+    def _tile(self, st, j0, j1, q, shared_k, shared_v, latent_k, latent_v, basis_k, key_scale,
+              rope, valid, scale) -> None:
         v = valid[:, None, j0:j1]  # [B, 1, t]
-        logits = torch.einsum("bhd,btd->bht", q, shared_k[:, j0:j1])
-        if freqs is None:
-            logits = logits + torch.einsum("bhr,bthr->bht", q_lat, latent_k[:, j0:j1])
-        else:  # exact RoPE: rebuild rope(z_j B_h^T, j) for this tile only
-            keys = torch.einsum("bthr,hdr->bthd", latent_k[:, j0:j1], basis_k)
-            keys = apply_rope(keys, torch.arange(j0, j1)[None, :, None], freqs)
-            logits = logits + torch.einsum("bhd,bthd->bht", q, keys)
-        if key_scale is not None:
-            logits = logits * key_scale[:, j0:j1].permute(0, 2, 1)
+        # Eq. 6 on this tile only (exact RoPE rebuilds and rotates just these slots' private keys)
+        logits = factored_logits(q, shared_k[:, j0:j1], latent_k[:, j0:j1], basis_k, rope=rope, start=j0,
+                                 key_scale=None if key_scale is None else key_scale[:, j0:j1])
         logits = torch.where(v, logits * scale, NEG_INF)  # [B, H, t]; where, so NaN garbage cannot leak
         m_new = torch.maximum(st.m, logits.amax(-1))
         alpha = torch.where(m_new == NEG_INF, 0.0, torch.exp(st.m - m_new))

@@ -10,6 +10,7 @@ import time
 from ..checks import arg_in_file, arg_int, arg_out_dir
 
 DEFAULT_BACKENDS = ("reference", "materialized", "eager", "inductor")
+DEFAULT_TP_BACKENDS = ("reference", "eager")  # inductor would compile once in every rank
 DEFAULT_OUT = "reports/verify"
 GRIDS = ("default", "quick", "mutants")
 PROGRESS_CHARS = 48  # keep the bar and the clock visible on an 80-column terminal
@@ -19,7 +20,7 @@ VERIFY_DOC = """Run decode backends on a case grid against the float64 oracle (D
 DIR/report.json and DIR/report.md; print a summary per backend and each failing case with
 the one-line command that replays it. With GITHUB_ACTIONS=true each failing case is also
 an ::error annotation. --tp P runs the `tp` grid instead: token-by-token decode on P
-torch.distributed ranks (lrkv.distributed.harness).
+torch.distributed ranks (lrkv.distributed.level).
 """
 
 VERIFY_EXITS = """exit codes:
@@ -62,12 +63,13 @@ def register(subparsers) -> None:
 
 def _cases(args):
     from ..spec import dtype_name
-    from .cases import Case, default_grid, mutant_grid, quick_grid
+    from .case import Case
+    from .grids import default_grid, mutant_grid, quick_grid
 
     if args.case:
         cases = [Case.from_json(text) for text in args.case]
     elif args.tp:
-        from ..distributed.harness import tp_grid
+        from .grids import tp_grid
         cases = tp_grid(args.tp)
     else:
         cases = {"default": default_grid, "quick": quick_grid, "mutants": mutant_grid}[args.grid]()
@@ -78,10 +80,10 @@ def _cases(args):
             raise ValueError(f"--dtype: {e}") from None
         cases = [c for c in cases if c.dtype in keep]
     if args.level:
-        from .levels import LEVELS
-        unknown = sorted(set(args.level) - set(LEVELS))
+        from .case import CASE_LEVELS
+        unknown = sorted(set(args.level) - set(CASE_LEVELS))
         if unknown:
-            raise ValueError(f"--level: unknown {unknown}; known: {', '.join(LEVELS)}")
+            raise ValueError(f"--level: unknown {unknown}; known: {', '.join(CASE_LEVELS)}")
         cases = [c for c in cases if c.level in args.level]
     if args.filter:
         cases = [c for c in cases if args.filter in c.id]
@@ -96,7 +98,6 @@ def _load_backends(args, console):
         add_backend_path(d)
     out = []
     if args.tp and not args.backend:
-        from ..distributed.harness import DEFAULT_TP_BACKENDS
         args.backend = list(DEFAULT_TP_BACKENDS)
     for label in (args.backend or DEFAULT_BACKENDS):
         b = get_backend(label)
@@ -119,8 +120,8 @@ def cmd_verify(args) -> int:
     from .console import annotate_records, make_console, summary_table
     from .tolerance_report import build_report, clear_report, verification, write_report
     from .runner import backend_info
+    from .levels import get_level
     from .tolerance import load_policy
-    from ..distributed import harness as tp_harness  # registers the `tp` case level
 
     console = make_console()
     clear_report(args.out)  # first: no later failure (even a usage error) may leave a stale green report
@@ -131,8 +132,9 @@ def cmd_verify(args) -> int:
         tp = any(c.level == "tp" for c in cases)
         if tp and not all(c.level == "tp" for c in cases):
             raise ValueError("--case: tp cases run on their own ranks; do not mix them with other levels in one run")
-        if tp:
-            backends = tp_harness.tp_backends(backends)
+        if tp:  # the ranks run each backend wrapped (lrkv.distributed.level)
+            tp_level = get_level("tp")
+            backends = tp_level.wrap_backends(backends)
     except (ValueError, TypeError, OSError) as e:
         _say(console, f"lrkv verify: {e}", "red")
         return EXIT_USAGE
@@ -151,7 +153,7 @@ def cmd_verify(args) -> int:
         if tp:
             _say(console, f"lrkv verify: decoding on tensor-parallel ranks ({len(cases)} cases x {len(backends)} "
                           "backends, one spawn per P)")
-            tp_harness.prefetch(cases, backends)
+            tp_level.prefetch(cases, backends)
         _run_with_progress(cases, backends, policy, console, not args.no_progress, records)
     except KeyboardInterrupt:
         report = build_report(records, policy, infos, grid=grid, argv=sys.argv[1:],

@@ -1,4 +1,4 @@
-"""The harness level `tp`: `lrkv verify --backend X --tp P` (issue 15; DESIGN §6, §7).
+"""The `tp` level: `lrkv verify --backend X --tp P` (DESIGN §6, §7) — tensor-parallel decode.
 
 A `tp` case is a whole sequence (lengths = t_max), decoded token by token on P ranks
 (`runner.run_jobs`: torch.multiprocessing + gloo) by the backend's TP layer
@@ -30,31 +30,17 @@ from __future__ import annotations
 import torch
 
 from ..spec import AttentionSpec, per_device_cache_elements
-from ..verify.cases import Case, make_model_inputs
-from ..verify.levels import Level, incremental_y, model_conditioning, register_level
+from ..verify.case import Case
+from ..verify.levels import Level
+from ..verify.levels.model import incremental_y, make_model_inputs, model_conditioning
+from ..verify.runner import not_applicable
 from .partition import plan_rank, rank_cache_elements
 from .runner import TPJob, run_jobs
 
-DEFAULT_TP_BACKENDS = ("reference", "eager")  # inductor would compile once in every rank
 TP_TIMEOUT_S = 100.0  # one spawn; below the policy's default case_timeout (120 s)
 TP_PG_TIMEOUT_S = 30.0
 
 _RESULTS: dict[tuple[int, str], list[dict] | str] = {}  # (id(backend), case id) -> run_jobs outcome
-
-
-# ----------------------------------------------------------------------------- cases
-def tp_grid(tp: int) -> list[Case]:
-    """Tiny `tp` cases for P ranks: an even head split, an uneven one (2P + 1 heads),
-    RoPE + QK-RMSNorm (key_scale sharded with the heads), and the low precisions."""
-    even, uneven = AttentionSpec.lrkv(2 * tp, 16, 4), AttentionSpec.lrkv(2 * tp + 1, 16, 3)
-    qkn = AttentionSpec.lrkv(2 * tp, 16, 4, rope="exact", qk_norm=True)
-    return [
-        Case("tp", even, "float64", (5, 5), 5, tp=tp),
-        Case("tp", uneven, "float64", (4, 4), 4, seed=1, tp=tp),
-        Case("tp", qkn, "float64", (4, 4, 4), 4, seed=2, tp=tp),
-        Case("tp", even, "float32", (5, 5), 5, tp=tp),
-        Case("tp", uneven, "bfloat16", (4, 4), 4, seed=1, tp=tp),
-    ]
 
 
 def _job(backend, case: Case) -> TPJob:
@@ -84,8 +70,6 @@ def prefetch(cases: list[Case], backends: list[tuple[str, object]]) -> None:
 
 
 def _applies(backend, case: Case) -> bool:
-    from ..verify.runner import not_applicable
-
     try:
         ok, _ = backend.available()
     except Exception:  # noqa: BLE001 — the runner records why
@@ -142,15 +126,6 @@ def _outputs(case: Case) -> dict:
     return {"y": ((B, T, d), tau), "rank_disagreement": ((B, T, d), tau), "cache_excess": ((case.tp,), tau)}
 
 
-register_level(Level(
-    name="tp", needs="kernel", make_inputs=model_inputs,
-    paths=lambda case: {"incremental": _single_process("decode_attention", case),
-                        "incremental-materialized": _single_process("materialized_decode_attention", case)},
-    consistency=lambda case: [("incremental", "incremental-materialized")], call=_call, outputs=_outputs,
-    conditioning=model_conditioning,
-))
-
-
 # ----------------------------------------------------------------------------- backends
 def distributed_unavailable() -> str:
     """Why `tp` cases cannot run here ('' when they can): torch.distributed with gloo is needed."""
@@ -201,3 +176,12 @@ def per_rank_case(case: Case) -> Case:
 
 def tp_backends(backends: list[tuple[str, object]]) -> list[tuple[str, object]]:
     return [(label, TPBackend(b)) for label, b in backends]
+
+
+LEVEL = Level(
+    name="tp", needs="kernel", make_inputs=model_inputs,
+    paths=lambda case: {"incremental": _single_process("decode_attention", case),
+                        "incremental-materialized": _single_process("materialized_decode_attention", case)},
+    consistency=lambda case: [("incremental", "incremental-materialized")], call=_call, outputs=_outputs,
+    conditioning=model_conditioning, wrap_backends=tp_backends, prefetch=prefetch,
+)

@@ -1,0 +1,90 @@
+"""The `kernel-extend` level: the extend contract of DESIGN §4 — several new tokens per
+sequence (chunked prefill, speculative verification), ragged and causal.
+
+`extend_attention(q [N, H, d_h], cu_seqlens_q, <cache>, basis_k, basis_v, lengths, *, scale,
+key_scale, rope, page_table)`: sequence b's last `case.n_new[b]` tokens as ragged queries
+(each the model's own query at its position), over a contiguous cache, or a paged one (as the
+kernel-paged level draws it) when page_size > 0. Oracle paths: `lrkv.reference.extend`'s
+factored and materialized extends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ...reference import extend as ref_extend
+from ...reference import paged as ref_paged
+from ...reference.extend import query_positions
+from ...reference.rope import ExactRope
+from ..bounds import kernel_conditioning
+from ..case import Case
+from . import Level
+from .contract import call_out_lse, oracle_path, out_lse_outputs
+from .inputs import ContractInputs
+from .kernel import draw_kernel_inputs
+from .paged import CACHE, paginate
+
+@dataclass
+class ExtendInputs(ContractInputs):
+    """The arguments of the extend contract (DESIGN §4); page_table None: contiguous cache."""
+
+    q: torch.Tensor  # [N, H, d_h]
+    cu_seqlens_q: torch.Tensor  # [B+1] int32
+    shared_k: torch.Tensor  # [B, T_max, d_h] or pages [P, page, d_h]
+    shared_v: torch.Tensor
+    latent_k: torch.Tensor  # [B, T_max, H, r] or pages [P, page, H, r]
+    latent_v: torch.Tensor
+    basis_k: torch.Tensor  # [H, d_h, r]
+    basis_v: torch.Tensor
+    lengths: torch.Tensor  # [B] int32, the new tokens included
+    scale: float
+    key_scale: torch.Tensor | None = None
+    rope: ExactRope | None = None
+    page_table: torch.Tensor | None = None  # [B, max_pages] int32
+
+    def args(self) -> tuple:
+        return (self.q, self.cu_seqlens_q, self.shared_k, self.shared_v, self.latent_k, self.latent_v,
+                self.basis_k, self.basis_v, self.lengths)
+
+    def kwargs(self) -> dict:
+        return {"scale": self.scale, "key_scale": self.key_scale, "rope": self.rope, "page_table": self.page_table}
+
+
+def make_extend_inputs(case: Case) -> ExtendInputs:
+    if case.level != "kernel-extend":
+        raise ValueError(f"make_extend_inputs needs a kernel-extend case, got level {case.level!r}")
+    inp, e = draw_kernel_inputs(case)
+    # each new token's query is the model's query at its own position (rotated, normed)
+    rows = [(b, p) for b, (n, L) in enumerate(zip(case.n_new, case.lengths)) for p in range(L - n, L)]
+    H, d_h = case.spec.n_heads, case.spec.head_dim
+    q = torch.stack([e["q"][b, p] for b, p in rows]) if rows else torch.zeros(0, H, d_h, dtype=torch.float64)
+    cu = torch.tensor([0, *torch.tensor(case.n_new).cumsum(0).tolist()], dtype=torch.int32)
+    cache = {n: getattr(inp, n) for n in CACHE}
+    table = None
+    if case.page_size:
+        cache, table = paginate(case, cache)
+    return ExtendInputs(q=q, cu_seqlens_q=cu, basis_k=inp.basis_k, basis_v=inp.basis_v, lengths=inp.lengths,
+                        scale=inp.scale, rope=inp.rope, key_scale=cache.get("key_scale"), page_table=table,
+                        **{n: cache[n] for n in CACHE[:4]}).to(case.torch_dtype)
+
+
+def _conditioning(inp: ExtendInputs, case: Case):
+    """Each query is a decode over its sequence's first p + 1 slots: condition that decode."""
+    cache = [inp.shared_k, inp.shared_v, inp.latent_k, inp.latent_v, inp.key_scale]
+    if inp.page_table is not None:
+        cache = ref_paged.gather_cache(inp.page_table, inp.lengths, *cache)
+    seq, pos = query_positions(inp.cu_seqlens_q, inp.lengths)
+    sk, sv, lk, lv, ks = (None if t is None else t[seq] for t in cache)
+    return kernel_conditioning(inp.q, sk, sv, lk, lv, inp.basis_k, inp.basis_v, pos + 1, scale=inp.scale,
+                               key_scale=ks, rope=inp.rope)
+
+
+LEVEL = Level(
+    name="kernel-extend", needs="kernel-extend", make_inputs=make_extend_inputs,
+    paths=lambda case: {"factored": oracle_path(ref_extend, "extend_attention"),
+                        "materialized": oracle_path(ref_extend, "materialized_extend_attention")},
+    consistency=lambda case: [("factored", "materialized")], call=call_out_lse("extend_attention"),
+    outputs=lambda case: out_lse_outputs(sum(case.n_new), case), conditioning=_conditioning,
+)

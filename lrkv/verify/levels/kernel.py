@@ -1,0 +1,116 @@
+"""The `kernel` level: the decode contract of DESIGN §4 (paper Eqs. 6–7) on a cache drawn
+from real projections.
+
+`draw_kernel_inputs` is the float64 draw every kernel contract starts from (the paged and
+extend levels scatter or slice the same cache): the last token's query, every slot's
+entries, garbage past each length, and the adversarial inputs a Case asks for — queries
+×q_scale, head 0's shared and private keys nearly cancelling, finite garbage, and the
+strided layouts servers use (shared K/V packed in one tensor, latents head-major).
+Oracle paths: the factored decode (the reference) and the materialized one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from ...reference import lrkv as ref
+from ...reference.lrkv import decode_rope
+from ...reference.masking import valid_mask
+from ...reference.rope import ExactRope, apply_rope, rope_freqs
+from ..bounds import kernel_conditioning
+from ..case import Case
+from . import Level
+from .contract import call_out_lse, oracle_path, out_lse_outputs
+from .inputs import ContractInputs, fill_garbage, generator, projected_sequence
+
+NEAR_CANCEL_GAIN = 30.0  # head 0's private keys are scaled up by this ...
+NEAR_CANCEL_RESIDUAL = 1.0e-3  # ... and the shared key set to −(head 0's private key)·(1 − this) + noise
+
+
+@dataclass
+class KernelInputs(ContractInputs):
+    """The arguments of the decode contract (DESIGN §4), all float tensors at one dtype."""
+
+    q: torch.Tensor  # [B, H, d_h]
+    shared_k: torch.Tensor  # [B, T_max, d_h]
+    shared_v: torch.Tensor  # [B, T_max, d_h]
+    latent_k: torch.Tensor  # [B, T_max, H, r]
+    latent_v: torch.Tensor  # [B, T_max, H, r]
+    basis_k: torch.Tensor  # [H, d_h, r]
+    basis_v: torch.Tensor  # [H, d_h, r]
+    lengths: torch.Tensor  # [B] int32
+    scale: float  # 1/sqrt(d_h)
+    key_scale: torch.Tensor | None = None  # [B, T_max, H] (qk_norm)
+    rope: ExactRope | None = None
+
+    def args(self) -> tuple[torch.Tensor, ...]:
+        return (self.q, self.shared_k, self.shared_v, self.latent_k, self.latent_v,
+                self.basis_k, self.basis_v, self.lengths)
+
+    def kwargs(self) -> dict:
+        return {"scale": self.scale, "key_scale": self.key_scale, "rope": self.rope}
+
+
+def strided_layout(inp: KernelInputs) -> KernelInputs:
+    """The same values in the layouts real servers use: shared K and V packed side by side in
+    one [B, T, 2, d_h] tensor, latents stored head-major [B, H, T, r] (views, not contiguous)."""
+    kv = torch.stack((inp.shared_k, inp.shared_v), dim=2)  # [B, T, 2, d_h]
+    head_major = lambda t: t.permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3)  # noqa: E731
+    return replace(inp, shared_k=kv[:, :, 0], shared_v=kv[:, :, 1], latent_k=head_major(inp.latent_k),
+                   latent_v=head_major(inp.latent_v))
+
+
+def near_cancel(case: Case, shared_k, latent_k, basis_k):
+    """Make head 0's full key k = s + (private) nearly vanish: large terms that cancel."""
+    latent_k = latent_k.clone()
+    latent_k[:, :, 0] *= NEAR_CANCEL_GAIN
+    priv0 = latent_k[:, :, 0] @ basis_k[0].T  # [B, T, d_h]  z_j B_0^T
+    if case.spec.rope == "exact":  # the kernel rotates the private key by slot index
+        priv0 = apply_rope(priv0, torch.arange(case.t_max)[None, :], rope_freqs(case.spec.head_dim,
+                                                                                 case.spec.rope_theta))
+    noise = torch.randn(priv0.shape, generator=generator(case, 3), dtype=torch.float64)
+    rms = priv0.pow(2).mean(-1, keepdim=True).sqrt()
+    return -priv0 + NEAR_CANCEL_RESIDUAL * rms * noise, latent_k
+
+
+def draw_kernel_inputs(case: Case) -> tuple[KernelInputs, dict[str, torch.Tensor]]:
+    """The float64 draw of every kernel-level contract (decode, paged, extend): the contiguous
+    cache with garbage past each length, the last token's query, and every slot's entries
+    (e['q'] [B, T_max, H, d_h] holds the query of each position, ×q_scale)."""
+    weights, _, e = projected_sequence(case)
+    B = case.batch
+    lengths = torch.tensor(case.lengths, dtype=torch.int32)
+    last = (lengths.long() - 1).clamp(min=0)  # the new token is the last valid slot
+    q = e["q"][torch.arange(B), last] * case.q_scale  # [B, H, d_h]
+    shared_k, latent_k = e["shared_k"], e["latent_k"]
+    if case.near_cancel:
+        shared_k, latent_k = near_cancel(case, shared_k, latent_k, weights.basis_k)
+    valid = valid_mask(lengths, case.t_max)
+    cached = {"shared_k": shared_k, "shared_v": e["shared_v"], "latent_k": latent_k, "latent_v": e["latent_v"]}
+    if case.spec.qk_norm:
+        cached["key_scale"] = e["key_scale"]
+    cached = {name: fill_garbage(t, valid, case, 10 + i) for i, (name, t) in enumerate(cached.items())}
+    inputs = KernelInputs(q=q, basis_k=weights.basis_k, basis_v=weights.basis_v, lengths=lengths,
+                          scale=case.spec.head_dim ** -0.5, rope=decode_rope(case.spec), **cached)
+    return inputs, dict(e, q=e["q"] * case.q_scale)
+
+
+def make_kernel_inputs(case: Case) -> KernelInputs:
+    """Kernel-level inputs at the case dtype (drawn in float64 from real projections, then rounded)."""
+    if case.level != "kernel":
+        raise ValueError(f"make_kernel_inputs needs a kernel case, got level {case.level!r}")
+    inputs, _ = draw_kernel_inputs(case)
+    inputs = inputs.to(case.torch_dtype)
+    return strided_layout(inputs) if case.layout == "strided" else inputs
+
+
+LEVEL = Level(
+    name="kernel", needs="kernel", make_inputs=make_kernel_inputs,
+    paths=lambda case: {"factored": oracle_path(ref, "decode_attention"),
+                        "materialized": oracle_path(ref, "materialized_decode_attention")},
+    consistency=lambda case: [("factored", "materialized")], call=call_out_lse("decode_attention"),
+    outputs=lambda case: out_lse_outputs(case.batch, case),
+    conditioning=lambda inp, case: kernel_conditioning(*inp.args(), **inp.kwargs()),
+)

@@ -1,0 +1,120 @@
+"""The `kernel-paged` level: the paged decode contract of DESIGN §4 (vLLM's block-table
+convention), same math as decode (Eqs. 6–7).
+
+`paged_decode_attention(q, <cache pages>, basis_k, basis_v, lengths, page_table, *, scale,
+key_scale, rope)` on the kernel case's contiguous cache scattered into pages of
+`case.page_size` slots: physical pages shuffled (page_shuffle), two spare pages nobody owns,
+sequence 1 reading sequence 0's pages for their common prefix (shared_prefix); every slot no
+sequence reads is garbage (NaN by default). Oracle paths: `lrkv.reference.paged`'s factored
+and materialized decodes, which gather the pages back and run the contiguous math.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ...reference import paged as ref_paged
+from ...reference.rope import ExactRope
+from ..bounds import kernel_conditioning
+from ..case import Case
+from . import Level
+from .contract import call_out_lse, oracle_path, out_lse_outputs
+from .inputs import FINITE_GARBAGE, ContractInputs, generator
+from .kernel import KernelInputs, draw_kernel_inputs
+
+SPARE_PAGES = 2  # pages no sequence owns: garbage a wrong page index can land on
+CACHE = ("shared_k", "shared_v", "latent_k", "latent_v", "key_scale")
+
+
+@dataclass
+class PagedInputs(ContractInputs):
+    """The arguments of the paged decode contract (DESIGN §4)."""
+
+    q: torch.Tensor  # [B, H, d_h]
+    shared_k: torch.Tensor  # [P, page, d_h]
+    shared_v: torch.Tensor  # [P, page, d_h]
+    latent_k: torch.Tensor  # [P, page, H, r]
+    latent_v: torch.Tensor  # [P, page, H, r]
+    basis_k: torch.Tensor  # [H, d_h, r]
+    basis_v: torch.Tensor  # [H, d_h, r]
+    lengths: torch.Tensor  # [B] int32
+    page_table: torch.Tensor  # [B, max_pages] int32
+    scale: float
+    key_scale: torch.Tensor | None = None  # [P, page, H]
+    rope: ExactRope | None = None
+
+    def args(self) -> tuple:
+        return (self.q, self.shared_k, self.shared_v, self.latent_k, self.latent_v, self.basis_k, self.basis_v,
+                self.lengths, self.page_table)
+
+    def kwargs(self) -> dict:
+        return {"scale": self.scale, "key_scale": self.key_scale, "rope": self.rope}
+
+    def contiguous(self) -> KernelInputs:
+        """The decode-contract view: the pages gathered back into [B, max_pages·page, ...]."""
+        sk, sv, lk, lv, ks = ref_paged.gather_cache(self.page_table, self.lengths, self.shared_k, self.shared_v,
+                                                     self.latent_k, self.latent_v, self.key_scale)
+        return KernelInputs(self.q, sk, sv, lk, lv, self.basis_k, self.basis_v, self.lengths, self.scale, ks,
+                            self.rope)
+
+
+def paginate(case: Case, cache: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Scatter contiguous cache tensors [B, T_max, ...] into pages [P, page_size, ...].
+
+    Sequence b's logical page i is physical page page_table[b, i]: a random permutation
+    (page_shuffle) of B·cdiv(T_max, page) + SPARE_PAGES pages, in sequence-major order
+    otherwise. With shared_prefix, sequence 1's first pages ARE sequence 0's (equal content:
+    the same tokens were drawn), and its own copies become unused. Pages nobody reads, and
+    slots past each length, hold garbage (NaN, or large finite values).
+    """
+    page = case.page_size
+    B, T = case.batch, case.t_max
+    max_pages = -(-T // page)
+    n_pages = B * max_pages + SPARE_PAGES
+    order = (torch.randperm(n_pages, generator=generator(case, 40)) if case.page_shuffle
+             else torch.arange(n_pages))
+    table = order[: B * max_pages].reshape(B, max_pages).to(torch.int32)
+    if case.shared_prefix:
+        table[1, : case.shared_prefix // page] = table[0, : case.shared_prefix // page]
+    pages = {}
+    for i, (name, t) in enumerate(cache.items()):
+        if t is None:
+            continue
+        tail = t.shape[2:]
+        if case.nan_garbage:
+            pool = torch.full((n_pages, page, *tail), float("nan"), dtype=t.dtype)
+        else:
+            pool = FINITE_GARBAGE * torch.randn((n_pages, page, *tail), generator=generator(case, 41 + i),
+                                                dtype=t.dtype)
+        padded = torch.cat([t, pool[:1, :1].expand(B, max_pages * page - T, *tail)], dim=1)  # garbage to whole pages
+        blocks = padded.reshape(B, max_pages, page, *tail)
+        for b in reversed(range(B)):  # sequence 0 writes its (shared) pages last
+            pool[table[b].long()] = blocks[b]
+        pages[name] = pool
+    return pages, table
+
+
+def make_paged_inputs(case: Case) -> PagedInputs:
+    if case.level != "kernel-paged":
+        raise ValueError(f"make_paged_inputs needs a kernel-paged case, got level {case.level!r}")
+    inp, _ = draw_kernel_inputs(case)
+    pages, table = paginate(case, {n: getattr(inp, n) for n in CACHE})
+    return PagedInputs(q=inp.q, basis_k=inp.basis_k, basis_v=inp.basis_v, lengths=inp.lengths, page_table=table,
+                       scale=inp.scale, rope=inp.rope, key_scale=pages.get("key_scale"),
+                       **{n: pages[n] for n in CACHE[:4]}).to(case.torch_dtype)
+
+
+def _conditioning(inp: PagedInputs, case: Case):
+    contiguous = inp.contiguous()
+    return kernel_conditioning(*contiguous.args(), **contiguous.kwargs())
+
+
+LEVEL = Level(
+    name="kernel-paged", needs="kernel-paged", make_inputs=make_paged_inputs,
+    paths=lambda case: {"factored": oracle_path(ref_paged, "paged_decode_attention"),
+                        "materialized": oracle_path(ref_paged, "materialized_paged_decode_attention")},
+    consistency=lambda case: [("factored", "materialized")], call=call_out_lse("paged_decode_attention"),
+    outputs=lambda case: out_lse_outputs(case.batch, case), conditioning=_conditioning,
+)
