@@ -27,7 +27,7 @@ import torch
 from ..spec import AttentionSpec, cache_components
 from .contract import FLOAT_DTYPES
 from .lrkv import append
-from .masking import softmax_rows, valid_mask
+from .masking import causal_attention, softmax_rows, valid_mask
 from .norms import rms_norm
 from .rope import apply_rope, rope_freqs
 
@@ -397,12 +397,7 @@ def layer_forward(weights: DenseWeights, x: torch.Tensor, lengths: torch.Tensor 
     q = p["q"]  # [B, T, H, d_h]
     k = p["k"].repeat_interleave(spec.group_size, dim=2)  # [B, T, H, d_h]  head h ← KV head h // G
     v = p["v"].repeat_interleave(spec.group_size, dim=2)
-    valid = valid_mask(lengths, T)  # [B, T]
-    logits = torch.einsum("bihe,bjhe->bhij", q, k) * spec.scale
-    causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-    a, _ = softmax_rows(logits, causal[None, None] & valid[:, None, None, :])
-    v = torch.where(valid[..., None, None], v, 0.0)
-    out = torch.einsum("bhij,bjhe->bihe", a, v)  # [B, T, H, d_h]
+    out = causal_attention(q, k, v, valid_mask(lengths, T), spec.scale)  # [B, T, H, d_h]
     return torch.einsum("bthe,hed->btd", out, weights.w_o)
 
 

@@ -23,7 +23,7 @@ import torch
 from ..spec import AttentionSpec
 from .cache import FactoredCache, allocate_cache
 from .contract import validate_decode_inputs
-from .masking import softmax_rows, valid_mask, zero_garbage
+from .masking import causal_attention, softmax_rows, valid_mask, zero_garbage
 from .norms import joint_key_scale, rms_norm
 from .rope import ExactRope, apply_rope, rope_freqs
 from .weights import LRKVWeights
@@ -250,12 +250,7 @@ def layer_forward(weights: LRKVWeights, x: torch.Tensor, lengths: torch.Tensor |
         freqs = rope_freqs(spec.head_dim, spec.rope_theta)
         pos = torch.arange(T, device=x.device)[None, :, None]
         q, k = apply_rope(q, pos, freqs), apply_rope(k, pos, freqs)
-    logits = torch.einsum("bihe,bjhe->bhij", q, k) * spec.head_dim**-0.5
-    causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-    visible = causal[None, None] & valid_mask(lengths, T)[:, None, None, :]
-    a, _ = softmax_rows(logits, visible)
-    v = torch.where(valid_mask(lengths, T)[..., None, None], v, 0.0)  # 0·NaN would leak padding
-    out = torch.einsum("bhij,bjhe->bihe", a, v)
+    out = causal_attention(q, k, v, valid_mask(lengths, T), spec.head_dim**-0.5)  # [B, T, H, d_h]
     return torch.einsum("bthe,hed->btd", out, weights.w_o)
 
 

@@ -1,7 +1,7 @@
 """Masking shared by every attention family's float64 reference: which cache slots are valid,
-garbage zeroed before a contraction, and the masked softmax (DESIGN §3: slots at or past
-lengths[b] are garbage and tests fill them with NaN, so every mask here uses torch.where —
-a multiplication by 0 would let NaN leak).
+garbage zeroed before a contraction, the masked softmax, and the causal attention of the
+training form (DESIGN §3: slots at or past lengths[b] are garbage and tests fill them with
+NaN, so every mask here uses torch.where — a multiplication by 0 would let NaN leak).
 """
 
 from __future__ import annotations
@@ -35,3 +35,15 @@ def softmax_rows(logits: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tenso
     lse = torch.logsumexp(logits, dim=-1)  # [B, H]
     a = torch.where(valid, torch.exp(logits - lse[..., None]), 0.0)
     return a, lse
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: torch.Tensor,
+                     scale: float) -> torch.Tensor:
+    """The training form's attention over a whole sequence: position i attends the valid
+    positions j <= i.  q, k [B, T, H, e], v [B, T, H, d_v], valid [B, T].  # [B, T, H, d_v]"""
+    T = q.shape[1]
+    logits = torch.einsum("bihe,bjhe->bhij", q, k) * scale  # [B, H, T, T]
+    causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    a, _ = softmax_rows(logits, causal[None, None] & valid[:, None, None, :])
+    v = torch.where(valid[..., None, None], v, 0.0)  # padding values zeroed: 0·NaN would leak
+    return torch.einsum("bhij,bjhe->bihe", a, v)

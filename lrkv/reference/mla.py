@@ -37,7 +37,7 @@ from .dense import (
     LayerCache, cast_tensors, check_allocation, check_layer_input, check_lengths, check_step, check_weight_shapes, gain, prefill_with, require_dims, require_shape, require_tensor, validate_common,
 )
 from .lrkv import append
-from .masking import softmax_rows, valid_mask
+from .masking import causal_attention, softmax_rows, valid_mask
 from .norms import rms_norm
 from .rope import apply_rope, rope_freqs
 
@@ -271,7 +271,6 @@ def layer_forward(weights: MLAWeights, x: torch.Tensor, lengths: torch.Tensor | 
     check_layer_input(weights, x, 3)
     spec = weights.spec
     B, T, _ = x.shape
-    d_h = spec.head_dim
     lengths = check_lengths(lengths, B, T, x.device)
     p = project_token(weights, x, torch.arange(T, device=x.device)[None, :].expand(B, T))
     k = torch.einsum("btc,hcd->bthd", p["latent"], weights.w_uk)  # [B, T, H, d_h]
@@ -279,12 +278,7 @@ def layer_forward(weights: MLAWeights, x: torch.Tensor, lengths: torch.Tensor | 
     if spec.rope_dim:
         k_pe = p["k_rope"][:, :, None, :].expand(B, T, spec.n_heads, spec.rope_dim)  # broadcast to heads
         k = torch.cat((k, k_pe), dim=-1)  # [B, T, H, d_h + d_rope]
-    valid = valid_mask(lengths, T)
-    logits = torch.einsum("bihe,bjhe->bhij", p["q"], k) * spec.scale
-    causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-    a, _ = softmax_rows(logits, causal[None, None] & valid[:, None, None, :])
-    v = torch.where(valid[..., None, None], v, 0.0)
-    out = torch.einsum("bhij,bjhe->bihe", a, v)  # [B, T, H, d_h]
+    out = causal_attention(p["q"], k, v, valid_mask(lengths, T), spec.scale)  # [B, T, H, d_h]
     return torch.einsum("bthe,hed->btd", out, weights.w_o)
 
 

@@ -41,7 +41,7 @@ from .dense import (
     LayerCache, cast_tensors, check_allocation, check_layer_input, check_lengths, check_weight_shapes, gain,
     prefill_with, require_dims, require_shape, require_tensor, validate_common,
 )
-from .masking import softmax_rows, valid_mask
+from .masking import causal_attention, softmax_rows, valid_mask
 from .mla import latent_layer_step
 from .norms import rms_norm
 from .rope import apply_rope, rope_freqs
@@ -315,19 +315,15 @@ def layer_forward(weights: MLRAWeights, x: torch.Tensor, lengths: torch.Tensor |
     lengths = check_lengths(lengths, B, T, x.device)
     p = project_token(weights, x, torch.arange(T, device=x.device)[None, :].expand(B, T))
     valid = valid_mask(lengths, T)
-    causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-    visible = causal[None, None] & valid[:, None, None, :]
     idx = latent_of_head(spec.n_latent_heads, nb, H, device=x.device)  # [n_b, H]
     out = 0.0
     for b in range(nb):
         c = p["latent"][:, :, idx[b]]  # [B, T, H, d_c]
         k = torch.einsum("bthc,hcd->bthd", c, weights.w_uk[b])  # [B, T, H, d_h]
-        v = torch.where(valid[..., None, None], torch.einsum("bthc,hcd->bthd", c, weights.w_uv[b]), 0.0)
+        v = torch.einsum("bthc,hcd->bthd", c, weights.w_uv[b])
         if d_r:
             k = torch.cat((k, p["k_rope"][:, :, None, :].expand(B, T, H, d_r)), dim=-1)
-        logits = torch.einsum("bihe,bjhe->bhij", p["q"], k) * spec.scale
-        a, _ = softmax_rows(logits, visible)
-        out = out + torch.einsum("bhij,bjhe->bihe", a, v)  # [B, T, H, d_h]
+        out = out + causal_attention(p["q"], k, v, valid, spec.scale)  # [B, T, H, d_h]: a softmax per branch
     out = out / math.sqrt(nb)
     return torch.einsum("bthe,hed->btd", out, weights.w_o)
 

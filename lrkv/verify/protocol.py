@@ -107,7 +107,7 @@ def instantiate(obj: Any, label: str) -> Any:
             raise ValueError(f"backend {label!r}: its factory raised {type(e).__name__}: {e}") from None
     for attr in ("name", "levels", "dtypes", "available"):
         if not hasattr(obj, attr):
-            raise TypeError(f"backend {label!r} lacks {attr!r}; see the backend protocol in the README")
+            raise TypeError(f"backend {label!r} lacks {attr!r}; see the backend protocol (DESIGN §4)")
     return normalize_backend(obj, label)
 
 

@@ -14,7 +14,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-SCRIPT = Path(__file__).resolve().parents[1] / "ci" / "downstream-check"
+SCRIPT = Path(__file__).resolve().parents[2] / "ci" / "downstream-check"
 LIMIT_S = 900
 
 

@@ -11,8 +11,7 @@ from lrkv.reference.paged import paged_decode_attention
 from lrkv.reference.rope import ExactRope
 from lrkv.verify.paged_mutants import EXTEND_MUTANTS, PAGED_MUTANTS, ExtendMutant, PagedMutant
 
-from ._helpers import random_factored_inputs, split_kw
-from .test_reference_paged_extend import paginate, ragged_queries
+from ..test_helpers.inputs import paginate, ragged_queries, random_factored_inputs, split_kw
 
 
 def _differs(got, want) -> bool:

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _pytest(tmp_path, *args) -> subprocess.CompletedProcess:
@@ -24,10 +24,10 @@ def test_plugin_runs_the_grid_and_says_no_with_the_replay(tmp_path):
     ok = _pytest(tmp_path, "--lrkv-backend", "examples.my_backend:backend", "-k", "grid_case or permutation")
     assert ok.returncode == 0, ok.stdout[-3000:]
     assert "4 passed, 3 skipped" in ok.stdout  # 3 kernel cases + the permutation property; 3 cases not claimed
-    bad = _pytest(tmp_path, "--lrkv-backend", "tests.test_testing_api:SCALED", "-k", "grid_case")
+    bad = _pytest(tmp_path, "--lrkv-backend", "tests.testing.test_api:SCALED", "-k", "grid_case")
     assert bad.returncode == 1, bad.stdout[-3000:]
     assert "2 failed, 1 passed, 3 skipped" in bad.stdout
-    assert "replay: lrkv verify --backend tests.test_testing_api:SCALED --case '" in bad.stdout
+    assert "replay: lrkv verify --backend tests.testing.test_api:SCALED --case '" in bad.stdout
 
 
 def test_a_backend_that_cannot_load_fails(tmp_path):

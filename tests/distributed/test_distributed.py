@@ -141,14 +141,14 @@ def test_bytes_check_says_no_to_one_missing_element():
 REFERENCE_JOBS = {
     2: [TPJob(LRKV), TPJob(S.lrkv(4, 8, 2, qk_norm=True, rope="exact"), seed=1), TPJob(S.lrkv(3, 8, 2)),
         TPJob(S.mha(4, 8)), TPJob(S.gqa(4, 8, 1)), TPJob(MLA), TPJob(MLRA4), TPJob(LRKV, dtype="float32"),
-        TPJob(LRKV, step="tests._tp_steps:user_step"), TPJob(LRKV, backend="materialized")],
+        TPJob(LRKV, step="tests.test_helpers.tp_steps:user_step"), TPJob(LRKV, backend="materialized")],
     4: [TPJob(S.lrkv(6, 8, 2)), TPJob(S.lrkv(4, 8, 2, qk_norm=True)), TPJob(S.gqa(8, 4, 2)), TPJob(MLA),
         TPJob(MLRA4), TPJob(MLRA2)],
 }
 
 
-FAILING = {2: TPJob(LRKV, step="tests._tp_steps:raise_on_rank1"),  # mid-batch: the rest needs a fresh spawn
-           4: TPJob(LRKV, step="tests._tp_steps:hang_in_collective")}  # last: its peers time out
+FAILING = {2: TPJob(LRKV, step="tests.test_helpers.tp_steps:raise_on_rank1"),  # mid-batch: the rest needs a fresh spawn
+           4: TPJob(LRKV, step="tests.test_helpers.tp_steps:hang_in_collective")}  # last: its peers time out
 
 
 @pytest.fixture(scope="module", params=[2, 4], ids=["P2", "P4"])
@@ -192,7 +192,7 @@ def test_a_rank_that_fails_or_hangs_is_an_error(tp_run):
 
 
 def test_a_rank_that_never_exits_hits_the_deadline():
-    out = run_jobs([TPJob(LRKV, step="tests._tp_steps:hang_after_last_step")], 2, timeout_s=20, pg_timeout_s=5)
+    out = run_jobs([TPJob(LRKV, step="tests.test_helpers.tp_steps:hang_after_last_step")], 2, timeout_s=20, pg_timeout_s=5)
     assert isinstance(out[0], str) and "timed out" in out[0]
     assert "ranks [1] returned no result" in out[0]  # rank 0 finished: the deadline, not start-up, ended it
     assert judge_job(TPJob(LRKV), 2, out[0]).status == "error"

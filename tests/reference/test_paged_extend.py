@@ -14,47 +14,9 @@ from lrkv.reference.rope import ExactRope
 from lrkv.reference.weights import init_lrkv_weights
 from lrkv.spec import AttentionSpec
 
-from ._helpers import random_factored_inputs, split_kw
+from ..test_helpers.inputs import paginate, ragged_queries, random_factored_inputs, split_kw
 
 TIGHT = dict(rtol=0, atol=1e-12)
-CACHE = ("shared_k", "shared_v", "latent_k", "latent_v", "key_scale")
-
-
-def paginate(inp: dict, page: int, *, seed: int = 0, share_prefix: int = 0) -> tuple[dict, torch.Tensor]:
-    """Scatter a contiguous cache into shuffled pages; unused pages (and unused page-table
-    entries, −1) hold NaN. share_prefix > 0: sequence 1 reads sequence 0's first pages."""
-    B, T = inp["shared_k"].shape[:2]
-    max_pages = -(-T // page)
-    n_pages = B * max_pages + 2  # two pages nobody owns
-    g = torch.Generator().manual_seed(seed)
-    table = torch.randperm(n_pages, generator=g)[: B * max_pages].reshape(B, max_pages).to(torch.int32)
-    if share_prefix:
-        table[1, :share_prefix] = table[0, :share_prefix]
-    out = dict(inp)
-    for name in CACHE:
-        t = inp.get(name)
-        if t is None:
-            continue
-        pages = torch.full((n_pages, page, *t.shape[2:]), float("nan"), dtype=t.dtype)
-        padded = torch.full((B, max_pages * page, *t.shape[2:]), float("nan"), dtype=t.dtype)
-        padded[:, :T] = t
-        blocks = padded.reshape(B, max_pages, page, *t.shape[2:])
-        for b in reversed(range(B)):  # sequence 0 writes last: shared pages hold its prefix
-            pages[table[b].long()] = blocks[b]
-        out[name] = pages
-    needed = -(-inp["lengths"].long() // page)  # pages a sequence reads
-    table = torch.where(torch.arange(max_pages)[None, :] < needed[:, None], table, -1).to(torch.int32)
-    return out, table
-
-
-def ragged_queries(inp: dict, n: list[int], seed: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
-    H, d_h = inp["q"].shape[1:]
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(sum(n), H, d_h, generator=g, dtype=torch.float64)
-    cu = torch.tensor([0, *torch.tensor(n).cumsum(0).tolist()], dtype=torch.int32)
-    return q, cu
-
-
 # ----------------------------------------------------------------------------- paged
 @pytest.mark.equivalence
 @pytest.mark.parametrize("page", [1, 16, 7])  # 7 does not divide T = 37

@@ -7,7 +7,7 @@ from lrkv.reference import lrkv as L
 from lrkv.reference.mpmath_oracle import decode_attention_mp, to_tensor
 from lrkv.reference.rope import ExactRope
 
-from ._helpers import random_factored_inputs, split_kw
+from ..test_helpers.inputs import random_factored_inputs, split_kw
 
 EPS64 = torch.finfo(torch.float64).eps
 

@@ -9,7 +9,7 @@ from lrkv.reference.rope import ExactRope, apply_rope, rope_freqs, rotation_matr
 from lrkv.reference.weights import init_lrkv_weights
 from lrkv.spec import AttentionSpec, cache_components, cache_elements
 
-from ._helpers import prefill_then_steps, random_factored_inputs, split_kw
+from ..test_helpers.inputs import prefill_then_steps, random_factored_inputs, split_kw
 
 TIGHT = dict(rtol=0, atol=1e-12)
 
@@ -132,8 +132,11 @@ def test_varlen_batch_layer_level():
     x = torch.randn(3, 9, spec.d_model, dtype=torch.float64)
     lengths = torch.tensor([9, 4, 1], dtype=torch.int32)
     y_full = L.layer_forward(w, x, lengths)
-    _, cache = L.prefill(w, x, lengths, t_max=12)
+    y_pre, cache = L.prefill(w, x, lengths, t_max=12)
     assert cache.lengths.tolist() == [9, 4, 1]
+    torch.testing.assert_close(y_pre, y_full, rtol=0, atol=0)
+    for b, n in enumerate(lengths.tolist()):  # padding never reaches a valid row
+        torch.testing.assert_close(y_full[b, :n], L.layer_forward(w, x[b:b + 1, :n])[0], **TIGHT)
     # next token of each row at its own position
     x_next = torch.randn(3, spec.d_model, dtype=torch.float64)
     y, cache = L.layer_step(w, x_next, cache, cache.lengths.clone())

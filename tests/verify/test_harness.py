@@ -32,7 +32,7 @@ from lrkv.verify.tolerance_report import SCHEMA, build_report, render_markdown, 
 from lrkv.verify.runner import backend_info, not_applicable, prepare, run, run_case
 from lrkv.verify.tolerance import Policy, Tolerance, fa3_atol, judge, load_policy, make_bound
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FAST_BACKENDS = ("reference", "materialized", "eager", "tiled")
 GITHUB_COMMENT_LIMIT = 65_536
 

@@ -40,7 +40,7 @@ class DefaultTheta(SplitKDecode):
         return super().decode_attention(*args, rope=rope, **kwargs)
 
 
-SCALED = ScaledOut()  # module attributes: the replay names them as tests.test_testing_api:SCALED
+SCALED = ScaledOut()  # module attributes: the replay names them as tests.testing.test_api:SCALED
 THETA_BUG = DefaultTheta()
 CASE = Case("kernel", AttentionSpec.lrkv(3, 8, 3), "float32", (5, 9, 0), 9, tile=2, splits=3)
 
@@ -56,7 +56,7 @@ def test_check_backend_lists_each_failure_with_a_replay_that_resolves():
         check_backend(SCALED, grid="quick")
     msg = str(e.value)
     assert "2 of 6 cases failed" in msg and msg.count("replay: ") == 2
-    label = "tests.test_testing_api:SCALED"
+    label = "tests.testing.test_api:SCALED"
     assert f"replay: lrkv verify --backend {label} --case " in msg
     assert get_backend(label).name == "scaled-out"
     report = check_backend(SCALED, grid="quick", raise_on_failure=False)
@@ -71,9 +71,9 @@ def test_an_object_that_is_no_module_attribute_needs_backend_ref():
     assert not target.resolvable and "backend_ref" in target.note
     with pytest.raises(AssertionError, match="pass backend_ref"):
         check_backend(local, grid="quick")
-    assert resolve(local, backend_ref="tests.test_testing_api:SCALED").label == "tests.test_testing_api:SCALED"
+    assert resolve(local, backend_ref="tests.testing.test_api:SCALED").label == "tests.testing.test_api:SCALED"
     # an instance of a module-level class, or the class: module:qualname (the registry instantiates it)
-    assert resolve(ScaledOut()).label == resolve(ScaledOut).label == "tests.test_testing_api:ScaledOut"
+    assert resolve(ScaledOut()).label == resolve(ScaledOut).label == "tests.testing.test_api:ScaledOut"
 
 
 def test_nothing_verified_is_not_a_pass():
@@ -102,7 +102,7 @@ def test_cases_for_ids_and_skips():
 
 def test_check_case_raises_with_the_replay():
     assert check_case(EXAMPLE, CASE)["status"] == "pass"
-    with pytest.raises(AssertionError, match=r"replay: lrkv verify --backend tests.test_testing_api:SCALED"):
+    with pytest.raises(AssertionError, match=r"replay: lrkv verify --backend tests.testing.test_api:SCALED"):
         check_case(SCALED, CASE)
 
 
@@ -110,7 +110,7 @@ def test_check_case_raises_with_the_replay():
 def test_kernel_properties_pass_and_say_no(name):
     fn = properties.PROPERTIES[name][0]
     fn(EXAMPLE, CASE)
-    with pytest.raises(AssertionError, match="replay: lrkv verify --backend tests.test_testing_api:SCALED"):
+    with pytest.raises(AssertionError, match="replay: lrkv verify --backend tests.testing.test_api:SCALED"):
         fn(SCALED, CASE)
 
 

@@ -13,7 +13,7 @@ from lrkv.spec import AttentionSpec
 from lrkv.verify.case import Case
 
 CASE = Case("kernel", AttentionSpec.lrkv(3, 8, 3), "float32", (5, 9, 0), 9).to_json()
-GOOD, BAD = "examples.my_backend:backend", "tests.test_testing_api:SCALED"
+GOOD, BAD = "examples.my_backend:backend", "tests.testing.test_api:SCALED"
 
 
 class Markup:
@@ -61,7 +61,7 @@ def test_quiet_drops_the_table_and_verbose_lists_every_record(tmp_path, capsys):
 
 
 def test_markup_is_printed_as_written(tmp_path, capsys):
-    assert _verify(tmp_path, "tests.test_cli_output:MARKUP") == 1
+    assert _verify(tmp_path, "tests.verify.test_cli_output:MARKUP") == 1
     assert "[red]boom[/red] [bold]x" in capsys.readouterr().err
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import json
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,7 @@ from lrkv.verify.backend_registry import get_backend
 from lrkv.verify.case import Case
 from lrkv.verify.tolerance_report import build_report, load_report
 from lrkv.verify.runner import backend_info, prepare, run, run_case
-from lrkv.verify.tolerance import Policy, Tolerance, judge_record, load_policy
+from lrkv.verify.tolerance import Policy, judge_record, load_policy
 
 SPEC = AttentionSpec.lrkv(3, 16, 5)
 F32 = Case("kernel", SPEC, "float32", (9, 17, 3), 20)

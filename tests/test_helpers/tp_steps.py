@@ -1,4 +1,4 @@
-"""Per-rank TP steps used by tests/test_distributed.py through `TPJob(step='tests._tp_steps:…')`
+"""Per-rank TP steps used by tests/distributed/test_distributed.py through `TPJob(step='tests.test_helpers.tp_steps:…')`
 (spawned ranks import them by name, as they would a user's module)."""
 
 from __future__ import annotations
