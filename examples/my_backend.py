@@ -9,7 +9,10 @@
 The kernel is "flash-decoding" written in plain PyTorch: the cache is cut into a fixed
 number of splits; each split computes its own max, exp-sum and partial output (keeping the
 private value term in latent space, r wide), and the splits are merged through their
-log-sum-exp. It depends on nothing from lrkv: a backend is any object with
+log-sum-exp. It depends on nothing from lrkv (so it repeats the reference's Eqs. 6–7 on
+purpose, as a user's kernel would), and its code is the starter `lrkv init` writes
+(lrkv/testing/templates/backend.py.tmpl; tests/testing/test_init.py keeps the two equal).
+A backend is any object with
 
     name: str                  levels: {"kernel"} (and/or "layer")
     dtypes: tuple of torch dtypes it accepts

@@ -1,6 +1,6 @@
 """Bad input gets a clear error naming the field — never a silent coercion, never a traceback.
 
-One test per bad input of issue 10 item 5 that the spec, the accounting and the `export`,
+One test per bad input that the spec, the accounting and the `export`,
 `bench` and `proofs` verbs own: a TypeError/ValueError whose message names the field, or
 exit 2 from the command line with the option named. Nothing here builds an engine or times
 a kernel: every refusal happens before any work starts.

@@ -6,7 +6,7 @@
 With `--lrkv-backend` (repeatable) the plugin adds lrkv.testing.suite — the case grid and
 the hypothesis properties — to the collected tests, parametrized over the given backends.
 A test module may instead name its own backends in `LRKV_BACKENDS` and import the suite's
-tests (this repository's tests/test_equivalence.py does). Loading the plugin imports
+tests (this repository's tests/verify/test_equivalence.py does). Loading the plugin imports
 nothing heavy: torch and the harness load only when a suite test is collected.
 """
 

@@ -2,7 +2,7 @@
 
 Every test takes `lrkv_target`, a backend label that the plugin parametrizes from
 `--lrkv-backend` (or from a test module's `LRKV_BACKENDS`, which is how this repository's
-tests/test_equivalence.py runs the same tests on its built-in backends):
+tests/verify/test_equivalence.py runs the same tests on its built-in backends):
 
   test_grid_case                the case grid (`--lrkv-grid`, default quick) under the rule
   test_kernel_matches_reference hypothesis: drawn kernel cases under the rule (DESIGN §6)

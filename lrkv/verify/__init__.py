@@ -1,15 +1,21 @@
 """lrkv.verify — the verification harness (DESIGN §4, §6, §7; docs/harness.md).
 
-    backend     the backend protocol, BaseBackend, the registry (names and module:attr paths)
-    backends    built-ins: reference, materialized, eager, inductor, inductor-cudagraphs  (inductor.py
-                compiles: CPU, or CUDA through inductor's Triton)
-    tiled       a tiled split-K online-softmax decode in plain PyTorch (backend `tiled`)
-    cases       Case, input drawing (rounded to the case dtype); grid.py: default/quick/mutants
-    metrics     max_abs, max_rel, mean_abs, cos_diff, sqnr_db, nonfinite_match
-    tolerance   the rule, its policy (policy.toml, packaged) and judge_record; bounds.py: float64 bound, mpmath oracle
-    runner      cases x backends -> records;  report: JSON (report.schema.json) + Markdown
-    gate        PASS/FAIL/REGRESSED/MISSING/ERROR/IMPROVED against ci/baseline.json
-    strategies  hypothesis strategies and the ci/dev profiles
-    mutants     deliberately broken backends the gate must reject
-    cli         `lrkv verify`, `lrkv gate`;  console: plain unwrapped output, ::error annotations, summary table
+In dependency order (a module imports only those above it):
+
+    case              the Case (one check) and its id
+    metrics           max_abs, max_rel, mean_abs, cos_diff, sqnr_db, nonfinite_match
+    bounds            the float64 rounding bound; the mpmath oracle's reference output
+    tolerance         the rule, its policy (policy.toml, packaged) and judge_record
+    protocol          the backend protocol; backend_registry: names and module:attr paths
+    levels/           the Level protocol and its registry; one module per case level
+                      (kernel, paged, extend, layer, model; tp is lrkv.distributed.level)
+    grids             the default, quick, mutants and tp grids
+    runner            cases x backends -> records;  tolerance_report: JSON + Markdown
+    gate              PASS/FAIL/REGRESSED/MISSING/ERROR/IMPROVED/UNVERIFIED against a baseline
+    builtin_backends  reference, materialized, eager, inductor (inductor.py compiles); tiled
+    decode_mutants    deliberately broken backends the gate must reject; paged_mutants too
+    strategies        hypothesis strategies and the ci/dev profiles;  hunt: the false-failure hunt
+    verify_cli        `lrkv verify`;  gate_cli: `lrkv gate`;  console: plain output, ::error annotations
+
+Importing this package imports none of them.
 """

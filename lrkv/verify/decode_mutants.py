@@ -3,7 +3,7 @@
 Each mutant carries exactly one bug that a real LRKV decode kernel could have. Run any of
 them with `lrkv verify --backend lrkv.verify.decode_mutants:<Class> --grid mutants`; tests run
 them all through the harness and the gate and require every one to be rejected while the
-correct backends pass (tests/test_mutants.py).
+correct backends pass (tests/verify/test_decode_mutants.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tensor-parallel decode on torch.distributed (issue 15): the split rule, the per-rank bytes
+"""Tensor-parallel decode on torch.distributed: the split rule, the per-rank bytes
 against lrkv.spec's formula, P = 2 and 4 ranks on gloo against the float64 oracle, the four TP
 mutants rejected, a rank that fails or hangs reported as an error, NCCL where ≥ 2 GPUs exist.
 

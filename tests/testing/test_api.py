@@ -132,7 +132,7 @@ def test_append_then_decode_property_on_a_layer_backend():
 
 
 def test_permutation_bound_is_not_a_zero_slack():
-    """The case of issue 10 §6: the bound was 2.2e-16 with slack 0 on the reference; permuting
+    """A property bound once had zero slack: 2.2e-16 on the reference, where permuting
     the batch reorders float64 sums by a few ulp."""
     case = Case("kernel", AttentionSpec.lrkv(2, 16, 13), "float64", (0, 10), 10, seed=1)
     properties.permutation_equivariance("reference", case)

@@ -1,5 +1,5 @@
 """`lrkv init`: the starter files of a downstream repository (the full round trip, with the
-wheel in a fresh venv, is tests/test_downstream.py)."""
+wheel in a fresh venv, is tests/testing/test_downstream.py)."""
 
 from __future__ import annotations
 
@@ -52,3 +52,16 @@ def test_the_starter_backend_passes(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     report = check_backend(f"{MODULE}:backend", grid="quick")
     assert report.ok and report.counts["pass"] == 3
+
+
+def test_the_starter_backend_is_the_example_backend(tmp_path):
+    """examples/my_backend.py and the starter `lrkv init` writes are one backend: the same code
+    below their docstrings (only the name differs), so a fix to one cannot miss the other."""
+    from pathlib import Path
+
+    assert _init(tmp_path) == 0
+    body = lambda text: text.split('"""', 2)[2]  # noqa: E731 — everything after the module docstring
+    example = (Path(__file__).resolve().parents[2] / "examples" / "my_backend.py").read_text()
+    starter = (tmp_path / f"{MODULE}.py").read_text()
+    name = lambda text: text.split('name = "', 1)[1].split('"', 1)[0]  # noqa: E731
+    assert body(starter).replace(name(starter), name(example)) == body(example)

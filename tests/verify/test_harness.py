@@ -349,7 +349,7 @@ def test_gate_cli_and_update_baseline(quick_report, tmp_path):
     report.write_text(json.dumps(quick_report))
     base = tmp_path / "baseline.json"
     assert main(["gate", str(report), "--baseline", str(base)]) == 2  # no baseline yet (the message names
-    # --update-baseline: tests/test_gate_trust.py)
+    # --update-baseline: tests/verify/test_gate_trust.py)
     assert main(["gate", str(report), "--baseline", str(base), "--update-baseline"]) == 0
     assert json.loads(base.read_text())["schema"] == gate.BASELINE_SCHEMA
     md = tmp_path / "gate.md"

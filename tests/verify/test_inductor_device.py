@@ -3,7 +3,7 @@
 Everything here runs without a GPU: device resolution, option checks, the CUDA-graph variant
 reporting itself unavailable (never a CPU run under its name), which grid cases a CUDA
 inductor claims, the device in the report, and the CPU path itself. The compiled CUDA runs
-are in tests/test_inductor_gpu.py (marker `gpu`).
+are in tests/verify/test_inductor_gpu.py (marker `gpu`).
 """
 
 from __future__ import annotations

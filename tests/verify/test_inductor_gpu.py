@@ -2,7 +2,7 @@
 the compiled decode and layer step at float64/float32/bfloat16/float16, with and without CUDA
 graphs (mode='reduce-overhead'), pass the rule (`judge_record`, through the runner) against
 the float64 oracle, and new cache lengths do not recompile. Skipped with a reason on a
-machine without CUDA (tests/test_inductor_device.py covers resolution and selection there).
+machine without CUDA (tests/verify/test_inductor_device.py covers resolution and selection there).
 Small: about 18 compiles in all, for ci/gpu-check's "other GPU tests" step.
 """
 
