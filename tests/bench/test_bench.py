@@ -178,13 +178,13 @@ def test_grids():
 
 
 def test_step_backends():
-    from lrkv.bench import cli
+    from lrkv.bench import bench_cli
     from lrkv.kernels import runtime
 
     assert [b.name for b in step_backends("cpu")] == ["inductor"]
     assert [b.name for b in step_backends("cuda")] == list(GPU_BACKENDS)
     assert GPU_BACKENDS == ("inductor", "triton", "triton-paged", "triton-rope", "sdpa")
-    assert cli.BACKEND_NAMES == BACKEND_NAMES  # the CLI's torch-free copy of the names
+    assert bench_cli.BACKEND_NAMES == BACKEND_NAMES  # the CLI's torch-free copy of the names
     with pytest.raises(ValueError, match="unknown bench backend"):
         step_backends("cpu", ["flash"])
     with pytest.raises(ValueError, match="variant"):
@@ -505,22 +505,22 @@ def test_runner_checkpoints_after_each_shape_and_survives_input_oom(tiny_scale, 
 
 
 def test_cli_run_leaves_no_partial_file(tiny_scale, tmp_path, monkeypatch):
-    from lrkv.bench import cli
+    from lrkv.bench import bench_cli
     from lrkv.cli import main
 
     written = []
-    real = cli._checkpoint
+    real = bench_cli._checkpoint
 
     def spy(path):
         write = real(path)
         return lambda rows: (write(rows), written.append(path.exists()))
 
-    monkeypatch.setattr(cli, "_checkpoint", spy)
+    monkeypatch.setattr(bench_cli, "_checkpoint", spy)
     rc = main(["bench", "--scales", tiny_scale, "--batch", "1", "--seq-lens", "16", "--families", "lrkv",
                "--backend", "eager", "--rounds", "1", "--threads", "1", "--out", str(tmp_path), "--no-plot",
                "--no-progress"])
     assert rc == 0 and written == [True]  # the rows were checkpointed during the run ...
-    assert (tmp_path / "bench.json").exists() and not (tmp_path / cli.PARTIAL).exists()  # ... and replaced
+    assert (tmp_path / "bench.json").exists() and not (tmp_path / bench_cli.PARTIAL).exists()  # ... and replaced
 
 
 def test_runner_timing_failure_errors_that_shape_only(tiny_scale, monkeypatch):
