@@ -15,9 +15,8 @@ import torch
 
 from ..reference.weights import LRKVWeights
 from .config import ExportConfig
-from .engine import Engine
+from .engine import Engine, step
 from .program import export_program
-from .progress import step
 
 
 def _cxx() -> str | None:

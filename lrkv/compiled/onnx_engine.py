@@ -21,9 +21,8 @@ import torch
 
 from ..reference.weights import LRKVWeights
 from .config import ExportConfig
-from .engine import Engine
+from .engine import Engine, step
 from .program import example_inputs, export_program
-from .progress import step
 from .signature import input_sigs, output_sigs
 
 

@@ -30,11 +30,9 @@ import torch
 
 from ..reference.weights import LRKVWeights
 from .config import ExportConfig
-from .engine import Engine
+from .engine import Engine, step
 from .program import example_inputs, export_program
-from .progress import step
 from .signature import input_sigs
-
 
 NO_FLOAT64 = "TensorRT has no float64; a float64 engine would be float32 inside (truncate_double)"
 
