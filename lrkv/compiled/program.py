@@ -5,7 +5,8 @@ ONNX, AOTInductor and TensorRT all compile, so it obeys four rules:
 
 * no data-dependent Python (`if lengths.max() > T`, `.item()`, `.tolist()`): those checks
   live in `lrkv.compiled.signature`, which runs *before* the engine;
-* masks are built with tensor ops (`arange(T) < lengths`), never by slicing to a length;
+* masks are built with tensor ops (`arange(T) < lengths`, `lrkv.reference.masking`),
+  never by slicing to a length;
 * garbage past `lengths[b]` (NaN in the tests) is removed with `torch.where`, never by
   multiplying with a 0/1 mask — `NaN · 0` is NaN;
 * non-trivial constants (the softmax scale, norm eps, RoPE frequencies) arrive as tensors
@@ -26,23 +27,18 @@ import torch
 import torch.nn.functional as F
 from torch.export import Dim
 
+from ..reference.masking import NEG_INF, valid_mask, zero_garbage
 from ..reference.norms import joint_key_scale, rms_norm
 from ..reference.rope import apply_rope, rope_freqs
 from ..reference.weights import LRKVWeights, init_lrkv_weights
 from .config import NATIVE_OPSET, ExportConfig
 from .signature import input_sigs, weight_sigs
 
-NEG_INF = float("-inf")
-
 
 # ----------------------------------------------------------------------------- decode math (Eqs. 6–7)
-def valid_mask(lengths: torch.Tensor, t_max: int) -> torch.Tensor:
-    """slot j of sequence b is valid iff j < lengths[b].  # [B, T]"""
-    return torch.arange(t_max, device=lengths.device)[None, :] < lengths[:, None]
-
-
 def rotated_private_keys(latent_k: torch.Tensor, basis_k: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
     """rope(z_j B_h^T, j) for every slot j (rope='exact', DESIGN §5); freqs [d_h/2] float64.  # [B, T, H, d_h]"""
+    # Second copy of reference.lrkv._private_keys_exact, taking the frequencies as a buffer (see the module docstring).
     T = latent_k.shape[1]
     k_priv = torch.einsum("bthr,hdr->bthd", latent_k, basis_k)
     pos = torch.arange(T, device=latent_k.device)[None, :, None]  # [1, T, 1]
@@ -70,6 +66,7 @@ def factored_decode(
     is NaN; an empty sequence must give out 0 and lse −inf (DESIGN §4), so the max is
     clamped to 0 for empty rows first.
     """
+    # Second copy of reference.lrkv.decode_attention: masking.softmax_rows' logsumexp exports as NaN on empty rows.
     T = shared_k.shape[1]
     valid = valid_mask(lengths, T)  # [B, T]
     # Eq. 6: q_h S_K^T + (q_h B_h^K) R_h^{K T}, summed before ONE softmax.
@@ -89,8 +86,8 @@ def factored_decode(
     lse = (m + torch.log(s)).squeeze(-1)  # log 0 = −inf: the contract's empty-row lse
     a = p / torch.where(s > 0, s, 1.0)
     # Eq. 7: a_h S_V + (a_h R_h^V) B_h^{V T}; garbage zeroed by where before contracting.
-    sv = torch.where(valid[..., None], shared_v, 0.0)  # [B, T, d_h]
-    lv = torch.where(valid[..., None, None], latent_v, 0.0)  # [B, T, H, r]
+    sv = torch.where(valid[..., None], shared_v, 0.0)  # [B, T, d_h]; masking.zero_garbage is for [B, T, H, r]
+    lv = zero_garbage(latent_v, valid)  # [B, T, H, r]
     out = torch.einsum("bht,btd->bhd", a, sv)
     out = out + torch.einsum("bhr,hdr->bhd", torch.einsum("bht,bthr->bhr", a, lv), basis_v)
     return out, lse
@@ -129,6 +126,7 @@ def project_token(
     opset-18 path keeps eps exact. The key side has no native equivalent: the factored
     decode needs the *joint* inverse RMS of s + z B^T (DESIGN §5), cached as key_scale.
     """
+    # Second copy of reference.lrkv.project_token, taking eps and the RoPE frequencies as tensors (module docstring).
     spec = weights.spec
     s_k = x @ weights.w_shared_k  # [B, d_h]   x W_shared^K
     s_v = x @ weights.w_shared_v
