@@ -25,6 +25,7 @@ import torch
 
 from ..reference.weights import LRKVWeights
 from .config import ExportConfig
+from .program import export_program
 from .signature import check_call, output_sigs
 
 QUIET = False  # tests and library callers may silence the progress lines
@@ -87,6 +88,15 @@ class Engine(abc.ABC):
             raise EngineUnavailable(f"{cls.kind} engine unavailable: {reason}")
 
     # ---------------------------------------------------------------- build / load
+    @staticmethod
+    def traced_step(config: ExportConfig, weights: LRKVWeights | None = None,
+                    device: str = "cpu") -> torch.export.ExportedProgram:
+        """The traced step (`program.export_program`) every engine compiles, with its progress line."""
+        on = " on CUDA" if device == "cuda" else ""
+        ranges = f"T_max in [{config.t_min}, {config.t_max}]"
+        with step(f"torch.export{on} ({config.level} level, {config.dtype}, {ranges})"):
+            return export_program(config, weights, device=device)
+
     @classmethod
     @abc.abstractmethod
     def build(cls, config: ExportConfig, path: Path, *, weights: LRKVWeights | None = None) -> Engine:
