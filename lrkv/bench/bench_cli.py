@@ -82,7 +82,7 @@ def register(subparsers) -> None:
     p.add_argument("--dtype", help="default: float32 on CPU, bfloat16 on CUDA")
     p.add_argument("--threads", type=arg_int(minimum=1), help="torch intra-op threads (default: torch's choice)")
     p.add_argument("--formulation", choices=("bench", "reference"), default="bench",
-                   help="bench: time-major steps (lrkv.bench.steps_*); reference: the references' einsums compiled")
+                   help="bench: time-major steps (lrkv.bench.steps); reference: the references' einsums compiled")
     p.add_argument("--memory-fraction", type=arg_float(minimum=0.0, maximum=1.0, exclusive_minimum=True),
                    default=0.5, help="of available memory one shape may use, in (0, 1] (default 0.5)")
     p.add_argument("--out", type=arg_out_dir(), default=DEFAULT_OUT, help=f"output directory (default: {DEFAULT_OUT})")

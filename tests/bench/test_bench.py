@@ -22,7 +22,7 @@ import json
 import pytest
 import torch
 
-from lrkv.bench import roofline, stream
+from lrkv.bench import roofline
 from lrkv.bench.backends import BACKEND_NAMES, GPU_BACKENDS, InductorSteps, SdpaSteps, TritonSteps, step_backends
 from lrkv.bench.families import (
     CACHE_TENSORS, FAMILIES, equal_bytes_kv_heads, make_inputs, payload_ratio, read_bytes, reference_step, step_args,
@@ -33,9 +33,10 @@ from lrkv.bench.machine import Machine, cpu_model, describe_machine, measure_cop
 from lrkv.bench.render import cells, footnotes, headline, markdown_table, rich_tables, targets_markdown
 from lrkv.bench.result import BenchResult, BenchRow
 from lrkv.bench.runner import RunOptions, run_bench
-from lrkv.bench.steps_baselines import GEMM_MIN_HEADS
+from lrkv.bench.steps import GEMM_MIN_HEADS, sum_over_time, time_chunks
 from lrkv.bench.targets import GPU_RULES, check_targets
 from lrkv.bench.timing import Samples, interleave, round_ratios
+from lrkv.reference.masking import softmax_rows, valid_mask
 from lrkv.spec import PAPER_SCALES, AttentionSpec, PaperScale, cache_ratio
 
 TIGHT = dict(rtol=1e-10, atol=1e-10)  # float64, same sums in another order
@@ -55,7 +56,7 @@ def _spec(family, scale=TINY):
 def _garbage_inputs(spec, T, lengths, dtype=torch.float64, seed=0):
     """Kernel-level inputs with NaN in every slot at or past a sequence's length."""
     inp = make_inputs(spec, len(lengths), T, dtype=dtype, lengths=lengths, seed=seed)
-    valid = stream.valid_mask(inp["lengths"], T)
+    valid = valid_mask(inp["lengths"], T)
     for name, t in inp.items():
         if name in CACHE_TENSORS and t is not None:
             inp[name] = torch.where(valid.reshape(*valid.shape, *([1] * (t.dim() - 2))), t, float("nan"))
@@ -112,15 +113,16 @@ def test_compiled_step_float32_matches_oracle_across_lengths(family):
 
 
 def test_sum_over_time_and_chunks():
-    assert stream.time_chunks(256) == (8, 16) and stream.time_chunks(24) == (8,) and stream.time_chunks(7) == ()
+    assert time_chunks(256) == (8, 16) and time_chunks(24) == (8,) and time_chunks(7) == ()
     for T in (1, 7, 8, 24, 128, 384):
         x = torch.randn(2, T, 3, 5, dtype=torch.float64)
-        torch.testing.assert_close(stream.sum_over_time(x), x.sum(1), **TIGHT)
+        torch.testing.assert_close(sum_over_time(x), x.sum(1), **TIGHT)
 
 
 def test_softmax_rows_empty_sequence():
+    """The steps' masked softmax (the reference's): an empty sequence gives weights 0 and lse −inf."""
     logits = torch.randn(2, 3, 5, dtype=torch.float64)
-    a, lse = stream.softmax_rows(logits, stream.valid_mask(torch.tensor([5, 0]), 5))
+    a, lse = softmax_rows(logits, valid_mask(torch.tensor([5, 0]), 5)[:, None, :])
     torch.testing.assert_close(a[0], torch.softmax(logits[0], -1), **TIGHT)
     assert (a[1] == 0).all() and torch.isneginf(lse[1]).all()
 
