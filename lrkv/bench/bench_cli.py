@@ -6,7 +6,7 @@
     lrkv bench --roofline          print the roofline note for the H200 and this machine, and exit
     lrkv bench --device cuda       on a GPU: compiled LRKV and MHA, the Triton kernel (contiguous,
                                    paged at page 16, exact RoPE), SDPA MHA and SDPA GQA at LRKV's
-                                   bytes, the copy bandwidth, and the targets of issue 14
+                                   bytes, the copy bandwidth, and the H200 speed targets
     lrkv bench --device cuda --sweep   the Triton kernel's launch-shape sweep at one shape
                                    (default 2.5B, B=8, T=32K; --scales/--batch/--seq-lens pick it)
     lrkv bench --from-json FILE    re-render a saved result (table, Markdown, plot) without timing

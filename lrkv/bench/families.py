@@ -88,13 +88,6 @@ FAMILIES: dict[str, BenchFamily] = {
 BASELINE = "mha"
 
 
-def get_family(name: str) -> BenchFamily:
-    try:
-        return FAMILIES[name]
-    except KeyError:
-        raise ValueError(f"unknown bench family {name!r}; known: {', '.join(FAMILIES)}") from None
-
-
 # ----------------------------------------------------------------------------- inputs
 def make_inputs(
     spec: AttentionSpec, batch: int, t_max: int, *, dtype: torch.dtype = torch.float32,

@@ -8,8 +8,8 @@ What is pinned down:
     across two cache lengths with one compile;
   * the bytes a row reports equal the nbytes of the tensors the step reads;
   * timing: rounds interleave with rotation, ratios are per-round medians;
-  * grids, targets (PASS/MISS logic of issue 7's CPU rule and issue 14's GPU rules, on
-    synthetic rows), GQA at LRKV's bytes, the time budget, the roofline's closed forms, JSON round trip, the
+  * grids, targets (PASS/MISS logic of the CPU compiled-step target and the H200 speed
+    targets, on synthetic rows), GQA at LRKV's bytes, the time budget, the roofline's closed forms, JSON round trip, the
     table/Markdown/plot renderers and the CLI on a saved result;
   * an end-to-end run of the runner on a tiny scale with the eager backend.
 The whole file runs in well under a minute on two CPU cores (one compile per compiled test).
@@ -267,7 +267,7 @@ def _verdicts(rows):
     return {(r.backend, c["rule"]): c["verdict"] for r in rows for c in r.checks}
 
 
-def test_gpu_targets_issue14_pass():
+def test_h200_targets_pass():
     rows = _gpu_shape()
     checked = check_targets(BenchResult(_machine(device="cuda"), {}, rows))
     assert [r.backend for r in checked] == ["triton", "triton-paged", "triton-rope"]
@@ -284,7 +284,7 @@ def test_gpu_targets_issue14_pass():
     (dict(paged=1.11), ("triton-paged", "paged")),  # paged 11 % slower than contiguous
     (dict(rope=1.61), ("triton-rope", "rope")),  # exact RoPE 1.61 x no RoPE
 ])
-def test_gpu_targets_issue14_miss(change, rule):
+def test_h200_targets_miss(change, rule):
     """Each rule says NO just past its bound, and only that rule (the others still PASS)."""
     rows = _gpu_shape(**change)
     check_targets(BenchResult(_machine(device="cuda"), {}, rows))
