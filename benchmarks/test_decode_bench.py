@@ -73,7 +73,7 @@ def test_decode_step(benchmark, family, B, T):
 
 @pytest.mark.parametrize("B,T", [(1, CPU_MIN_SEQ_LEN), (4, CPU_MIN_SEQ_LEN)])
 def test_cpu_target(B, T, record_property):
-    """Compiled factored LRKV <= 1.15 x payload ratio x compiled MHA at T >= 8K (issue 7)."""
+    """The CPU compiled-step target: compiled factored LRKV <= 1.15 x payload ratio x compiled MHA at T >= 8K."""
     spec, lrkv = _prepared("lrkv", B, T)
     _, mha = _prepared("mha", B, T)
     threads = torch.get_num_threads()

@@ -6,7 +6,7 @@
     lrkv bench --roofline          print the roofline note for the H200 and this machine, and exit
     lrkv bench --device cuda       on a GPU: compiled LRKV and MHA, the Triton kernel (contiguous,
                                    paged at page 16, exact RoPE), SDPA MHA and SDPA GQA at LRKV's
-                                   bytes, the copy bandwidth, and the targets of issue 14
+                                   bytes, the copy bandwidth, and the H200 speed targets
     lrkv bench --device cuda --sweep   the Triton kernel's launch-shape sweep at one shape
                                    (default 2.5B, B=8, T=32K; --scales/--batch/--seq-lens pick it)
     lrkv bench --from-json FILE    re-render a saved result (table, Markdown, plot) without timing
@@ -82,7 +82,7 @@ def register(subparsers) -> None:
     p.add_argument("--dtype", help="default: float32 on CPU, bfloat16 on CUDA")
     p.add_argument("--threads", type=arg_int(minimum=1), help="torch intra-op threads (default: torch's choice)")
     p.add_argument("--formulation", choices=("bench", "reference"), default="bench",
-                   help="bench: time-major steps (lrkv.bench.steps_*); reference: the references' einsums compiled")
+                   help="bench: time-major steps (lrkv.bench.steps); reference: the references' einsums compiled")
     p.add_argument("--memory-fraction", type=arg_float(minimum=0.0, maximum=1.0, exclusive_minimum=True),
                    default=0.5, help="of available memory one shape may use, in (0, 1] (default 0.5)")
     p.add_argument("--out", type=arg_out_dir(), default=DEFAULT_OUT, help=f"output directory (default: {DEFAULT_OUT})")

@@ -12,7 +12,7 @@ Row families (all at the scale's H and d_h = 128, DESIGN §3 names):
   mlra      absorbed MLRA-4 of the public code (4 latent heads x 128 + a 64-wide k_pe)
 
 Each family knows its spec, how to draw kernel-level inputs, its compiled step (the
-time-major formulation of `lrkv.bench.steps_*`), the float64 reference it must agree with
+time-major formulation of `lrkv.bench.steps`), the float64 reference it must agree with
 (also the "einsum" formulation, compiled, for the profile comparison), and the bytes one
 step must read: the cache payload of the spec's accounting plus the weights the step
 touches (LRKV's bases, MLA/MLRA's absorbed up-projections).
@@ -29,8 +29,7 @@ import torch
 from ..reference import dense, mla, mlra
 from ..reference import lrkv as lrkv_ref
 from ..spec import MLRA4, AttentionSpec, PaperScale, cache_elements, cache_ratio, decode_bytes, dtype_bytes
-from .steps_baselines import dense_step, mla_step, mlra_step
-from .steps_lrkv import factored_step, materialized_step
+from .steps import dense_step, factored_step, materialized_step, mla_step, mlra_step
 
 # Names of the tensors whose dim 1 is the cache length T (marked dynamic when compiling).
 CACHE_TENSORS = frozenset({"shared_k", "shared_v", "latent_k", "latent_v", "k", "v", "latent", "k_rope"})
@@ -87,13 +86,6 @@ FAMILIES: dict[str, BenchFamily] = {
     )
 }
 BASELINE = "mha"
-
-
-def get_family(name: str) -> BenchFamily:
-    try:
-        return FAMILIES[name]
-    except KeyError:
-        raise ValueError(f"unknown bench family {name!r}; known: {', '.join(FAMILIES)}") from None
 
 
 # ----------------------------------------------------------------------------- inputs

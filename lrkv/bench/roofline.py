@@ -43,13 +43,13 @@ class Roof:
         return self.peak_flops / self.bandwidth
 
 
-# The issue's H200 numbers: 4.3 TB/s measured copy bandwidth, ~790 TFLOP/s dense bf16.
+# The H200 the speed targets are stated for: 4.3 TB/s measured copy bandwidth, ~790 TFLOP/s dense bf16.
 H200_TENSOR = Roof("H200, bf16 tensor cores", 4.3e12, 790e12, "bfloat16",
-                   "copy bandwidth as measured (issue 7); dense bf16 tensor-core peak")
+                   "copy bandwidth measured on an H200 (log not committed); dense bf16 tensor-core peak")
 # A one-query decode is a matrix-VECTOR product per head: without head grouping it cannot
 # use tensor cores, so the CUDA-core FP32 peak (GH100 datasheet, 67 TFLOP/s) is its roof.
 H200_SIMT = Roof("H200, CUDA cores (no tensor cores)", 4.3e12, 67e12, "bfloat16",
-                 "copy bandwidth as measured (issue 7); GH100 FP32 non-tensor peak (datasheet)")
+                 "copy bandwidth measured on an H200 (log not committed); GH100 FP32 non-tensor peak (datasheet)")
 
 
 def step_flops(spec: AttentionSpec, seq_len: int, batch: int = 1) -> int:

@@ -1,9 +1,11 @@
 """The performance targets, checked on a result's rows (PASS / MISS per row, per rule).
 
-  CPU (issue 7)  compiled factored LRKV step at T ≥ 8K takes at most 1.15 x (payload ratio)
-                 x the compiled MHA step, MHA timed in the same rounds (`vs_mha`, inductor
-                 vs inductor).
-  GPU (issue 14) bf16 rows of one run, every ratio taken against rows timed in the same rounds:
+  the CPU compiled-step target
+               compiled factored LRKV step at T ≥ 8K takes at most 1.15 x (payload ratio)
+               x the compiled MHA step, MHA timed in the same rounds (`vs_mha`, inductor
+               vs inductor).
+  the H200 speed targets
+               bf16 rows of one run, every ratio taken against rows timed in the same rounds:
     bandwidth  Triton LRKV at T ≥ 16K, B ≥ 8, at both paper scales (2.5B: H=18/r=55,
                6.3B: H=32/r=54): bytes the step must read / time ≥ 75 % of the copy
                bandwidth measured in the same run,
@@ -18,9 +20,9 @@
 A row meets its target when every rule that applies to it passes; `target_rule` spells
 out each rule with the measured value, `checks` holds them as data. A rule whose peer row
 is not in the run at all (a `--backend`/`--families` choice) is SKIP with that reason; a
-peer row that is there but errored or was skipped makes the rule MISS — never a pass. A target is a property
-of a machine and an implementation, not of correctness: it is reported, never turned into a
-unit test (the `benchmark`-marked suite and `lrkv bench --check-targets` can enforce it).
+peer row that is there but errored or was skipped makes the rule MISS — never a pass. A
+target is a property of a machine and an implementation, not of correctness: it is
+reported, never turned into a unit test (the `benchmark`-marked suite and `lrkv bench --check-targets` can enforce it).
 """
 
 from __future__ import annotations
@@ -88,11 +90,6 @@ GPU_RULES: tuple[GpuRule, ...] = (
     GpuRule("rope", f"t_exact_rope/t_no_rope <= {ROPE_SLACK} ({_T})",
             "triton-rope", _long, ("lrkv", "triton"), ROPE_SLACK),
 )
-
-
-def gpu_rule() -> str:
-    """Every GPU rule, one line (the headline's legend)."""
-    return "; ".join(f"{r.name}: {r.text}" for r in GPU_RULES)
 
 
 def time_ratio(row: BenchRow, peer: BenchRow) -> float:

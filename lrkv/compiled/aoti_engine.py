@@ -15,9 +15,7 @@ import torch
 
 from ..reference.weights import LRKVWeights
 from .config import ExportConfig
-from .engine import Engine
-from .program import export_program
-from .progress import step
+from .engine import Engine, step
 
 
 def _cxx() -> str | None:
@@ -54,8 +52,7 @@ class AOTIEngine(Engine):
         from torch._inductor import aoti_compile_and_package
 
         path = Path(path)
-        with step(f"torch.export ({config.level} level, {config.dtype}, T_max in [{config.t_min}, {config.t_max}])"):
-            program = export_program(config, weights)
+        program = cls.traced_step(config, weights)
         with step("AOTInductor compile and package (slow: C++ codegen + compile)"):
             aoti_compile_and_package(program, package_path=str(path))
         return cls.load(config, path)

@@ -24,16 +24,13 @@ import json
 from pathlib import Path
 
 from ..verify.metrics import parse_float
-from ..verify.tolerance_report import validate_report
 from ..verify.tolerance import Policy
-from . import harness
+from ..verify.tolerance_report import summarize, validate_report
 from .config import ExportConfig
-from .engine import engine_class
-from .export import embedded_weights, verify_engine
+from .engine import engine_class, say, step
+from .export import embedded_weights, grid_cases, grid_name, length_grid, verify_engine, worst_ratio
 from .manifest import check_hashes, read_manifest, weights_sha256
-from .progress import say, step
 from .signature import dynamic_ranges
-from .verification import grid_cases, grid_name, length_grid
 
 
 def _same_machine(old: dict, new: dict) -> bool:
@@ -131,9 +128,9 @@ def check_artifact(artifact: str | Path, policy_path: str | None = None) -> tupl
     if problems:
         return False, problems  # never re-run (or trust) a range the report did not verify
     v = manifest["verification"]
-    if v["summary"] != report["summary"] or v.get("worst_ratio") != harness.worst_ratio(report):
+    if v["summary"] != report["summary"] or v.get("worst_ratio") != worst_ratio(report):
         problems.append("manifest's verification summary differs from the report's")
-    if harness.summarize(report["records"]) != report["summary"]:
+    if summarize(report["records"]) != report["summary"]:
         problems.append("report's summary does not match its own records")
     kind = manifest["engine"]
     eng = engine_class(kind).load(config, artifact)

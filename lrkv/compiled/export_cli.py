@@ -15,9 +15,8 @@ from pathlib import Path
 
 from ..checks import arg_in_file, arg_int, arg_out_dir
 from ..spec import AttentionSpec, preset
-from . import progress
+from . import engine
 from .config import DEFAULT_OPSET, ENGINES, LEVELS, MAX_LENGTH, WEIGHT_MODES, ExportConfig
-from .engine import EngineUnavailable
 
 EXIT_CODES = """exit codes:
   0    released (artifact + manifest + report written) / --check passed
@@ -151,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     from .check import check_artifact  # heavy imports only when the verb runs
     from .export import export_engine
 
-    progress.QUIET = bool(args.quiet)
+    engine.QUIET = bool(args.quiet)
     try:
         if args.check:
             ok, problems = check_artifact(args.check, args.policy)
@@ -167,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
                               opset=args.opset, external_data=args.external_data)
         result = export_engine(args.engine, config, args.out, seeds=args.seeds, weights_seed=args.weights_seed,
                                policy_path=args.policy)
-    except EngineUnavailable as e:
+    except engine.EngineUnavailable as e:
         print(f"lrkv export: {e}")
         return 3
     except (ValueError, TypeError, FileNotFoundError) as e:

@@ -18,7 +18,7 @@ of the three is detected by `lrkv export --check`:
     tools             versions of lrkv, torch and the engine's toolchain
     engine_notes      build facts (execution provider, op types, TensorRT precision flags,
                       "truncated": "float64 -> float32", ...)
-    verification      {"report": name, "report_sha256", "summary", "gate", "grid"}
+    verification      {"report": name, "report_sha256", "summary", "worst_ratio", "gate", "grid"}
 """
 
 from __future__ import annotations
@@ -31,10 +31,8 @@ from pathlib import Path
 from lrkv import __version__
 
 from ..reference.weights import LRKVWeights
-from . import harness
 from .config import ExportConfig
 from .signature import dynamic_ranges, input_sigs, output_sigs
-from .verification import length_grid
 
 MANIFEST_SCHEMA = "lrkv.engine-manifest/1"
 
@@ -138,8 +136,12 @@ def weights_sha256(w: LRKVWeights) -> str:
 
 
 def build_manifest(kind: str, config: ExportConfig, eng, files: list[Path], report_file: Path, report: dict,
-                   verdict: str, *, seeds, weights: LRKVWeights | None, weights_seed: int, notes: dict) -> dict:
-    """The manifest of a verified engine `eng` whose artifact `files` and report now sit in place."""
+                   verdict: str, *, worst_ratio: float, t_grid: list[int], seeds, weights: LRKVWeights | None,
+                   weights_seed: int, notes: dict) -> dict:
+    """The manifest of a verified engine `eng` whose artifact `files` and report now sit in place.
+
+    verdict, worst_ratio and t_grid (the T_max of the release grid) are the gate's and the
+    grid's (`lrkv.compiled.export`)."""
     edt = str(config.torch_dtype).removeprefix("torch.")
     dt = lambda s: edt if s.dtype == "float" else s.dtype  # noqa: E731
     weights_entry = {"mode": config.weights if config.level == "layer" else "inputs (kernel level: basis_k/v)"}
@@ -164,6 +166,6 @@ def build_manifest(kind: str, config: ExportConfig, eng, files: list[Path], repo
         "tools": {"lrkv": __version__, **eng.tool_versions()},
         "engine_notes": {**eng.notes, **notes},
         "verification": {"report": report_file.name, "report_sha256": sha256_file(report_file),
-                         "summary": report["summary"], "worst_ratio": harness.worst_ratio(report), "gate": verdict,
-                         "grid": {"T_max": length_grid(config), "seeds": list(seeds)}},
+                         "summary": report["summary"], "worst_ratio": worst_ratio, "gate": verdict,
+                         "grid": {"T_max": list(t_grid), "seeds": list(seeds)}},
     }

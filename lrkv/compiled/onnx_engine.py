@@ -21,9 +21,8 @@ import torch
 
 from ..reference.weights import LRKVWeights
 from .config import ExportConfig
-from .engine import Engine
-from .program import example_inputs, export_program
-from .progress import step
+from .engine import Engine, step
+from .program import example_inputs
 from .signature import input_sigs, output_sigs
 
 
@@ -51,8 +50,7 @@ class OnnxEngine(Engine):
     def build(cls, config: ExportConfig, path: Path, *, weights: LRKVWeights | None = None) -> OnnxEngine:
         cls.require()
         path = Path(path)
-        with step(f"torch.export ({config.level} level, {config.dtype}, T_max in [{config.t_min}, {config.t_max}])"):
-            program = export_program(config, weights)
+        program = cls.traced_step(config, weights)
         with step(f"ONNX export at opset {config.opset}"):
             onnx_program = torch.onnx.export(
                 program, example_inputs(config, weights=weights), dynamo=True, opset_version=config.opset,

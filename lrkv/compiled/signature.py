@@ -17,8 +17,6 @@ import torch
 from ..reference.contract import validate_decode_inputs
 from .config import ExportConfig
 
-DYNAMIC = ("B", "T")
-
 
 @dataclass(frozen=True)
 class TensorSig:

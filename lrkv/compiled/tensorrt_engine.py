@@ -30,11 +30,9 @@ import torch
 
 from ..reference.weights import LRKVWeights
 from .config import ExportConfig
-from .engine import Engine
-from .program import example_inputs, export_program
-from .progress import step
+from .engine import Engine, step
+from .program import example_inputs
 from .signature import input_sigs
-
 
 NO_FLOAT64 = "TensorRT has no float64; a float64 engine would be float32 inside (truncate_double)"
 
@@ -86,8 +84,7 @@ class TensorRTEngine(Engine):
         if config.dtype != "float32":
             raise ValueError(f"{NO_FLOAT64}: export float32 (lrkv export truncates explicitly and says so)")
         path = Path(path)
-        with step(f"torch.export on CUDA ({config.level} level, {config.dtype}, T_max in [{config.t_min}, {config.t_max}])"):
-            program = export_program(config, weights, device="cuda")
+        program = cls.traced_step(config, weights, device="cuda")
         precision = cls._precision_kwargs(torch_tensorrt.dynamo.compile)
         with step("TensorRT compile (torch_tensorrt.dynamo.compile, require_full_compilation=True, TF32 off)"):
             trt_gm = torch_tensorrt.dynamo.compile(

@@ -8,8 +8,8 @@ What is pinned down:
     across two cache lengths with one compile;
   * the bytes a row reports equal the nbytes of the tensors the step reads;
   * timing: rounds interleave with rotation, ratios are per-round medians;
-  * grids, targets (PASS/MISS logic of issue 7's CPU rule and issue 14's GPU rules, on
-    synthetic rows), GQA at LRKV's bytes, the time budget, the roofline's closed forms, JSON round trip, the
+  * grids, targets (PASS/MISS logic of the CPU compiled-step target and the H200 speed
+    targets, on synthetic rows), GQA at LRKV's bytes, the time budget, the roofline's closed forms, JSON round trip, the
     table/Markdown/plot renderers and the CLI on a saved result;
   * an end-to-end run of the runner on a tiny scale with the eager backend.
 The whole file runs in well under a minute on two CPU cores (one compile per compiled test).
@@ -22,7 +22,7 @@ import json
 import pytest
 import torch
 
-from lrkv.bench import roofline, stream
+from lrkv.bench import roofline
 from lrkv.bench.backends import BACKEND_NAMES, GPU_BACKENDS, InductorSteps, SdpaSteps, TritonSteps, step_backends
 from lrkv.bench.families import (
     CACHE_TENSORS, FAMILIES, equal_bytes_kv_heads, make_inputs, payload_ratio, read_bytes, reference_step, step_args,
@@ -33,9 +33,10 @@ from lrkv.bench.machine import Machine, cpu_model, describe_machine, measure_cop
 from lrkv.bench.render import cells, footnotes, headline, markdown_table, rich_tables, targets_markdown
 from lrkv.bench.result import BenchResult, BenchRow
 from lrkv.bench.runner import RunOptions, run_bench
-from lrkv.bench.steps_baselines import GEMM_MIN_HEADS
+from lrkv.bench.steps import GEMM_MIN_HEADS, sum_over_time, time_chunks
 from lrkv.bench.targets import GPU_RULES, check_targets
 from lrkv.bench.timing import Samples, interleave, round_ratios
+from lrkv.reference.masking import softmax_rows, valid_mask
 from lrkv.spec import PAPER_SCALES, AttentionSpec, PaperScale, cache_ratio
 
 TIGHT = dict(rtol=1e-10, atol=1e-10)  # float64, same sums in another order
@@ -55,7 +56,7 @@ def _spec(family, scale=TINY):
 def _garbage_inputs(spec, T, lengths, dtype=torch.float64, seed=0):
     """Kernel-level inputs with NaN in every slot at or past a sequence's length."""
     inp = make_inputs(spec, len(lengths), T, dtype=dtype, lengths=lengths, seed=seed)
-    valid = stream.valid_mask(inp["lengths"], T)
+    valid = valid_mask(inp["lengths"], T)
     for name, t in inp.items():
         if name in CACHE_TENSORS and t is not None:
             inp[name] = torch.where(valid.reshape(*valid.shape, *([1] * (t.dim() - 2))), t, float("nan"))
@@ -112,15 +113,16 @@ def test_compiled_step_float32_matches_oracle_across_lengths(family):
 
 
 def test_sum_over_time_and_chunks():
-    assert stream.time_chunks(256) == (8, 16) and stream.time_chunks(24) == (8,) and stream.time_chunks(7) == ()
+    assert time_chunks(256) == (8, 16) and time_chunks(24) == (8,) and time_chunks(7) == ()
     for T in (1, 7, 8, 24, 128, 384):
         x = torch.randn(2, T, 3, 5, dtype=torch.float64)
-        torch.testing.assert_close(stream.sum_over_time(x), x.sum(1), **TIGHT)
+        torch.testing.assert_close(sum_over_time(x), x.sum(1), **TIGHT)
 
 
 def test_softmax_rows_empty_sequence():
+    """The steps' masked softmax (the reference's): an empty sequence gives weights 0 and lse −inf."""
     logits = torch.randn(2, 3, 5, dtype=torch.float64)
-    a, lse = stream.softmax_rows(logits, stream.valid_mask(torch.tensor([5, 0]), 5))
+    a, lse = softmax_rows(logits, valid_mask(torch.tensor([5, 0]), 5)[:, None, :])
     torch.testing.assert_close(a[0], torch.softmax(logits[0], -1), **TIGHT)
     assert (a[1] == 0).all() and torch.isneginf(lse[1]).all()
 
@@ -178,13 +180,13 @@ def test_grids():
 
 
 def test_step_backends():
-    from lrkv.bench import cli
+    from lrkv.bench import bench_cli
     from lrkv.kernels import runtime
 
     assert [b.name for b in step_backends("cpu")] == ["inductor"]
     assert [b.name for b in step_backends("cuda")] == list(GPU_BACKENDS)
     assert GPU_BACKENDS == ("inductor", "triton", "triton-paged", "triton-rope", "sdpa")
-    assert cli.BACKEND_NAMES == BACKEND_NAMES  # the CLI's torch-free copy of the names
+    assert bench_cli.BACKEND_NAMES == BACKEND_NAMES  # the CLI's torch-free copy of the names
     with pytest.raises(ValueError, match="unknown bench backend"):
         step_backends("cpu", ["flash"])
     with pytest.raises(ValueError, match="variant"):
@@ -265,7 +267,7 @@ def _verdicts(rows):
     return {(r.backend, c["rule"]): c["verdict"] for r in rows for c in r.checks}
 
 
-def test_gpu_targets_issue14_pass():
+def test_h200_targets_pass():
     rows = _gpu_shape()
     checked = check_targets(BenchResult(_machine(device="cuda"), {}, rows))
     assert [r.backend for r in checked] == ["triton", "triton-paged", "triton-rope"]
@@ -282,7 +284,7 @@ def test_gpu_targets_issue14_pass():
     (dict(paged=1.11), ("triton-paged", "paged")),  # paged 11 % slower than contiguous
     (dict(rope=1.61), ("triton-rope", "rope")),  # exact RoPE 1.61 x no RoPE
 ])
-def test_gpu_targets_issue14_miss(change, rule):
+def test_h200_targets_miss(change, rule):
     """Each rule says NO just past its bound, and only that rule (the others still PASS)."""
     rows = _gpu_shape(**change)
     check_targets(BenchResult(_machine(device="cuda"), {}, rows))
@@ -505,22 +507,22 @@ def test_runner_checkpoints_after_each_shape_and_survives_input_oom(tiny_scale, 
 
 
 def test_cli_run_leaves_no_partial_file(tiny_scale, tmp_path, monkeypatch):
-    from lrkv.bench import cli
+    from lrkv.bench import bench_cli
     from lrkv.cli import main
 
     written = []
-    real = cli._checkpoint
+    real = bench_cli._checkpoint
 
     def spy(path):
         write = real(path)
         return lambda rows: (write(rows), written.append(path.exists()))
 
-    monkeypatch.setattr(cli, "_checkpoint", spy)
+    monkeypatch.setattr(bench_cli, "_checkpoint", spy)
     rc = main(["bench", "--scales", tiny_scale, "--batch", "1", "--seq-lens", "16", "--families", "lrkv",
                "--backend", "eager", "--rounds", "1", "--threads", "1", "--out", str(tmp_path), "--no-plot",
                "--no-progress"])
     assert rc == 0 and written == [True]  # the rows were checkpointed during the run ...
-    assert (tmp_path / "bench.json").exists() and not (tmp_path / cli.PARTIAL).exists()  # ... and replaced
+    assert (tmp_path / "bench.json").exists() and not (tmp_path / bench_cli.PARTIAL).exists()  # ... and replaced
 
 
 def test_runner_timing_failure_errors_that_shape_only(tiny_scale, monkeypatch):

@@ -1,10 +1,9 @@
-"""Exported engines (ONNX + onnxruntime, AOTInductor; TensorRT where available).
+"""Verified release (`lrkv export`), the manifest, and `lrkv export --check`; TensorRT where available.
 
-Each engine is built ONCE per process (`cached_engine`, module-scoped fixtures): an
-AOTInductor compile costs tens of seconds on 2 CPU cores. Every round trip is judged by
-the harness (`lrkv.verify.runner`, DESIGN §6) against the float64 reference: cache lengths
-at both ends of the exported range and inside it, variable-length batches, NaN garbage
-past every length.
+An ONNX kernel engine is released once per module (`released`) and copied for every
+tampering test: a flipped byte, an edited artifact beside an untouched copy, ranges
+widened in the manifest, edited numbers, an edited report, missing external data. A
+broken engine releases nothing; a grid the engine skipped entirely releases nothing either.
 """
 
 from __future__ import annotations
@@ -16,74 +15,25 @@ from pathlib import Path
 import pytest
 import torch
 
-import lrkv.compiled.progress as progress
 from lrkv.cli import main as lrkv_main
-from lrkv.compiled import harness
-from lrkv.compiled.engine_backends import DEFAULT_B_MAX, DEFAULT_T_MAX, EngineBackend, cached_engine
+from lrkv.compiled.check import check_artifact
 from lrkv.compiled.config import ExportConfig
 from lrkv.compiled.engine import EngineUnavailable, engine_class
-from lrkv.compiled.check import check_artifact
-from lrkv.compiled.export import export_engine
+from lrkv.compiled.engine_backends import EngineBackend
+from lrkv.compiled.export import batch_lengths, export_engine, gate, grid_cases, length_grid, verify_cases
 from lrkv.compiled.manifest import manifest_path, sha256_file
-from lrkv.compiled.program import example_inputs
-from lrkv.compiled.signature import input_sigs
-from lrkv.compiled.verification import batch_lengths, grid_cases, length_grid
-from lrkv.reference.lrkv import layer_step
 from lrkv.reference.weights import init_lrkv_weights
 from lrkv.spec import AttentionSpec
 from lrkv.verify.backend_registry import get_backend
 from lrkv.verify.case import Case
-from lrkv.verify.levels.kernel import make_kernel_inputs
-from lrkv.verify.levels.layer import make_layer_inputs
 from lrkv.verify.tolerance_report import validate_report
+
+from ._helpers import B_MAX, KERNEL_SPEC, SPEC, T_MAX, T_MIN, named_inputs, run_cases, skip_unless_available
 
 pytestmark = pytest.mark.export
 
-# Odd rank, d_model != H·d_h, exact RoPE and QK-norm: every optional input and constant is live.
-SPEC = AttentionSpec.lrkv(2, 8, 3, rope="exact", qk_norm=True, d_model=12)
-# The registry backends' default range: the fixtures' engines are the very ones that
-# get_backend("onnxruntime" / "aoti") builds, so the registry tests reuse them.
-T_MIN, T_MAX, B_MAX = 1, DEFAULT_T_MAX, DEFAULT_B_MAX
-BUILDS = [(kind, level, dtype) for kind in ("onnx", "aoti") for level in ("kernel", "layer")
-          for dtype in ("float32", "float64")]
-KERNEL_SPEC = "H=2,d_h=8,r=3,rope=exact"  # for the `lrkv export` CLI tests
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _quiet():
-    """No progress lines on stderr while these tests build and verify engines."""
-    before, progress.QUIET = progress.QUIET, True
-    yield
-    progress.QUIET = before
-
-
-def _skip_unless_available(kind: str) -> None:
-    ok, reason = engine_class(kind).available()
-    if not ok:
-        pytest.skip(reason)
-
-
-def _run(backend, cases: list[Case]) -> list[dict]:
-    """Report records of `cases` run by the harness (lrkv.verify.runner) through `backend`."""
-    return harness.verify_cases(backend, cases, grid="test")["records"]
-
-
-def _failures(records: list[dict]) -> list[tuple[str, str]]:
-    return [(r["id"], r["reason"]) for r in records if r["status"] != "pass"]
-
-
-@pytest.fixture(scope="module", params=BUILDS, ids=lambda p: "-".join(p))
-def engine(request):
-    kind, level, dtype = request.param
-    _skip_unless_available(kind)
-    return cached_engine(kind, ExportConfig(SPEC, level=level, dtype=dtype, t_min=T_MIN, t_max=T_MAX, b_max=B_MAX))
-
-
-def _named(config: ExportConfig, B: int, T: int, seed: int = 0) -> dict[str, torch.Tensor]:
-    return dict(zip([s.name for s in input_sigs(config)], example_inputs(config, B=B, T=T, seed=seed)))
-
-
-# ----------------------------------------------------------------------------- round trips
+# ----------------------------------------------------------------------------- the release grid
 def test_grid_covers_both_ends_of_the_range():
     config = ExportConfig(SPEC, level="kernel", t_min=T_MIN, t_max=T_MAX, b_max=B_MAX)
     grid = length_grid(config)
@@ -95,124 +45,11 @@ def test_grid_covers_both_ends_of_the_range():
     assert {c.level for c in grid_cases(layer, (0,))} == {"layer", "layer-model"}
 
 
-def test_roundtrip_matches_reference_on_length_grid(engine):
-    """Every case of the release grid passes the DESIGN §6 rule (out and lse, or y)."""
-    records = _run(EngineBackend(engine), grid_cases(engine.config, seeds=(0, 1)))
-    assert records and not _failures(records), _failures(records)
-    assert {r["shapes"]["t_max"] for r in records} >= {T_MIN, T_MAX}
-    assert {r["shapes"]["batch"] for r in records} >= {1, 4}
-
-
-def test_nan_garbage_past_lengths_never_leaks(engine):
-    """NaN or huge finite garbage past each length: both pass, and the kernel outputs are identical."""
-    config = engine.config
-    T = 40
-    lens = (T, 1, 0, 7) if config.level == "kernel" else (T, 1, 7, 2)
-    case = Case(config.level, SPEC, config.dtype, lens, T, seed=3)
-    other = case.replace(nan_garbage=False)
-    records = _run(EngineBackend(engine), [case, other])
-    assert not _failures(records), _failures(records)
-    if config.level == "kernel":
-        call = EngineBackend(engine).decode_attention
-        oa, ob = make_kernel_inputs(case).call(call), make_kernel_inputs(other).call(call)
-        assert torch.equal(oa[0], ob[0]) and torch.equal(oa[1], ob[1])
-        assert torch.equal(oa[0][2], torch.zeros_like(oa[0][2])) and torch.isneginf(oa[1][2]).all()  # empty row
-
-
-def test_layer_engine_appends_functionally(engine):
-    """The new cache equals the input cache bit for bit (NaN garbage included) except at slot
-    positions[b], where it holds the reference's entry."""
-    if engine.config.level != "layer":
-        pytest.skip("kernel engines have no cache output")
-    case = Case("layer", SPEC, engine.config.dtype, (7, 1, 3), 9, seed=6)
-    inp = make_layer_inputs(case)
-    ref = inp.clone()
-    _, ref_cache = layer_step(ref.weights, ref.x_t, ref.cache, ref.positions.clone())
-    got = inp.clone()
-    _, cache = EngineBackend(engine).layer_step(got.weights, got.x_t, got.cache, got.positions.clone())
-    assert torch.equal(cache.lengths.long(), inp.positions + 1)
-    slot = torch.zeros(case.batch, case.t_max, dtype=torch.bool)
-    slot[torch.arange(case.batch), inp.positions] = True
-    for name, t in cache.tensors().items():
-        old, want = getattr(inp.cache, name), getattr(ref_cache, name)
-        assert torch.equal(t[~slot].isnan(), old[~slot].isnan()), name  # garbage stays garbage
-        assert torch.equal(t[~slot].nan_to_num(), old[~slot].nan_to_num()), name
-        torch.testing.assert_close(t[slot], want[slot], rtol=1e-5, atol=1e-6)
-
-
-def test_artifact_reloads_with_identical_outputs(engine):
-    again = type(engine).load(engine.config, engine.path)
-    named = _named(engine.config, B=3, T=50, seed=5)
-    a, b = engine(**named), again(**named)
-    assert a.keys() == b.keys()
-    for k in a:
-        assert torch.equal(a[k], b[k]), k
-
-
-# ----------------------------------------------------------------------------- rejection before running
-def test_out_of_range_rejected_before_running(engine, monkeypatch):
-    config = engine.config
-
-    def must_not_run(flat):
-        raise AssertionError("the engine ran on an input outside its exported range")
-
-    monkeypatch.setattr(engine, "run_flat", must_not_run)
-    with pytest.raises(ValueError, match=rf"T_max={T_MAX + 1} is outside the exported range \[1, {T_MAX}\]"):
-        engine(**_named(config, B=2, T=T_MAX + 1))
-    with pytest.raises(ValueError, match=rf"batch B={B_MAX + 1} is outside the exported range \[1, {B_MAX}\]"):
-        engine(**_named(config, B=B_MAX + 1, T=4))
-    bad = _named(config, B=2, T=6)
-    if config.level == "kernel":
-        bad["lengths"] = torch.tensor([7, 1], dtype=torch.int32)
-        with pytest.raises(ValueError, match="lengths must lie in"):
-            engine(**bad)
-    else:
-        bad["positions"] = torch.tensor([6, 0], dtype=torch.int32)  # slot 6 does not exist when T = 6
-        with pytest.raises(ValueError, match="positions must lie in"):
-            engine(**bad)
-    wrong = _named(config, B=2, T=6)
-    first = input_sigs(config)[0].name
-    wrong[first] = wrong[first].to(torch.float16)
-    with pytest.raises(TypeError, match="exported for"):
-        engine(**wrong)
-    ragged = _named(config, B=2, T=6)
-    ragged["shared_v"] = ragged["shared_v"][:, :5]
-    with pytest.raises(ValueError, match="shared_v has T=5 but shared_k has T=6"):
-        engine(**ragged)
-
-
-# ----------------------------------------------------------------------------- registry backends
-@pytest.mark.parametrize("name", ["onnxruntime", "aoti"])
-def test_registry_backends_through_the_harness(name):
-    """get_backend(name) in the harness's runner, at the kernel, layer and layer-model levels."""
-    backend = get_backend(name)
-    ok, reason = backend.available()
-    if not ok:
-        pytest.skip(reason)
-    # d_model does not reach the kernel, so this kernel case shares SPEC's engine.
-    cases = [Case("kernel", SPEC.replace(d_model=20), "float64", (9, 0, 4), 9, seed=2),
-             Case("layer", SPEC, "float32", (5, 1, 8), 8, seed=4),
-             Case("layer-model", SPEC, "float64", (6, 6), 6, seed=5)]  # each step reads the cache the last wrote
-    records = _run(backend, cases)
-    assert [r["status"] for r in records] == ["pass"] * 3, _failures(records)
-    unsupported = backend.supports(cases[0].replace(dtype="bfloat16"))
-    assert unsupported[0] is False and "float32 and float64 only" in unsupported[1]
-
-
-def test_registry_onnxruntime_latent_frequencies_as_inputs():
-    """aligned RoPE: the per-head float64 latent frequencies are an engine input."""
-    _skip_unless_available("onnx")
-    spec = AttentionSpec.lrkv(2, 8, 4, rope="aligned")
-    records = _run(get_backend("onnxruntime"), [Case("layer", spec, "float32", (5, 1, 8), 8, seed=4),
-                                                 Case("layer-model", spec, "float32", (5,), 5, seed=1)])
-    assert [r["status"] for r in records] == ["pass"] * 2, _failures(records)
-
-
 # ----------------------------------------------------------------------------- verified release + manifest
 @pytest.fixture(scope="module")
 def released():
     """An ONNX kernel engine released by `lrkv export` (path of the artifact)."""
-    _skip_unless_available("onnx")
+    skip_unless_available("onnx")
     import tempfile
 
     out = Path(tempfile.mkdtemp(prefix="lrkv-release-"))
@@ -261,10 +98,10 @@ def test_released_engine_rejects_lengths_outside_its_range(released):
     """The released range is T_max in [2, 16] (example T >= 2): T = 1 and T = 17 are refused."""
     config = ExportConfig.from_dict(json.loads(manifest_path(released).read_text())["config"])
     eng = engine_class("onnx").load(config, released)
-    assert eng(**_named(config, B=1, T=2))["out"].shape == (1, 2, 8)
+    assert eng(**named_inputs(config, B=1, T=2))["out"].shape == (1, 2, 8)
     for T in (1, 17):
         with pytest.raises(ValueError, match=rf"T_max={T} is outside the exported range \[2, 16\]"):
-            eng(**_named(config, B=1, T=T))
+            eng(**named_inputs(config, B=1, T=T))
 
 
 def test_check_detects_a_flipped_byte(released, tmp_path, capsys):
@@ -377,7 +214,7 @@ def test_check_of_a_malformed_manifest_is_exit_2(released, tmp_path, capsys):
 
 
 def test_failed_verification_writes_no_artifact(tmp_path, monkeypatch):
-    _skip_unless_available("onnx")
+    skip_unless_available("onnx")
     cls = engine_class("onnx")
     real = cls.run_flat
 
@@ -396,7 +233,7 @@ def test_failed_verification_writes_no_artifact(tmp_path, monkeypatch):
 
 def test_embedded_weights_external_data_opset23(tmp_path):
     """Weights embedded in a side file, opset 23 (native RMSNormalization), aligned RoPE, float64."""
-    _skip_unless_available("onnx")
+    skip_unless_available("onnx")
     spec = AttentionSpec.lrkv(2, 8, 4, rope="aligned", qk_norm=True, d_model=12)
     config = ExportConfig(spec, level="layer", dtype="float64", t_max=12, b_max=4, weights="embedded", opset=23,
                           external_data=True)
@@ -413,7 +250,7 @@ def test_embedded_weights_external_data_opset23(tmp_path):
     # The engine computes with ITS weights: handed other ones (seed 1), it refuses instead.
     eng = engine_class("onnx").load(config, result.artifact)
     w = init_lrkv_weights(spec, 3).to(torch.float64)
-    (rec,) = _run(EngineBackend(eng, embedded=w), [Case("layer", spec, "float64", (3, 2), 8, seed=1)])
+    (rec,) = run_cases(EngineBackend(eng, embedded=w), [Case("layer", spec, "float64", (3, 2), 8, seed=1)])
     assert rec["status"] == "error" and "embeds its weights" in rec["reason"]
     (tmp_path / names[1]).unlink()
     ok, problems = check_artifact(result.artifact)
@@ -448,9 +285,9 @@ def test_release_gate_says_nothing_verified_when_every_case_skipped():
     backend = get_backend("tensorrt")
     if backend.available()[0]:
         pytest.skip("torch_tensorrt and CUDA are available: its cases would run, not skip")
-    report = harness.verify_cases(backend, [Case("kernel", SPEC, "float32", (3,), 4)], grid="test")
+    report = verify_cases(backend, [Case("kernel", SPEC, "float32", (3,), 4)], grid="test")
     assert report["summary"]["total"]["skip"] == 1
-    code, verdict = harness.gate(report)
+    code, verdict = gate(report)
     assert code == 4 and verdict.startswith("NOTHING VERIFIED")
 
 
@@ -467,5 +304,5 @@ def test_tensorrt_refuses_without_toolchain(tmp_path, capsys):
     assert not list(tmp_path.iterdir())  # nothing written
     backend = get_backend("tensorrt")
     assert backend.available() == (False, reason)
-    (rec,) = _run(backend, [Case("kernel", SPEC, "float32", (3,), 4)])
+    (rec,) = run_cases(backend, [Case("kernel", SPEC, "float32", (3,), 4)])
     assert rec["status"] == "skip" and reason in rec["reason"]  # never a fake pass
