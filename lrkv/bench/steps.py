@@ -119,7 +119,7 @@ def factored_step(
     a, lse = softmax_rows(logits * scale, valid[:, None, :])  # [B, H, T], [B, H]
     # Eq. 7. Zeroing the garbage of S_V before the GEMM costs one copy of it (inductor cannot
     # fuse a prologue into the extern GEMM); streaming this product instead measured 2x slower.
-    sv = torch.where(valid[..., None], shared_v, 0.0)  # [B, T, d_h]; masking.zero_garbage is for [B, T, H, r]
+    sv = zero_garbage(shared_v, valid)  # [B, T, d_h]
     out_shared = torch.einsum("bht,btd->bhd", a, sv)  # a_h S_V
     z = sum_over_time(time_major(a)[..., None] * zero_garbage(latent_v, valid))  # [B, H, r]  a_h R_h^V
     out_private = torch.einsum("bhr,hdr->bhd", z, basis_v)  # (a_h R_h^V) B_h^{V T}

@@ -86,7 +86,7 @@ def factored_decode(
     lse = (m + torch.log(s)).squeeze(-1)  # log 0 = −inf: the contract's empty-row lse
     a = p / torch.where(s > 0, s, 1.0)
     # Eq. 7: a_h S_V + (a_h R_h^V) B_h^{V T}; garbage zeroed by where before contracting.
-    sv = torch.where(valid[..., None], shared_v, 0.0)  # [B, T, d_h]; masking.zero_garbage is for [B, T, H, r]
+    sv = zero_garbage(shared_v, valid)  # [B, T, d_h]
     lv = zero_garbage(latent_v, valid)  # [B, T, H, r]
     out = torch.einsum("bht,btd->bhd", a, sv)
     out = out + torch.einsum("bhr,hdr->bhd", torch.einsum("bht,bthr->bhr", a, lv), basis_v)

@@ -27,7 +27,7 @@ import torch
 from ..spec import AttentionSpec, cache_components
 from .contract import FLOAT_DTYPES
 from .lrkv import append
-from .masking import causal_attention, softmax_rows, valid_mask
+from .masking import causal_attention, softmax_rows, valid_mask, zero_garbage
 from .norms import rms_norm
 from .rope import apply_rope, rope_freqs
 
@@ -356,7 +356,7 @@ def decode_attention(
     qg = q.reshape(B, n_kv, G, d_h)  # head h = n·G + g reads KV head n
     logits = torch.einsum("bngd,btnd->bngt", qg, k).reshape(B, H, T)
     a, lse = softmax_rows(logits * scale, valid[:, None, :])  # [B, H, T]
-    vz = torch.where(valid[..., None, None], v, 0.0)  # NaN garbage must not meet a zero weight
+    vz = zero_garbage(v, valid)  # NaN garbage must not meet a zero weight
     out = torch.einsum("bngt,btnd->bngd", a.reshape(B, n_kv, G, T), vz)
     return out.reshape(B, H, d_h), lse
 

@@ -117,8 +117,7 @@ def decode_attention(
     a, lse = softmax_rows(logits * scale, valid[:, None, :])  # [B, H, T]
     a = a.to(q.dtype)  # the value contraction runs at the input dtype, as a kernel's P·V does
     # Eq. 7: a_h S_V + (a_h R_h^V) B_h^{V T}; garbage slots zeroed before the contraction
-    sv = torch.where(valid[..., None], shared_v, 0.0)
-    lv = torch.where(valid[..., None, None], latent_v, 0.0)
+    sv, lv = zero_garbage(shared_v, valid), zero_garbage(latent_v, valid)
     out_shared = torch.einsum("bht,btd->bhd", a, sv)
     out_private = torch.einsum("bhr,hdr->bhd", torch.einsum("bht,bthr->bhr", a, lv), basis_v)
     return out_shared + out_private, lse
@@ -148,7 +147,7 @@ def materialized_decode_attention(
     logits = torch.einsum("bhd,bthd->bht", q.to(acc), k.to(acc)) * scale  # scores accumulate in acc
     a, lse = softmax_rows(logits, valid[:, None, :])
     a = a.to(q.dtype)
-    v = torch.where(valid[..., None, None], v, 0.0)
+    v = zero_garbage(v, valid)
     return torch.einsum("bht,bthd->bhd", a, v), lse
 
 

@@ -16,14 +16,15 @@ def valid_mask(lengths: torch.Tensor, t_max: int) -> torch.Tensor:
     return torch.arange(t_max, device=lengths.device)[None, :] < lengths[:, None]  # [B, T]
 
 
-def zero_garbage(latent: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Latents [B, T, H, r] with the slots past lengths set to 0 before any contraction.
+def zero_garbage(cached: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """A cache tensor [B, T, ...] (shared [B, T, d_h], latents [B, T, H, r], per-head keys or
+    values) with the slots past lengths set to 0 before any contraction.
 
     Masking the logits alone is not enough at reduced precision: CPU bfloat16 matmuls
     (the `bthr,hdr->bthd` rebuild of exact RoPE) let a NaN in a garbage row turn valid rows
     NaN too (kernel:lrkv-H2-dh16-r9-rope_exact:bfloat16:T9:L0-1:s0).
     """
-    return torch.where(valid[..., None, None], latent, 0.0)
+    return torch.where(valid.reshape(*valid.shape, *([1] * (cached.dim() - 2))), cached, 0.0)
 
 
 def softmax_rows(logits: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,5 +46,5 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, valid: t
     logits = torch.einsum("bihe,bjhe->bhij", q, k) * scale  # [B, H, T, T]
     causal = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     a, _ = softmax_rows(logits, causal[None, None] & valid[:, None, None, :])
-    v = torch.where(valid[..., None, None], v, 0.0)  # padding values zeroed: 0·NaN would leak
+    v = zero_garbage(v, valid)  # padding values zeroed: 0·NaN would leak
     return torch.einsum("bhij,bjhe->bihe", a, v)

@@ -37,7 +37,7 @@ from .dense import (
     LayerCache, cast_tensors, check_allocation, check_layer_input, check_lengths, check_step, check_weight_shapes, gain, prefill_with, require_dims, require_shape, require_tensor, validate_common,
 )
 from .lrkv import append
-from .masking import causal_attention, softmax_rows, valid_mask
+from .masking import causal_attention, softmax_rows, valid_mask, zero_garbage
 from .norms import rms_norm
 from .rope import apply_rope, rope_freqs
 
@@ -160,7 +160,7 @@ def latent_decode_attention(
     if k_rope is not None:
         logits = logits + torch.einsum("bhr,btr->bht", q_pe, k_rope)  # q_pe · k_pe, one k_pe for all heads
     a, lse = softmax_rows(logits * scale, valid[:, None, :])  # [B, H, T]
-    c = torch.where(valid[..., None], latent, 0.0)  # garbage slots zeroed before P·C
+    c = zero_garbage(latent, valid)  # garbage slots zeroed before P·C
     return torch.einsum("bht,btc->bhc", a, c), lse
 
 
@@ -211,7 +211,7 @@ def naive_decode_attention(
     if k_rope is not None:
         logits = logits + torch.einsum("bhr,btr->bht", q[..., d_h:], k_rope)
     a, lse = softmax_rows(logits * scale, valid[:, None, :])
-    v = torch.where(valid[..., None, None], v, 0.0)
+    v = zero_garbage(v, valid)
     return torch.einsum("bht,bthd->bhd", a, v), lse
 
 

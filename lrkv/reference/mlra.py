@@ -41,7 +41,7 @@ from .dense import (
     LayerCache, cast_tensors, check_allocation, check_layer_input, check_lengths, check_weight_shapes, gain,
     prefill_with, require_dims, require_shape, require_tensor, validate_common,
 )
-from .masking import causal_attention, softmax_rows, valid_mask
+from .masking import causal_attention, softmax_rows, valid_mask, zero_garbage
 from .mla import latent_layer_step
 from .norms import rms_norm
 from .rope import apply_rope, rope_freqs
@@ -182,7 +182,7 @@ def branch_decode_attention(
     if k_rope is not None:
         logits = logits + torch.einsum("bhr,btr->bht", q_pe, k_rope)  # k_pe shared by every branch
     a, lse = softmax_rows(logits * scale, valid[:, None, :])  # [B, H, T]
-    c = torch.where(valid[..., None, None], latent, 0.0)  # garbage slots zeroed before P·Ĉ
+    c = zero_garbage(latent, valid)  # garbage slots zeroed before P·Ĉ
     z = torch.einsum("bjit,btjc->bjic", a.reshape(B, g, H // g, T), c)
     return z.reshape(B, H, d_c), lse
 

@@ -22,7 +22,7 @@ import torch
 
 from ..reference.contract import validate_decode_inputs
 from ..reference.lrkv import accumulation_dtype, factored_logits, layer_step
-from ..reference.masking import NEG_INF, valid_mask
+from ..reference.masking import NEG_INF, valid_mask, zero_garbage
 from .protocol import BaseBackend
 
 DEFAULT_TILE = 16
@@ -89,8 +89,7 @@ class TiledDecoder:
         self.rescale(st, alpha)
         st.m = m_new
         st.l = st.l + p.sum(-1)
-        sv = torch.where(valid[:, j0:j1, None], shared_v[:, j0:j1], 0.0)
-        lv = torch.where(valid[:, j0:j1, None, None], latent_v[:, j0:j1], 0.0)
+        sv, lv = zero_garbage(shared_v[:, j0:j1], valid[:, j0:j1]), zero_garbage(latent_v[:, j0:j1], valid[:, j0:j1])
         st.acc_shared = st.acc_shared + torch.einsum("bht,btd->bhd", p, sv)
         st.acc_private = st.acc_private + torch.einsum("bht,bthr->bhr", p, lv)
 
