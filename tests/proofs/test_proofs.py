@@ -16,10 +16,10 @@ import pytest
 import sympy as sp
 
 from lrkv.cli import main
-from lrkv.proofs import paper_data as data
-from lrkv.proofs import (
+from lrkv.proofs.algebra import (
     associativity, diversity, endpoints, formulas, gradients, mla, rmsnorm, rope, softmax, special_cases, splitk,
 )
+from lrkv.proofs.paper import data
 from lrkv.proofs.record import STATUSES, Proof, Verdict
 from lrkv.proofs.registry import EXPECTED, REGISTRY, load_all
 from lrkv.proofs.report import SCHEMA, validate_report
@@ -437,7 +437,12 @@ def test_proof_record_contract():
         Verdict("reconciled", "x", {})  # a reconciliation must name its assumption
     with pytest.raises(ValueError):
         Verdict("maybe", "x", {})
-    assert set(STATUSES) == {"proved", "refuted", "reconciled", "inconsistent"}
+    with pytest.raises(ValueError):
+        Verdict("consistent", "x", {})  # a bound-only verdict must name its bound
+    with pytest.raises(ValueError):
+        Verdict("unverifiable", "x", {"bound": "3"})  # an unverifiable one must say what is missing
+    assert Verdict("consistent", "x", {"bound": "3.0"}).status == "consistent"
+    assert set(STATUSES) == {"proved", "refuted", "reconciled", "consistent", "unverifiable", "inconsistent"}
 
 
 # ----------------------------------------------------------------------------- CLI and report

@@ -23,41 +23,10 @@ from lrkv.spec import (
     kv_param_ratio, mha_cache_elements, model_cache_bytes, rank_ceiling, tp_cache_ratio,
 )
 
-from . import paper_data as data
-from .record import Verdict
-from .registry import proof
-
-
-# ----------------------------------------------------------------------------- printed precision
-def dec(printed: str) -> Fraction:
-    return Fraction(printed)
-
-
-def half_unit(printed: str) -> Fraction:
-    """Half a unit in the last printed digit: '48.4' -> 1/20."""
-    digits = len(printed.split(".")[1]) if "." in printed else 0
-    return Fraction(1, 2 * 10**digits)
-
-
-def matches(value: Fraction, printed: str) -> bool:
-    """value rounds to the printed decimal (either rounding direction at the exact midpoint)."""
-    return abs(Fraction(value) - dec(printed)) <= half_unit(printed)
-
-
-def truncates_to(value: Fraction, printed: str) -> bool:
-    digits = len(printed.split(".")[1]) if "." in printed else 0
-    return Fraction(math.floor(Fraction(value) * 10**digits), 10**digits) == dec(printed)
-
-
-def pct(x: Fraction) -> Fraction:
-    return 100 * Fraction(x)
-
-
-def show(x: Fraction, digits: int = 4) -> str:
-    """Exact value rounded half-up at `digits` decimals (53.125 -> '53.13', not float's '53.12')."""
-    x = Fraction(x)
-    q = Decimal(x.numerator) / Decimal(x.denominator)
-    return str(q.quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
+from . import data
+from .printed import dec, half_unit, matches, pct, show, truncates_to
+from ..record import Verdict
+from ..registry import proof
 
 
 def _status(all_match: bool, why_ok: str, why_bad: str, evidence: dict) -> Verdict:

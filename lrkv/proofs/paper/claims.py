@@ -19,22 +19,12 @@ import sympy as sp
 
 from lrkv.spec import AttentionSpec, PAPER_SCALES, cache_ratio, decode_arithmetic_ratio, kv_param_ratio, per_device_cache_elements
 
-from . import paper_data as data
-from .paper_numbers import dec, half_unit, matches, pct, show
-from .record import Verdict
-from .registry import proof
+from . import data
+from .printed import dec, in_range, interval, matches, pct, show
+from ..record import Verdict
+from ..registry import proof
 
 LN2 = sp.log(2)
-
-
-def interval(printed: str) -> tuple[Fraction, Fraction]:
-    """The values a printed decimal stands for: '2.894' -> [2.8935, 2.8945]."""
-    return dec(printed) - half_unit(printed), dec(printed) + half_unit(printed)
-
-
-def in_range(x: Fraction, lo: str, hi: str) -> bool:
-    """x lies in a printed range 'lo–hi', each end widened by its printed half unit."""
-    return interval(lo)[0] <= x <= interval(hi)[1]
 
 
 # ----------------------------------------------------------------------------- Table 8 frontier

@@ -21,9 +21,9 @@ import torch
 
 from lrkv.reference.rope import aligned_basis, rope_freqs, rotation_matrix
 
-from .record import Verdict
-from .registry import proof
-from .symbolic import (
+from ..record import Verdict
+from ..registry import proof
+from ..symbolic import (
     check_identity, general_is_zero, general_residual, is_zero, jsonable, matrix,
     nonzero_evidence, residual, rope_matrix, row, short,
 )

@@ -24,9 +24,9 @@ from lrkv.spec import (
     model_cache_bytes, per_device_cache_elements, rank_ceiling, tp_cache_ratio,
 )
 
-from .record import Verdict
-from .registry import proof
-from .symbolic import grid, jsonable
+from ..record import Verdict
+from ..registry import proof
+from ..symbolic import grid, jsonable
 
 H, DH, R, P, T, D, C = sp.symbols("H d_h r P T d c", positive=True)
 b_, N_, BT_ = sp.symbols("b N BT", positive=True)  # bytes/scalar, layers, batch·length: must cancel

@@ -15,9 +15,9 @@ import sympy as sp
 
 from lrkv.spec import AttentionSpec, cache_elements, kv_param_count
 
-from .record import Verdict
-from .registry import proof
-from .symbolic import check_identity, jsonable, matrix
+from ..record import Verdict
+from ..registry import proof
+from ..symbolic import check_identity, jsonable, matrix
 
 
 def head_projection(W_S, U, B):

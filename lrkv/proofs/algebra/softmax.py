@@ -14,9 +14,9 @@ import sympy as sp
 
 from lrkv.spec import AttentionSpec
 
-from .record import Verdict
-from .registry import proof
-from .symbolic import check_identity, is_zero, jsonable, matrix, nonzero_evidence, residual, row
+from ..record import Verdict
+from ..registry import proof
+from ..symbolic import check_identity, is_zero, jsonable, matrix, nonzero_evidence, residual, row
 
 
 def softmax_row(logits) -> sp.Matrix:

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .record import Verdict
-from .registry import proof
-from .symbolic import check_identity, jsonable, matrix
+from ..record import Verdict
+from ..registry import proof
+from ..symbolic import check_identity, jsonable, matrix
 
 H_HEADS = 2
 

@@ -22,10 +22,10 @@ import sympy as sp
 from lrkv.spec import PAPER_SCALES, AttentionSpec, cache_ratio
 
 from .endpoints import full_rank_construction, head_projection
-from .paper_numbers import pct, show
-from .record import Verdict
-from .registry import proof
-from .symbolic import check_identity, matrix
+from ..paper.printed import pct, show
+from ..record import Verdict
+from ..registry import proof
+from ..symbolic import check_identity, matrix
 
 
 def max_minor_rank(M: sp.Matrix) -> int:

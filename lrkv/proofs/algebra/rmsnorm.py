@@ -20,9 +20,9 @@ import torch
 from lrkv.reference.norms import joint_key_scale
 from lrkv.spec import AttentionSpec, cache_components, key_scale_overhead
 
-from .record import Verdict
-from .registry import proof
-from .symbolic import check_identity, jsonable, matrix, row
+from ..record import Verdict
+from ..registry import proof
+from ..symbolic import check_identity, jsonable, matrix, row
 
 EPS = sp.Symbol("epsilon", positive=True)
 

@@ -16,10 +16,10 @@ from fractions import Fraction
 
 import sympy as sp
 
-from . import paper_data as data
-from .record import Verdict
-from .registry import proof
-from .symbolic import check_identity, is_zero, matrix, nonzero_evidence, residual, rope_matrix
+from ..paper import data
+from ..record import Verdict
+from ..registry import proof
+from ..symbolic import check_identity, is_zero, matrix, nonzero_evidence, residual, rope_matrix
 
 
 def rotation2(alpha):
