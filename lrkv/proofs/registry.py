@@ -27,7 +27,11 @@ PROOF_MODULES: tuple[str, ...] = (
     "lrkv.proofs.algebra.softmax",  # item 2
     "lrkv.proofs.algebra.rope",  # item 3
     "lrkv.proofs.algebra.rmsnorm",  # item 4
-    "lrkv.proofs.algebra.formulas",  # item 5
+    "lrkv.proofs.algebra.cache_formulas",  # item 5
+    "lrkv.proofs.algebra.tp",  # item 5
+    "lrkv.proofs.algebra.param_formula",  # item 5
+    "lrkv.proofs.algebra.decode_cost",  # item 5
+    "lrkv.proofs.algebra.planner",  # item 5
     "lrkv.proofs.algebra.endpoints",  # item 6
     "lrkv.proofs.algebra.gradients",  # item 7
     "lrkv.proofs.algebra.splitk",  # item 8
@@ -35,8 +39,14 @@ PROOF_MODULES: tuple[str, ...] = (
     "lrkv.proofs.algebra.diversity",  # item 9
     "lrkv.proofs.algebra.special_cases",  # item 6
     # paper/: the numbers and prose claims of the paper and of the four source documents
-    "lrkv.proofs.paper.numbers",  # item 10
-    "lrkv.proofs.paper.claims",  # item 10
+    "lrkv.proofs.paper.cache_numbers",  # item 10
+    "lrkv.proofs.paper.table12",  # item 10
+    "lrkv.proofs.paper.table8",  # item 10
+    "lrkv.proofs.paper.quality",  # item 10
+    "lrkv.proofs.paper.head_diversity",  # item 10
+    "lrkv.proofs.paper.v1_summary",  # item 10
+    "lrkv.proofs.paper.mlra",  # item 10
+    "lrkv.proofs.paper.hand_example",  # item 1
 )
 
 

@@ -11,6 +11,8 @@ import math
 from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 
+from ..record import Verdict
+
 
 def dec(printed: str) -> Fraction:
     """The printed decimal as an exact Fraction ('48.4' -> 242/5); ValueError on a non-number."""
@@ -67,3 +69,10 @@ def show(x: Fraction, digits: int = 4) -> str:
     x = Fraction(x)
     q = Decimal(x.numerator) / Decimal(x.denominator)
     return str(q.quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
+
+
+def reproduced(all_match: bool, why_ok: str, why_bad: str, evidence: dict) -> Verdict:
+    """proved when every printed number was reproduced, else inconsistent."""
+    if all_match:
+        return Verdict("proved", why_ok, evidence)
+    return Verdict("inconsistent", why_bad, evidence)
