@@ -73,7 +73,7 @@ class Proof:
     name: str  # registry key, snake_case
     item: int  # the numbered claim group of issue 3 (1–10)
     claim: str  # the claim, one sentence
-    source: str  # equation / table / page as the seed reviews cite them
+    source: str  # equation / table / page as the source reviews cite them
     status: str  # one of STATUSES
     expected: str  # the status the suite expects (CI fails when status != expected)
     summary: str  # why the status holds

@@ -46,6 +46,7 @@ PROOF_MODULES: tuple[str, ...] = (
     "lrkv.proofs.paper.head_diversity",  # item 10
     "lrkv.proofs.paper.v1_summary",  # item 10
     "lrkv.proofs.paper.mlra",  # item 10
+    "lrkv.proofs.paper.chinese_review",  # item 10
     "lrkv.proofs.paper.hand_example",  # item 1
 )
 

@@ -64,7 +64,9 @@ def test_registry_covers_issue_items():
     # labels that say what was shown: a bound respected, not a reproduction; a claim the sources cannot check
     assert EXPECTED["mlra_decode_speedup"] == "consistent"
     assert {n for n, e in EXPECTED.items() if e == "unverifiable"} >= {"v1_fewer_steps", "paper_table2_combined_6p3b"}
-    assert {n for n, e in EXPECTED.items() if e == "refuted"} == {"rope_latent_general_claim", "paper_table8_frontier"}
+    assert {n for n, e in EXPECTED.items() if e == "refuted"} == {
+        "rope_latent_general_claim", "paper_table8_frontier", "v1_no_quadratic_growth", "v1_training_memory_halved",
+        "v1_mqa_gqa_query_sharing"}
 
 
 # ----------------------------------------------------------------------------- wrong variants
@@ -197,8 +199,8 @@ WRONG = [
     ("paper_arithmetic_multiplier", dict(printed=_tampered(data.ARITHMETIC, ("printed", "limit"), "1.5")), "1.5"),
     ("paper_table12_bytes", dict(printed=_tampered(data.TABLE12, ("rows", "2.5B", "lrkv"), "361.0")), "LRKV 361"),
     ("paper_table12_pct_128m", dict(printed=_tampered(data.TABLE12, ("rows", "128M", "pct"), "52.9")), "52.9%"),
-    ("paper_table12_pct_2p5b", dict(printed=_tampered(data.TABLE12, ("rows", "2.5B", "pct"), "48.5")),
-     "48.5% would reconcile with rank 55"),
+    ("paper_table12_pct_2p5b", dict(printed=_tampered(data.TABLE12, ("rows", "2.5B", "pct"), "48.9")),
+     "48.9%: no rule at rank 55 or 64"),
     ("paper_table12_pct_6p3b", dict(printed=_tampered(data.TABLE12, ("rows", "6.3B", "pct"), "45.3")),
      "45.3% would reconcile with rank 54"),
     ("paper_g4_128m", dict(printed=_tampered(data.APPENDIX_G4, ("lines", "128M", "printed_fraction"), "0.600")), "0.600"),
@@ -245,6 +247,30 @@ WRONG = [
      "BPB agrees with CE"),
     ("shared_reread_per_head", dict(reads=lambda shapes, s: layouts.per_token(shapes, s)), "shared block read once"),
     ("identical_maps_centred_gram", dict(centring=lambda n: sp.eye(n)), "uncentred Gram"),
+    ("zero_init_kills_residual_gradients", dict(init=lambda d, d_h, r: (sp.ones(d, r), sp.zeros(d_h, r))),
+     "only B zero: B's gradient lives"),
+    ("v1_no_quadratic_growth", dict(training=lambda spec, T: 5 * T + 1), "a linear-memory forward"),
+    ("v1_training_memory_halved", dict(training=lambda spec, T: T * (2 * spec.head_dim + 2 * spec.n_heads * spec.rank)),
+     "training that holds only the factored cache"),
+    ("v1_mqa_gqa_query_sharing", dict(heads=lambda spec: {"query_heads": 1, "kv_heads_k": spec.n_heads,
+                                                          "kv_heads_v": spec.n_heads}), "queries shared, K/V per head"),
+    ("review_batch_tokens", dict(printed=_tampered(data.TRAINING_SETUP, ("tokens_per_batch",), "65536")), "65,536 tokens"),
+    ("review_midtraining_mix", dict(printed=_tampered(data.TRAINING_SETUP, ("midtraining", "total"), "600K")), "600K"),
+    ("review_table5_shared_row", dict(table5=_tampered(data.TABLE5, ("width", "1.2B"), 2048)), "1.2B 2048 wide"),
+    ("review_table9_ce_bpb_ratio", dict(table9_bpb={k: "0.830" for k in data.TABLE9_BPB}), "8K BPB on the 2K scale"),
+    ("paper_table1_bpb_order", dict(printed=_tampered(data.TABLE1_BPB, ("bpb", "MHA"), ("0.878", "0.765", "0.719", "0.701"))),
+     "2.5B tie"),
+    ("paper_table2_lrkv_top_combined", dict(printed=_tampered(data.TABLE2, ("combined", "MHA"), ("19.5", "35.3", "38.8"))),
+     "MHA top at 128M"),
+    ("paper_humaneval_lrkv_below_mha", dict(printed=_tampered(data.HUMANEVAL, ("cells", "LRKV"), (None, "13.9", "12.8"))),
+     "LRKV above MHA at 2.5B"),
+    ("paper_mqa_humaneval_lowest", dict(printed=_tampered(data.HUMANEVAL, ("cells", "MHA"), (None, "3.0", "14.6"))),
+     "MHA below MQA at 2.5B"),
+    ("mlra_no_extra_memory", dict(printed={**data.MLRA_MEMORY, "tp": 1}), "one device: nothing to share"),
+    ("paper_table12_pct_one_rule", dict(table12=_tampered(_tampered(data.TABLE12, ("rows", "2.5B", "pct"), "48.5"),
+                                                          ("rows", "6.3B", "pct"), "45.3"),
+                                        g4=_tampered(data.APPENDIX_G4, ("lines", "2.5B", "printed_fraction"), "0.485")),
+     "a table one rule fits"),
 ]
 
 
@@ -408,9 +434,9 @@ SUBCHECKS += [("factor_gradients", dict(gradients=lambda G, U, B: {**gradients.p
 
 def test_every_subcheck_is_made_to_fail_somewhere():
     """A proof that records boolean sub-checks has, for each one, a SUBCHECKS entry aimed at it."""
-    from tests.proofs.test_soundness import SOUND
+    from tests.proofs.test_soundness import NEW, SOUND
 
-    covered = {(n, c) for n, _, c in SUBCHECKS + SOUND}
+    covered = {(n, c) for n, _, c in SUBCHECKS + SOUND + NEW}
     missing = []
     for name in NAMES:
         checks = _good(name).evidence.get("checks")
@@ -510,7 +536,8 @@ def test_cli_exits_nonzero_when_a_proof_raises(tmp_path, monkeypatch):
 def test_cli_only_globs_unknown_names_and_stdout_markdown(tmp_path, capsys):
     rc, report, _ = _cli(tmp_path, "--only", "paper_table12_*")
     assert rc == 0 and {p["name"] for p in report["proofs"]} == {
-        "paper_table12_bytes", "paper_table12_pct_128m", "paper_table12_pct_2p5b", "paper_table12_pct_6p3b"}
+        "paper_table12_bytes", "paper_table12_pct_128m", "paper_table12_pct_2p5b", "paper_table12_pct_6p3b",
+        "paper_table12_pct_one_rule"}
     assert main(["proofs", "--only", "no_such_proof"]) == 2
     capsys.readouterr()
     assert main(["proofs", "--only", "paper_fig9_ceiling", "--markdown"]) == 0
@@ -553,8 +580,13 @@ def test_reconciliations_name_the_assumption():
     assert [per[k]["layers_batch_context_bytes"] for k in ("128M", "2.5B", "6.3B")] == [[24 * 2048], [72 * 2048], [72 * 2048]]
     t5 = {(s["dtype"], s["batch"], s["context"]) for s in per["2.5B"]["readings_with_table5_layers"]}
     assert {("float32", 1, 2048), ("bfloat16", 2, 2048), ("bfloat16", 1, 4096)} <= t5
-    assert "rank 64" in t12.assumption and "MiB" in t12.assumption and "cannot separate" in t12.assumption
-    assert "Only fp32" not in t12.assumption
+    assert "rank 64" in t12.assumption and "MiB" in t12.assumption
+    # ranked by the paper's own statements: bf16, one sequence, 2,048 tokens, 12/36/36 layers (Figs. 7, 8, 14),
+    # against Table 5's 18 layers; the batch-2 reading with Table 5's layers ties on statements
+    best = t12.evidence["best_reading"]
+    assert best["reading"] == "bfloat16, batch 1, 2048 tokens, MiB, layers 12/36/36"
+    assert "figures_36_layers_2p5b" in best["agrees"] and "table5_18_layers_2p5b" in best["contradicts"]
+    assert t12.evidence["ranked_readings"][1]["batch"] == 2
     g4 = REGISTRY["paper_g4_128m"].fn()
     assert "rank 46" in g4.assumption
     t2 = REGISTRY["paper_table2_combined"].fn()

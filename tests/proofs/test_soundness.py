@@ -70,6 +70,8 @@ SOUND = [
     ("decode_arithmetic", dict(lrkv_step=_materialized_step), "derivation"),
     ("rmsnorm_key_scale_overhead", dict(layout=_drop(layouts.reference_layout, "key_scale")), "derivation"),
     ("rmsnorm_key_scale_overhead", dict(spec_fn=lambda spec: Fraction(1, spec.head_dim)), "spec_on_grid"),
+    # GQA: the image dimension, against the Jacobian rank (a count without the r² gauge is wrong)
+    ("v1_gqa_special_case", dict(dim=lambda d, d_h, g, r: d * d_h + g * r * (d + d_h)), "dimension_count"),
     # Gibbs: the inequality, through a bound that is actually valid
     ("centred_gram_ceiling", dict(log_lower_bound=lambda x: 1 - x), "gibbs"),
     # Fig. 9 / Table 3: ceilings computed from the centring, not typed
@@ -128,3 +130,85 @@ def test_mlra_speedup_of_one_is_a_verdict_not_an_exception():
         assert p.status == "inconsistent"
     with pytest.raises(ValueError):
         REGISTRY["mlra_decode_speedup"].fn(printed=_tampered(data.MLRA_SPEEDUP, ("speedup",), "fast"))
+
+
+# ----------------------------------------------------------------------------- the claims this suite newly covers
+def _zeros_like_factors():
+    import torch
+
+    return tuple(torch.zeros(2, 2) for _ in range(4))
+
+
+def _with_factored_cache(spec, T):
+    """A 'training' forward that also fills the factored cache, as prefill does: it grows with r."""
+    from lrkv.proofs.paper.v1_summary import cache_allocation, training_allocations
+
+    return training_allocations(spec, T) + cache_allocation(spec, T)
+
+
+def _extra_lrkv_quadratic(spec, T):
+    from lrkv.proofs.paper.v1_summary import training_allocations
+
+    return training_allocations(spec, T) + (T * T if spec.family == "lrkv" else 0)
+
+
+NEW = [
+    ("zero_init_kills_residual_gradients", dict(init=lambda d, d_h, r: (sp.ones(d, r), sp.zeros(d_h, r))), "both_vanish"),
+    ("zero_init_kills_residual_gradients", dict(init=lambda d, d_h, r: (sp.ones(d, r), sp.zeros(d_h, r))), "stays_zero"),
+    ("zero_init_kills_residual_gradients", dict(loss=lambda W, G: sp.Integer(0)), "one_zero_factor_recovers"),
+    ("zero_init_kills_residual_gradients", dict(factors=_zeros_like_factors), "reference_init_nonzero"),
+    ("v1_no_quadratic_growth", dict(training=lambda spec, T: 5 * T + 1), "lrkv_forward_quadratic"),
+    ("v1_no_quadratic_growth", dict(training=_extra_lrkv_quadratic), "same_quadratic_term_as_mha"),
+    ("v1_no_quadratic_growth", dict(cache=lambda spec, T: T * T), "caches_linear"),
+    ("v1_training_memory_halved", dict(training=_with_factored_cache), "per_token_independent_of_rank"),
+    ("v1_training_memory_halved", dict(cache=lambda spec, T: 10 * T), "cache_depends_on_rank"),
+    ("v1_mqa_gqa_query_sharing", dict(heads=lambda spec: {"query_heads": 1, "kv_heads_k": 1, "kv_heads_v": 1}),
+     "queries_per_head"),
+    ("v1_mqa_gqa_query_sharing", dict(heads=lambda spec: {"query_heads": spec.n_heads, "kv_heads_k": spec.n_heads,
+                                                          "kv_heads_v": spec.n_heads}), "kv_shared"),
+    ("review_batch_tokens", dict(printed=_tampered(data.TRAINING_SETUP, ("batches", "128M", "accumulation"), 2)),
+     "every_group_32768"),
+    ("review_midtraining_mix", dict(printed=_tampered(data.TRAINING_SETUP, ("midtraining", "parts", "GSM8K"), "18K")),
+     "parts_sum_to_total"),
+    ("review_table5_shared_row", dict(table5=_tampered(data.TABLE5, ("layers", "1.2B"), 28)), "rows_identical"),
+    ("review_table9_ce_bpb_ratio", dict(table9_bpb={**data.TABLE9_BPB, "MHA": "0.830"}), "intervals_disjoint"),
+    ("paper_table1_bpb_order", dict(printed=_tampered(data.TABLE1_BPB, ("bpb", "LRKV"), ("0.872", "0.758", "0.723", "0.692"))),
+     "lrkv_below_mha_everywhere"),
+    ("paper_table1_bpb_order", dict(printed=_tampered(data.TABLE1_BPB, ("mla_2p5b",), "0.719")), "lrkv_below_mla_2p5b"),
+    ("paper_table2_lrkv_top_combined", dict(printed=_tampered(data.TABLE2, ("combined", "MLA"), ("18.0", "36.9", "41.0"))),
+     "lrkv_top_everywhere"),
+    ("paper_humaneval_lrkv_below_mha", dict(printed=_tampered(data.HUMANEVAL, ("cells", "LRKV"), (None, "11.7", "15.0"))),
+     "lrkv_below_mha"),
+    ("paper_mqa_humaneval_lowest", dict(printed=_tampered(data.HUMANEVAL, ("cells", "LRKV"), (None, "3.0", "12.8"))),
+     "below_every_printed_cell"),
+    ("mlra_no_extra_memory", dict(layout=lambda spec: {k: v for k, v in layouts.reference_layout(spec).items()
+                                                       if not (spec.family == "mlra" and len(v) == 3)}),
+     "equal_at_one_device"),
+    ("mlra_no_extra_memory", dict(printed={**data.MLRA_MEMORY, "tp": 1}), "less_per_device_at_tp"),
+]
+
+
+@pytest.mark.parametrize("name,variant,check", NEW, ids=[f"{n}:{c}" for n, _, c in NEW])
+def test_new_claim_subcheck_fails_on_a_wrong_input(name, variant, check):
+    good = REGISTRY[name].fn()
+    assert good.evidence["checks"][check] is True
+    bad = REGISTRY[name].fn(**variant)
+    assert bad.evidence["checks"][check] is False, f"{name}: sub-check {check} accepted a wrong input"
+    assert bad.status != good.status
+
+
+def test_mqa_humaneval_becomes_checkable_with_the_missing_cells():
+    full = {"MHA": ("5.0", "13.4", "14.6"), "LRKV": ("5.5", "11.7", "12.8"), "MQA": ("2.4", "3.7", "4.3"),
+            "GQA": ("4.0", "9.0", "9.5"), "MLA": ("4.5", "10.0", "11.0")}
+    p = REGISTRY["mlra_decode_speedup"].fn()
+    assert p.status == "consistent" and p.evidence["bound"] == "3.000"
+    q = REGISTRY["paper_mqa_humaneval_lowest"].fn(printed={**data.HUMANEVAL, "cells": full})
+    assert q.status == "proved"
+
+
+def test_one_rounding_rule_would_reconcile_a_consistent_table():
+    t12 = _tampered(data.TABLE12, ("rows", "2.5B", "pct"), "48.5")
+    t12 = _tampered(t12, ("rows", "6.3B", "pct"), "45.3")
+    g4 = _tampered(data.APPENDIX_G4, ("lines", "2.5B", "printed_fraction"), "0.485")
+    p = REGISTRY["paper_table12_pct_one_rule"].fn(table12=t12, g4=g4)
+    assert p.status == "reconciled" and "table7 rank, sum" in p.assumption

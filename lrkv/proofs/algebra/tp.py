@@ -65,7 +65,7 @@ def tp_replication(*, formula=tp_ratio_formula, spec_impls=None, per_device=per_
     "tp_payload_mla_mlra",
     item=5,
     claim="Per device under P-way tensor parallelism, derived from the cache layouts: MLA keeps its whole d_c + d_rope on every device (576 at DeepSeek-V3 sizes), MLRA shards its latent heads ((L/P) d_c + d_rope: 192 at 4-way at those sizes), LRKV holds 2(d_h + (H/P) r), MHA 2 H d_h / P.",
-    source="deepseek-ai/DeepSeek-V3 inference/model.py (absorb: kv_cache [B, S, kv_lora_rank = 512], pe_cache [B, S, qk_rope_head_dim = 64], no head axis); SongtaoLiu0823/MLRA model/mlra_4_gen.py (4 latent heads of kv_lora_rank/4, one k_cache of qk_rope_head_dim shared by all); MLRA summary (seed 003: MLA's single latent head cannot be partitioned, 4-way TP); lrkv.spec.per_device_cache_elements",
+    source="deepseek-ai/DeepSeek-V3 inference/model.py (absorb: kv_cache [B, S, kv_lora_rank = 512], pe_cache [B, S, qk_rope_head_dim = 64], no head axis); SongtaoLiu0823/MLRA model/mlra_4_gen.py (4 latent heads of kv_lora_rank/4, one k_cache of qk_rope_head_dim shared by all); MLRA summary (MLA's single latent head cannot be partitioned, 4-way TP); lrkv.spec.per_device_cache_elements",
     expected="proved",
 )
 def tp_payload_mla_mlra(*, shard=shard_by_head_axis, layout=reference_layout) -> Verdict:

@@ -14,7 +14,7 @@ from lrkv.spec import AttentionSpec, cache_ratio
 from ..record import Verdict
 from ..registry import proof
 from . import data
-from .printed import dec, matches, pct, reproduced, show
+from .printed import dec, interval, matches, pct, reproduced, show
 
 LN2 = sp.log(2)
 
@@ -166,3 +166,113 @@ def paper_table2_task_deltas(*, printed=data.TABLE2_DELTAS, table2=data.TABLE2) 
         return Verdict("proved", "Each printed change is the difference of Table 2's 2.5B cells; HumanEval is the "
                        "one task where LRKV trails MHA.", ev)
     return Verdict("inconsistent", "A printed per-task change is not the difference of the cells.", ev)
+
+
+# ----------------------------------------------------------------------------- results as printed
+def strictly_below(a: str, b: str) -> bool:
+    """a < b whatever the rounding of either printed decimal."""
+    return interval(a)[1] < interval(b)[0]
+
+
+@proof(
+    "paper_table1_bpb_order",
+    item=10,
+    claim="LRKV's final BPB is below MHA's at all four scales: 0.872 / 0.758 / 0.719 / 0.692 against 0.878 / 0.765 / 0.723 / 0.701 (and below MLA's 0.724 at 2.5B).",
+    source="Table 1, p. 5 (Chinese review §4.1; English review Sec. 5)",
+    expected="proved",
+)
+def paper_table1_bpb_order(*, printed=data.TABLE1_BPB) -> Verdict:
+    rows = {s: {"lrkv": l_, "mha": m, "lrkv_lower": strictly_below(l_, m)}
+            for s, l_, m in zip(printed["scales"], printed["bpb"]["LRKV"], printed["bpb"]["MHA"])}
+    checks = {"lrkv_below_mha_everywhere": all(r["lrkv_lower"] for r in rows.values()),
+              "lrkv_below_mla_2p5b": strictly_below(printed["bpb"]["LRKV"][2], printed["mla_2p5b"])}
+    ev = {"rows": rows, "checks": checks}
+    if all(checks.values()):
+        gaps = ", ".join(show(dec(r["mha"]) - dec(r["lrkv"]), 3) for r in rows.values())
+        return Verdict("proved", f"At every scale LRKV's BPB is below MHA's beyond the printed rounding (gaps {gaps}), "
+                       f"and below MLA's {printed['mla_2p5b']} at 2.5B.", ev)
+    return Verdict("refuted", f"Sub-check(s) {[k for k, v in checks.items() if not v]} fail.", ev)
+
+
+@proof(
+    "paper_table2_lrkv_top_combined",
+    item=10,
+    claim="LRKV has the highest Combined downstream score of the five families at all three evaluated scales (128M, 2.5B, 6.3B).",
+    source="Table 2, p. 6 (English review Sec. 5: 'the best displayed five-task aggregate to LRKV at the three evaluated scales'; Chinese review §4.3)",
+    expected="proved",
+)
+def paper_table2_lrkv_top_combined(*, printed=data.TABLE2) -> Verdict:
+    """Also with the reviews' 40.36 in place of the printed 40.2 at 6.3B: the lead does not hinge on it."""
+    rows, checks = {}, {}
+    for i, scale in enumerate(printed["combined_scales"]):
+        col = {f: v[i] for f, v in printed["combined"].items()}
+        runner = max((f for f in col if f != "LRKV"), key=lambda f: dec(col[f]))
+        rows[scale] = {"lrkv": col["LRKV"], "runner_up": runner, "runner_up_score": col[runner]}
+        checks[f"lrkv_top_{scale}"] = strictly_below(col[runner], col["LRKV"])
+    alt = strictly_below(rows["6.3B"]["runner_up_score"], printed["lrkv_6p3b_cell_mean"])
+    ev = {"rows": rows, "with_reviews_6p3b_mean": alt, "checks": {"lrkv_top_everywhere": all(checks.values())}}
+    if all(checks.values()):
+        cols = "; ".join(f"{k} {r['lrkv']} vs {r['runner_up']} {r['runner_up_score']}" for k, r in rows.items())
+        return Verdict("proved", f"LRKV's Combined is the column maximum beyond rounding ({cols})"
+                       + (", and still at 6.3B with the reviews' cell mean" if alt else "")
+                       + ". An average lead: single tasks go the other way (paper_humaneval_lrkv_below_mha).", ev)
+    return Verdict("refuted", f"LRKV is not the top Combined at {[k for k, v in checks.items() if not v]}.", ev)
+
+
+def humaneval(printed: dict, family: str, scale: str) -> str | None:
+    return printed["cells"][family][printed["scales"].index(scale)]
+
+
+@proof(
+    "paper_humaneval_lrkv_below_mha",
+    item=10,
+    claim="On HumanEval LRKV trails MHA at 2.5B (13.4 → 11.7) and at 6.3B (14.6 → 12.8), against its Combined lead.",
+    source="Table 2, p. 6 (Chinese review §4.3: '6.3B 也从 MHA 的 14.6 降为 12.8'; English review Sec. 5)",
+    expected="proved",
+)
+def paper_humaneval_lrkv_below_mha(*, printed=data.HUMANEVAL) -> Verdict:
+    rows = {s: {"mha": humaneval(printed, "MHA", s), "lrkv": humaneval(printed, "LRKV", s)} for s in ("2.5B", "6.3B")}
+    for r in rows.values():
+        r["change"] = show(dec(r["lrkv"]) - dec(r["mha"]), 1)
+    checks = {"lrkv_below_mha": all(strictly_below(r["lrkv"], r["mha"]) for r in rows.values())}
+    ev = {"rows": rows, "checks": checks}
+    if all(checks.values()):
+        return Verdict("proved", f"From MHA to LRKV HumanEval changes by {rows['2.5B']['change']} points at 2.5B and "
+                       f"{rows['6.3B']['change']} at 6.3B, beyond rounding (at 2.5B the only task of the five where LRKV "
+                       "trails; the other 6.3B task cells are not in the sources).", ev)
+    return Verdict("refuted", "LRKV does not trail MHA on HumanEval at both scales.", ev)
+
+
+@proof(
+    "paper_mqa_humaneval_lowest",
+    item=10,
+    claim="MQA's HumanEval scores (2.4, 3.7, 4.3 at 128M, 2.5B, 6.3B) are clearly the lowest of the main methods.",
+    source="Table 2, p. 6 (Chinese review §4.3: 'MQA 的 HumanEval 分别为 2.4、3.7、4.3，明显低于其他主要方法')",
+    expected="unverifiable",
+)
+def paper_mqa_humaneval_lowest(*, printed=data.HUMANEVAL) -> Verdict:
+    """Checked against every HumanEval cell the sources print; a printed cell at or below MQA's
+    refutes it. The cells of GQA and MLA, and every 128M cell but MQA's, are not in the sources."""
+    compared, missing = {}, []
+    for s in printed["scales"]:
+        mqa = humaneval(printed, "MQA", s)
+        for fam in printed["cells"]:
+            if fam == "MQA":
+                continue
+            v = humaneval(printed, fam, s)
+            if v is None:
+                missing.append(f"{fam} {s}")
+            else:
+                compared[f"{fam} {s}"] = {"cell": v, "mqa": mqa, "mqa_lower": strictly_below(mqa, v)}
+    checks = {"below_every_printed_cell": all(c["mqa_lower"] for c in compared.values())}
+    ev = {"compared": compared, "checks": checks}
+    if not checks["below_every_printed_cell"]:
+        return Verdict("refuted", f"A printed HumanEval cell is not above MQA's: "
+                       f"{[k for k, c in compared.items() if not c['mqa_lower']]}.", ev)
+    if missing:
+        ev["missing"] = f"the HumanEval cells of {', '.join(missing)} (Table 2's full task columns are not in the sources)"
+        seen = ", ".join(f"{k} {c['cell']}" for k, c in compared.items())
+        return Verdict("unverifiable", f"MQA's HumanEval is below every cell the sources print ({seen}), "
+                       "but 'lowest of the main "
+                       f"methods' also needs {', '.join(missing)}, which the sources do not give.", ev)
+    return Verdict("proved", "MQA's HumanEval is below every other family's at every scale.", ev)

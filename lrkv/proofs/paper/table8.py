@@ -127,7 +127,7 @@ def paper_table8_frontier(*, printed=data.TABLE8_CE, dominates=robustly_dominate
     "paper_bpb_label",
     item=10,
     claim="Sec. 4.3's '4.156 BPB' is the bits-per-byte of the model with CE 2.877 (Table 8's rank 128).",
-    source="Sec. 4.3 (Chinese review §4.4); Table 8, p. 25 (BPB 0.873 for the same model); seed 000",
+    source="Sec. 4.3 (Chinese review §4.4); Table 8, p. 25 (BPB 0.873 for the same model)",
     expected="inconsistent",
 )
 def paper_bpb_label(*, printed=data.BPB_LABEL) -> Verdict:
