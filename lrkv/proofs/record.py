@@ -71,7 +71,7 @@ class Proof:
     """One claim, where it comes from, what the suite found and what it expects."""
 
     name: str  # registry key, snake_case
-    item: int  # the numbered claim group of issue 3 (1–10)
+    item: int  # the numbered claim group (1–10; report.ITEMS)
     claim: str  # the claim, one sentence
     source: str  # equation / table / page as the source reviews cite them
     status: str  # one of STATUSES
@@ -95,3 +95,8 @@ class Proof:
             "status": self.status, "expected": self.expected, "ok": self.ok,
             "summary": self.summary, "assumption": self.assumption, "evidence": self.evidence,
         }
+
+
+def failing(checks: dict) -> list[str]:
+    """The names of the sub-checks that did not hold, in order (for a verdict's summary)."""
+    return [name for name, held in checks.items() if not held]

@@ -21,7 +21,7 @@ from .registry import RunResult
 
 SCHEMA = "lrkv.proofs-report/2"  # /2: the statuses consistent and unverifiable
 
-# The numbered claim groups of issue 3, as section labels.
+# The numbered claim groups (1–10) of the proof suite, as section labels.
 ITEMS = {
     1: "Score and value associativity (Eqs. 6–7)",
     2: "One softmax, denominator sqrt(d_h)",

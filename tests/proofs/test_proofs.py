@@ -52,7 +52,7 @@ def test_proof_returns_expected_status(name):
         assert p.assumption
 
 
-def test_registry_covers_issue_items():
+def test_registry_covers_every_claim_group():
     assert {spec.item for spec in REGISTRY.values()} == set(range(1, 11))
     # the refutation, reconciliations and inconsistencies the suite is built to show
     assert EXPECTED["rope_latent_general_claim"] == "refuted"

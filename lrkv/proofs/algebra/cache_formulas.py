@@ -23,7 +23,7 @@ from ..record import Verdict
 from ..registry import proof
 from ..symbolic import grid
 from .formula_check import C, DH, HEAD_DIMS, HEADS, RANKS, H, R, check_formula, exact, formula_verdict
-from .layouts import derive, numel, per_token, reference_layout
+from .layouts import derive_or_error, numel, per_token, reference_layout
 
 
 def lrkv_over_mha_layout(layout=reference_layout):
@@ -50,11 +50,7 @@ def cache_ratio_eq9(*, formula=eq9_ratio, spec_impls=None, bytes_fn=model_cache_
     the dense MHA cache (k/v [B, T, H, d_h]), as polynomials in H, d_h, r; precision, layers,
     batch and length multiply both counts and cancel. eq8_bytes: model_cache_bytes equals
     layers × Σ lengths × bytes × the per-token elements of the allocated layout."""
-    try:
-        derived, how = derive(lrkv_over_mha_layout(layout))
-        err = None
-    except ValueError as e:
-        derived, how, err = None, {}, str(e)
+    derived, how, err = derive_or_error(lrkv_over_mha_layout(layout))
     pts = grid(H=HEADS, d_h=HEAD_DIMS, r=RANKS)
     impls = {
         "lrkv_cache_ratio": lambda H, d_h, r: lrkv_cache_ratio(H, d_h, r),

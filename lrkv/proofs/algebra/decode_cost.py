@@ -14,7 +14,7 @@ import torch
 
 from lrkv.spec import AttentionSpec, decode_arithmetic_ratio
 
-from ..record import Verdict
+from ..record import Verdict, failing
 from ..registry import proof
 from ..symbolic import grid
 from .formula_check import DH, H, R, T, check_formula, formula_verdict
@@ -138,4 +138,4 @@ def shared_reread_per_head(*, reads=reads_without_reuse, layout=reference_layout
                        "head that is H · 2 d_h = 2 H d_h, exactly MHA's k/v [B, T, H, d_h] ×2, and the private "
                        "latents add 2 H r on top. Eq. 9's 1/H + r/d_h is the byte count only when one fetch of "
                        "the shared tile serves every head.", ev)
-    return Verdict("refuted", f"Sub-check(s) {[k for k, v in checks.items() if not v]} fail.", ev)
+    return Verdict("refuted", f"Sub-check(s) {failing(checks)} fail.", ev)

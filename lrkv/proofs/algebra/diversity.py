@@ -16,7 +16,7 @@ from fractions import Fraction
 
 import sympy as sp
 
-from ..record import Verdict
+from ..record import Verdict, failing
 from ..registry import proof
 from ..symbolic import check_identity, is_zero, matrix, nonzero_evidence, residual, rope_matrix
 
@@ -241,7 +241,7 @@ def frobenius_trace_identity(*, forms=review_trace_forms) -> Verdict:
         return Verdict("proved", "Σ_ab (A_i)_ab (A_j)_ab equals both reviews' trace forms as polynomials in all "
                        "entries of symbolic 3×2 W^Q, W^K (cyclic trace: tr(A_i^T A_j) = tr(W_i^K W_i^Q^T W_j^Q "
                        "W_j^K^T)), so Gram entries need only d_h×d_h products.", ev)
-    return Verdict("refuted", f"Trace form(s) {[k for k, v in checks.items() if not v]} differ from ⟨A_i, A_j⟩_F.", ev)
+    return Verdict("refuted", f"Trace form(s) {failing(checks)} differ from ⟨A_i, A_j⟩_F.", ev)
 
 
 # ----------------------------------------------------------------------------- the centred spectrum
@@ -290,4 +290,4 @@ def identical_maps_centred_gram(*, centring=centring_matrix, gram=identical_maps
         return Verdict("proved", "Identical normalised maps have cosine Gram G = 11^T, and J 1 = 0 gives J G J = 0: "
                        "every centred eigenvalue is 0 and p_i = λ_i/Σλ is 0/0, so the effective rank is undefined "
                        "(distinct symbolic maps give J G J ≠ 0).", ev)
-    return Verdict("refuted", f"Sub-check(s) {[k for k, v in checks.items() if not v]} fail.", ev)
+    return Verdict("refuted", f"Sub-check(s) {failing(checks)} fail.", ev)

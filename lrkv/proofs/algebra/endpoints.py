@@ -15,7 +15,7 @@ import sympy as sp
 
 from lrkv.spec import AttentionSpec, cache_elements, kv_param_count
 
-from ..record import Verdict
+from ..record import Verdict, failing
 from ..registry import proof
 from ..symbolic import check_identity, jsonable, matrix
 
@@ -119,7 +119,7 @@ def endpoint_rank0_mqa(*, projection=head_projection, cache=lrkv_cache) -> Verdi
                        "head's softmax(q K_h^T/√d_h) V_h with W_h = W_S + U_h B_h^T at r = 0 is identically "
                        "MQA's output (one K = x W_S^K, one V = x W_S^V); at r = 1 the outputs differ, so the "
                        "comparison is not vacuous. The spec's cache and K/V weight counts equal MQA's.", ev)
-    return Verdict("refuted", f"Sub-check(s) {[k for k, v in checks.items() if not v]} fail.", ev)
+    return Verdict("refuted", f"Sub-check(s) {failing(checks)} fail.", ev)
 
 
 def full_rank_construction(W_S, W_h, r):

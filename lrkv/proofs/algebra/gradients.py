@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sympy as sp
 
-from ..record import Verdict
+from ..record import Verdict, failing
 from ..registry import proof
 from ..symbolic import check_identity, is_zero, jsonable, matrix
 
@@ -163,4 +163,4 @@ def zero_init_kills_residual_gradients(*, init=zero_factors, loss=nonlinear_loss
                        "∂L/∂U = (∂L/∂W) B and ∂L/∂B = (∂L/∂W)^T U are 0 for every W_S and G, so a gradient step "
                        "leaves the factors at 0 for good; with only B = 0, ∂L/∂B = (∂L/∂W)^T U ≠ 0 and training "
                        "moves. The reference draws both factors small and non-zero.", ev)
-    return Verdict("refuted", f"Sub-check(s) {[k for k, v in checks.items() if not v]} fail.", ev)
+    return Verdict("refuted", f"Sub-check(s) {failing(checks)} fail.", ev)

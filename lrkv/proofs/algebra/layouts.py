@@ -126,5 +126,16 @@ def derive(count: Callable[[Mapping[sp.Symbol, int]], sp.Expr], samples=SAMPLES)
     return exprs[0], {"samples": [{str(k): v for k, v in s.items()} for s in samples], "derived": str(exprs[0])}
 
 
+def derive_or_error(count: Callable[[Mapping[sp.Symbol, int]], sp.Expr], samples=SAMPLES
+                    ) -> tuple[sp.Expr | None, dict, str | None]:
+    """`derive`, with a count the reference cannot give (an unnamed axis, samples that disagree)
+    returned as an error string, so the derivation sub-check fails instead of the proof raising."""
+    try:
+        derived, how = derive(count, samples)
+    except ValueError as e:
+        return None, {}, str(e)
+    return derived, how, None
+
+
 def numel(shape: tuple[int, ...]) -> int:
     return math.prod(shape)

@@ -18,7 +18,7 @@ from ..record import Verdict
 from ..registry import proof
 from ..symbolic import grid
 from .formula_check import DH, H, R, check_formula, formula_verdict
-from .layouts import D, derive, reference_kv_weight_shapes, weight_count
+from .layouts import D, derive_or_error, reference_kv_weight_shapes, weight_count
 
 
 def kv_weights_over_mha(shapes=reference_kv_weight_shapes):
@@ -40,11 +40,7 @@ def eq10_ratio(H, d_h, r, d, **_):
     expected="proved",
 )
 def param_ratio_eq10(*, formula=eq10_ratio, spec_impls=None, shapes=reference_kv_weight_shapes) -> Verdict:
-    try:
-        derived, how = derive(kv_weights_over_mha(shapes))
-        err = None
-    except ValueError as e:
-        derived, how, err = None, {}, str(e)
+    derived, how, err = derive_or_error(kv_weights_over_mha(shapes))
     pts = grid(H=(1, 6, 12, 18, 32), d_h=(2, 64, 128), r=(0, 7, 55), d=(64, 768, 2304, 4096))
     impls = {
         "kv_param_ratio(spec)": lambda H, d_h, r, d: kv_param_ratio(AttentionSpec.lrkv(H, d_h, r, d_model=d)),

@@ -8,7 +8,7 @@ import math
 
 from lrkv.spec import AttentionSpec
 
-from ..record import Verdict
+from ..record import Verdict, failing
 from ..registry import proof
 from .layouts import reference_layout, shard_by_head_axis
 
@@ -69,6 +69,6 @@ def planner_formulas(*, model_bytes=None, per_device_bytes=None, tokens_that_fit
                        "three (N, tokens, dtype) points, TP 1/2/4 and alignments 1/16/64, the planner's bytes, "
                        "per-device bytes, fitting token count (largest that fits, one more does not) and padded "
                        "elements equal the counts taken from the reference's cache shapes.", ev)
-    return Verdict("refuted", f"Planner function(s) {[k for k, v in checks.items() if not v]} disagree with the "
+    return Verdict("refuted", f"Planner function(s) {failing(checks)} disagree with the "
                    "cache layouts.", ev)
 

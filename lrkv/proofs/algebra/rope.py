@@ -6,7 +6,7 @@ token t is z_t B^T (z_t = x_t U, [1, r]; B [d_h, r]); full RoPE rotates it to z_
 The paper's Sec. 3 claim: rotate the r-wide latent instead (z_t E_t), then apply B^T.
 
   * condition   z E_t B^T = z B^T R_t for every z  ⇔  E_t B^T = B^T R_t  ⇔  R_t^T maps the
-                column space of B into itself (column form of the issue: D_t B = B E_t with
+                column space of B into itself (column form: D_t B = B E_t with
                 D_t = R_t^T, E_t ↔ E_t^T; English review: E_j B_h^T = B_h^T D_j)
   * refutation  B = e1, a quarter turn: no scalar E exists (the paper's general claim fails)
   * aligned     B made of whole rotary planes with blocks [[a, b], [-b, a]] satisfies the
@@ -21,7 +21,7 @@ import torch
 
 from lrkv.reference.rope import aligned_basis, rope_freqs, rotation_matrix
 
-from ..record import Verdict
+from ..record import Verdict, failing
 from ..registry import proof
 from ..symbolic import (
     check_identity, general_is_zero, general_residual, is_zero, jsonable, matrix,
@@ -164,7 +164,7 @@ def rope_commutation_condition(*, latent_map=least_squares_latent_map, mismatch=
                        "M = −B^T R Π⊥: zero iff the rotation keeps the column space of B invariant. "
                        "Proved for symbolic sizes (MatrixSymbol) and fully symbolic 4×2 B with symbolic "
                        "angles; at a one-plane basis the forced E gives M = 0 exactly.", evidence)
-    failed = [k for k, v in checks.items() if not v]
+    failed = failing(checks)
     return Verdict("refuted", f"Sub-check(s) {failed} fail for the candidate latent map / mismatch / "
                    "projector.", evidence)
 

@@ -23,7 +23,7 @@ from lrkv.spec import PAPER_SCALES, AttentionSpec, cache_ratio
 
 from .endpoints import full_rank_construction, head_projection
 from ..paper.printed import pct, show
-from ..record import Verdict
+from ..record import Verdict, failing
 from ..registry import proof
 from ..symbolic import check_identity, matrix
 
@@ -85,7 +85,7 @@ def v1_full_rank_recovers_mha(*, min_rank=sufficient_rank, construct=full_rank_c
                        "and already at r = d_h, while below d_h U B^T cannot reach a rank-d_h difference. The cache "
                        "then costs 1 + 1/H of MHA's at r = d_h and H + 1/H at r = d_model (18.06× at 2.5B): the "
                        "MHA end of the knob is reached at d_h, with more cache than MHA.", ev)
-    failed = [k for k, v in checks.items() if not v]
+    failed = failing(checks)
     return Verdict("refuted", f"Sub-check(s) {failed} fail for the candidate minimal rank.", ev)
 
 
@@ -182,7 +182,7 @@ def v1_gqa_special_case(*, split=two_group_split, construct=full_rank_constructi
                        f"{cache['2.5B']['lrkv_at_dimension_bound_pct']}% of MHA's cache, where GQA-6 keeps 33.3%; "
                        "r = 128 (105.6%) always suffices; MQA (r = 0) is a special case at equal cache, GQA is "
                        "not.", ev)
-    failed = [k for k, v in checks.items() if not v]
+    failed = failing(checks)
     return Verdict("refuted", f"Sub-check(s) {failed} fail.", ev)
 
 

@@ -15,7 +15,7 @@ from ..record import Verdict
 from ..registry import proof
 from ..symbolic import grid
 from .formula_check import DH, H, R, check_formula, formula_verdict
-from .layouts import P, derive, per_token, per_token_per_device, reference_layout, shard_by_head_axis
+from .layouts import P, derive_or_error, per_token, per_token_per_device, reference_layout, shard_by_head_axis
 
 
 def aggregate_over_mha(layout=reference_layout, per_device=per_token_per_device):
@@ -39,11 +39,7 @@ def tp_ratio_formula(H, d_h, r, P, **_):
 def tp_replication(*, formula=tp_ratio_formula, spec_impls=None, per_device=per_token_per_device) -> Verdict:
     """derivation: per device, the allocated shared_k/v [B, T, d_h] whole and latent_k/v
     [B, T, H, r] split by heads (symbolic P); P devices over the allocated MHA cache."""
-    try:
-        derived, how = derive(aggregate_over_mha(per_device=per_device))
-        err = None
-    except ValueError as e:
-        derived, how, err = None, {}, str(e)
+    derived, how, err = derive_or_error(aggregate_over_mha(per_device=per_device))
     pts = [pt for pt in grid(H=(4, 8, 12, 18, 32), d_h=(2, 64, 128), r=(0, 7, 54, 55), P=(1, 2, 4, 8))
            if pt["H"] % pt["P"] == 0]
     impls = {

@@ -13,7 +13,7 @@ from fractions import Fraction
 import sympy as sp
 
 from ..algebra.diversity import centred_orthogonal_effective_rank, centring_matrix
-from ..record import Verdict
+from ..record import Verdict, failing
 from ..registry import proof
 from . import data
 from .printed import dec, pct, show
@@ -129,4 +129,4 @@ def paper_centring_drop(*, printed=data.CENTRING_DROP, table3=data.TABLE3, centr
                        f"effective rank from H to H − 1, i.e. 100/H = {float(orth_drop):.2f} points at 18 heads "
                        "(16.67 at 6). The observed drops are smaller than what centring removes from maximally "
                        "diverse maps.", ev)
-    return Verdict("refuted", f"Sub-check(s) {[k for k, v in checks.items() if not v]} fail.", ev)
+    return Verdict("refuted", f"Sub-check(s) {failing(checks)} fail.", ev)

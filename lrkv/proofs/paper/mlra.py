@@ -10,7 +10,7 @@ import sympy as sp
 from lrkv.spec import AttentionSpec, per_device_cache_elements
 
 from ..algebra.layouts import numel, reference_layout, shard_by_head_axis
-from ..record import Verdict
+from ..record import Verdict, failing
 from ..registry import proof
 from . import data
 from .printed import dec, show
@@ -93,4 +93,4 @@ def mlra_no_extra_memory(*, printed=data.MLRA_MEMORY, layout=reference_layout) -
                        f"{per_dev['mla']}. Summed over the devices MLRA holds {per_dev['mlra'] * P} (the k_pe is "
                        f"replicated), so 'no extra memory' is true against MLA, not against MLRA's own single-device "
                        "cache.", ev)
-    return Verdict("refuted", f"Sub-check(s) {[k for k, v in checks.items() if not v]} fail.", ev)
+    return Verdict("refuted", f"Sub-check(s) {failing(checks)} fail.", ev)

@@ -11,7 +11,7 @@ import sympy as sp
 
 from lrkv.spec import AttentionSpec, cache_ratio
 
-from ..record import Verdict
+from ..record import Verdict, failing
 from ..registry import proof
 from . import data
 from .printed import dec, interval, matches, pct, reproduced, show
@@ -146,7 +146,7 @@ def paper_table1_ranking(*, printed=data.TABLE1_FULL) -> Verdict:
         return Verdict("proved", "LRKV's CE is the column minimum at 128M, 1.2B, 2.5B and 6.3B; 2.389 − 2.376 = 0.013; "
                        "at 6.3B MQA (2.304) is the nearest baseline, 0.016 above LRKV and below MHA (2.319). "
                        "(One run per cell: seed variation is not in the sources.)", ev)
-    return Verdict("refuted", f"Sub-check(s) {[k for k, v in checks.items() if not v]} fail on Table 1.", ev)
+    return Verdict("refuted", f"Sub-check(s) {failing(checks)} fail on Table 1.", ev)
 
 
 # ----------------------------------------------------------------------------- Table 2 per-task deltas
@@ -191,7 +191,7 @@ def paper_table1_bpb_order(*, printed=data.TABLE1_BPB) -> Verdict:
         gaps = ", ".join(show(dec(r["mha"]) - dec(r["lrkv"]), 3) for r in rows.values())
         return Verdict("proved", f"At every scale LRKV's BPB is below MHA's beyond the printed rounding (gaps {gaps}), "
                        f"and below MLA's {printed['mla_2p5b']} at 2.5B.", ev)
-    return Verdict("refuted", f"Sub-check(s) {[k for k, v in checks.items() if not v]} fail.", ev)
+    return Verdict("refuted", f"Sub-check(s) {failing(checks)} fail.", ev)
 
 
 @proof(
@@ -216,7 +216,7 @@ def paper_table2_lrkv_top_combined(*, printed=data.TABLE2) -> Verdict:
         return Verdict("proved", f"LRKV's Combined is the column maximum beyond rounding ({cols})"
                        + (", and still at 6.3B with the reviews' cell mean" if alt else "")
                        + ". An average lead: single tasks go the other way (paper_humaneval_lrkv_below_mha).", ev)
-    return Verdict("refuted", f"LRKV is not the top Combined at {[k for k, v in checks.items() if not v]}.", ev)
+    return Verdict("refuted", f"LRKV is not the top Combined at {failing(checks)}.", ev)
 
 
 def humaneval(printed: dict, family: str, scale: str) -> str | None:
