@@ -80,7 +80,7 @@ def proof(name: str, *, item: int, claim: str, source: str, expected: str):
                 assumption=v.assumption,
             )
 
-        wrapper.__name__ = wrapper.__qualname__ = name  # factories (paper_numbers) share one body name
+        wrapper.__name__ = wrapper.__qualname__ = name  # factories (paper/table12.py) share one body name
         if name in REGISTRY and getattr(REGISTRY[name].fn, "__wrapped__", body).__module__ != body.__module__:
             raise ValueError(f"proof {name!r} registered twice")
         REGISTRY[name] = ProofSpec(name, item, claim, source, wrapper)

@@ -1,7 +1,7 @@
 """The paper's printed numbers, exactly as the source reviews cite them (item 10 inputs).
 
 Decimal strings keep the printed precision: "48.4" means a value in [48.35, 48.45].
-Every entry says where it comes from. The proofs in paper_numbers.py take these dicts as
+Every entry says where it comes from. The proofs of paper/ take these dicts as
 inputs, so a test can tamper with one number and watch the verdict change.
 
 Sources: the English review (Zhou, 2026-11-07) and the Chinese review (2026-10-15) of arXiv
