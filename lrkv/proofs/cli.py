@@ -34,7 +34,7 @@ def register(subparsers) -> None:
         epilog=EXIT_CODES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--json", metavar="PATH", type=arg_out_file(), help="write the JSON report (schema lrkv.proofs-report/1)")
+    p.add_argument("--json", metavar="PATH", type=arg_out_file(), help="write the JSON report (schema lrkv.proofs-report/2)")
     p.add_argument("--markdown", metavar="PATH", nargs="?", const=STDOUT, default=None, type=_markdown_path,
                    help="write the Markdown summary to PATH, or to stdout when PATH is omitted "
                         "(the table then goes to stderr)")

@@ -11,6 +11,12 @@ Statuses:
   refuted       the claim is false: a counterexample is attached
   reconciled    printed numbers disagree with the formulas as stated, but agree exactly
                 under one named assumption (a different rank, layer count, unit, dtype …)
+  consistent    a printed number lies inside a bound the formulas derive (and would fail
+                outside it), but nothing in the sources reproduces its exact value: the
+                evidence names the bound (`evidence["bound"]`)
+  unverifiable  the sources do not hold what checking the claim needs (a figure, the table
+                cells): the evidence names what is missing (`evidence["missing"]`) and what the
+                sources do show; it never stands in for a check that could be run
   inconsistent  printed numbers disagree and no assumption searched makes them agree
 """
 
@@ -20,8 +26,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Status = Literal["proved", "refuted", "reconciled", "inconsistent"]
-STATUSES: tuple[str, ...] = ("proved", "refuted", "reconciled", "inconsistent")
+Status = Literal["proved", "refuted", "reconciled", "consistent", "unverifiable", "inconsistent"]
+STATUSES: tuple[str, ...] = ("proved", "refuted", "reconciled", "consistent", "unverifiable", "inconsistent")
+# What the evidence of a status must carry (the report validator checks the same).
+REQUIRED_EVIDENCE = {"consistent": "bound", "unverifiable": "missing"}
 # Only the runner uses this: a proof that raised has no status of its own.
 ERROR = "error"
 
@@ -52,6 +60,9 @@ class Verdict:
         _check_status("status", self.status)
         if self.status == "reconciled" and not self.assumption:
             raise ValueError("a reconciled verdict must name its assumption")
+        key = REQUIRED_EVIDENCE.get(self.status)
+        if key and not (isinstance(self.evidence, dict) and self.evidence.get(key)):
+            raise ValueError(f"a {self.status} verdict must give evidence[{key!r}]")
         _check_json(self.evidence, "verdict")
 
 
@@ -60,9 +71,9 @@ class Proof:
     """One claim, where it comes from, what the suite found and what it expects."""
 
     name: str  # registry key, snake_case
-    item: int  # the numbered claim group of issue 3 (1–10)
+    item: int  # the numbered claim group (1–10; report.ITEMS)
     claim: str  # the claim, one sentence
-    source: str  # equation / table / page as the seed reviews cite them
+    source: str  # equation / table / page as the source reviews cite them
     status: str  # one of STATUSES
     expected: str  # the status the suite expects (CI fails when status != expected)
     summary: str  # why the status holds
@@ -84,3 +95,8 @@ class Proof:
             "status": self.status, "expected": self.expected, "ok": self.ok,
             "summary": self.summary, "assumption": self.assumption, "evidence": self.evidence,
         }
+
+
+def failing(checks: dict) -> list[str]:
+    """The names of the sub-checks that did not hold, in order (for a verdict's summary)."""
+    return [name for name, held in checks.items() if not held]

@@ -22,19 +22,32 @@ from .record import ERROR, Proof, Verdict, _check_status
 
 # One concept per module; importing a module registers its proofs (order = report order).
 PROOF_MODULES: tuple[str, ...] = (
-    "lrkv.proofs.associativity",  # item 1
-    "lrkv.proofs.softmax",  # item 2
-    "lrkv.proofs.rope",  # item 3
-    "lrkv.proofs.rmsnorm",  # item 4
-    "lrkv.proofs.formulas",  # item 5
-    "lrkv.proofs.endpoints",  # item 6
-    "lrkv.proofs.gradients",  # item 7
-    "lrkv.proofs.splitk",  # item 8
-    "lrkv.proofs.mla",  # item 9
-    "lrkv.proofs.diversity",  # item 9
-    "lrkv.proofs.special_cases",  # item 6
-    "lrkv.proofs.paper_numbers",  # item 10
-    "lrkv.proofs.paper_claims",  # item 10
+    # algebra/: the paper's equations and the identities the decode paths use
+    "lrkv.proofs.algebra.associativity",  # item 1
+    "lrkv.proofs.algebra.softmax",  # item 2
+    "lrkv.proofs.algebra.rope",  # item 3
+    "lrkv.proofs.algebra.rmsnorm",  # item 4
+    "lrkv.proofs.algebra.cache_formulas",  # item 5
+    "lrkv.proofs.algebra.tp",  # item 5
+    "lrkv.proofs.algebra.param_formula",  # item 5
+    "lrkv.proofs.algebra.decode_cost",  # item 5
+    "lrkv.proofs.algebra.planner",  # item 5
+    "lrkv.proofs.algebra.endpoints",  # item 6
+    "lrkv.proofs.algebra.gradients",  # item 7
+    "lrkv.proofs.algebra.splitk",  # item 8
+    "lrkv.proofs.algebra.mla",  # item 9
+    "lrkv.proofs.algebra.diversity",  # item 9
+    "lrkv.proofs.algebra.special_cases",  # item 6
+    # paper/: the numbers and prose claims of the paper and of the four source documents
+    "lrkv.proofs.paper.cache_numbers",  # item 10
+    "lrkv.proofs.paper.table12",  # item 10
+    "lrkv.proofs.paper.table8",  # item 10
+    "lrkv.proofs.paper.quality",  # item 10
+    "lrkv.proofs.paper.head_diversity",  # item 10
+    "lrkv.proofs.paper.v1_summary",  # item 10
+    "lrkv.proofs.paper.mlra",  # item 10
+    "lrkv.proofs.paper.chinese_review",  # item 10
+    "lrkv.proofs.paper.hand_example",  # item 1
 )
 
 
@@ -67,7 +80,7 @@ def proof(name: str, *, item: int, claim: str, source: str, expected: str):
                 assumption=v.assumption,
             )
 
-        wrapper.__name__ = wrapper.__qualname__ = name  # factories (paper_numbers) share one body name
+        wrapper.__name__ = wrapper.__qualname__ = name  # factories (paper/table12.py) share one body name
         if name in REGISTRY and getattr(REGISTRY[name].fn, "__wrapped__", body).__module__ != body.__module__:
             raise ValueError(f"proof {name!r} registered twice")
         REGISTRY[name] = ProofSpec(name, item, claim, source, wrapper)

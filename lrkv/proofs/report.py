@@ -1,6 +1,6 @@
 """The proof report: JSON artifact, Markdown summary, rich table (DESIGN §1, item 2).
 
-JSON (`schema: "lrkv.proofs-report/1"`) carries every record with its evidence; the
+JSON (`schema: "lrkv.proofs-report/2"`) carries every record with its evidence; the
 Markdown is written for a reader who never opens the paper — what holds, what fails,
 which printed numbers only agree under an assumption, which do not agree at all — and
 `validate_report` checks a report against its own schema (structure and arithmetic).
@@ -16,12 +16,12 @@ from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .record import ERROR, STATUSES
+from .record import ERROR, REQUIRED_EVIDENCE, STATUSES
 from .registry import RunResult
 
-SCHEMA = "lrkv.proofs-report/1"
+SCHEMA = "lrkv.proofs-report/2"  # /2: the statuses consistent and unverifiable
 
-# The numbered claim groups of issue 3, as section labels.
+# The numbered claim groups (1–10) of the proof suite, as section labels.
 ITEMS = {
     1: "Score and value associativity (Eqs. 6–7)",
     2: "One softmax, denominator sqrt(d_h)",
@@ -32,13 +32,15 @@ ITEMS = {
     7: "Gradients of the factors",
     8: "Split-K online softmax",
     9: "MLA absorption and head-diversity geometry",
-    10: "The paper's printed numbers",
+    10: "The paper's printed numbers and the sources' claims",
 }
 
 STATUS_MEANING = {
     "proved": "the claim holds: a symbolic residual simplified to zero, or every printed number was reproduced",
     "refuted": "the claim is false: a counterexample is attached",
     "reconciled": "printed numbers disagree as stated but agree exactly under one named assumption",
+    "consistent": "a printed number lies inside a bound the formulas derive, but nothing reproduces its exact value",
+    "unverifiable": "the sources lack what a check needs (a figure, the cells); what they do show is attached",
     "inconsistent": "printed numbers disagree and no searched assumption makes them agree",
 }
 
@@ -165,6 +167,9 @@ def validate_report(report: dict) -> list[str]:
             problems.append(f"{p['name']}: error field inconsistent with status {p['status']}")
         if p["status"] == "reconciled" and not p["assumption"]:
             problems.append(f"{p['name']}: reconciled without an assumption")
+        key = REQUIRED_EVIDENCE.get(p["status"])
+        if key and not (p["evidence"] or {}).get(key):
+            problems.append(f"{p['name']}: {p['status']} without evidence[{key!r}]")
     s = report["summary"]
     counts = Counter(p["status"] for p in proofs)
     if s["total"] != len(proofs) or s["ok"] != sum(p["ok"] for p in proofs) or dict(counts) != s["by_status"]:
@@ -224,6 +229,8 @@ def to_markdown(report: dict) -> str:
         glance.append(f"- **Holds ({len(held)}):** " + "; ".join(
             f"{ITEMS.get(i, i)} ({n})" for i, n in sorted(per_item.items())) + ".")
     for status, label, field in (("refuted", "Fails", "summary"), ("reconciled", "Agrees only if", "assumption"),
+                                 ("consistent", "Within a bound, not reproduced", "summary"),
+                                 ("unverifiable", "Cannot be checked from the sources", "summary"),
                                  ("inconsistent", "Does not agree", "summary")):
         group = [p for p in proofs if p["status"] == status]
         if group:
@@ -244,6 +251,11 @@ def to_markdown(report: dict) -> str:
         ("refuted", "What fails", "Claims that are false as stated, with the counterexample."),
         ("reconciled", "Printed numbers that agree only under an assumption",
          "The printed number is not what the stated configuration gives, but one named assumption reproduces it exactly."),
+        ("consistent", "Printed numbers within a derived bound",
+         "The printed number respects a bound the formulas derive (and would be flagged outside it), but no "
+         "source reproduces its value: consistent with the model, not confirmed by it."),
+        ("unverifiable", "Claims the sources cannot check",
+         "What a check would need is not in the sources; the record says what is missing and what the sources show."),
         ("inconsistent", "Printed numbers that do not agree",
          "No searched assumption (rank, layers, batch, context, MB/MiB, fp32/bf16, rounding, denominator) reproduces them."),
     ]
@@ -282,7 +294,8 @@ def to_markdown(report: dict) -> str:
 def print_table(report: dict, console) -> None:
     from rich.table import Table
 
-    colour = {"proved": "green", "refuted": "magenta", "reconciled": "yellow", "inconsistent": "cyan", ERROR: "red"}
+    colour = {"proved": "green", "refuted": "magenta", "reconciled": "yellow", "consistent": "blue",
+              "unverifiable": "white", "inconsistent": "cyan", ERROR: "red"}
     table = Table(title="LRKV proofs", show_lines=False)
     table.add_column("#", justify="right")
     table.add_column("name", no_wrap=True)

@@ -1,6 +1,6 @@
 """Symbolic building blocks shared by the proofs.
 
-Two kinds of proof objects (issue 3):
+Two kinds of proof objects:
   * general symbols — `MatrixSymbol`s with symbolic dimensions, symbolic angles; an identity
     that sympy reduces to ZeroMatrix holds for every size;
   * fully symbolic small matrices — every entry its own real symbol, so a residual that

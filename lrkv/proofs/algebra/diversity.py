@@ -16,10 +16,9 @@ from fractions import Fraction
 
 import sympy as sp
 
-from . import paper_data as data
-from .record import Verdict
-from .registry import proof
-from .symbolic import check_identity, is_zero, matrix, nonzero_evidence, residual, rope_matrix
+from ..record import Verdict, failing
+from ..registry import proof
+from ..symbolic import check_identity, is_zero, matrix, nonzero_evidence, residual, rope_matrix
 
 
 def rotation2(alpha):
@@ -127,6 +126,35 @@ def plogp(x):
     return x * sp.log(x)
 
 
+def log_lower_bound(x):
+    """ln x ≥ 1 − 1/x for x > 0: the tangent bound behind Gibbs' inequality."""
+    return 1 - 1 / x
+
+
+def gibbs_inequality(entropy_term=plogp, bound=log_lower_bound, k: int = 3) -> tuple[bool, dict]:
+    """exp(entropy) ≤ k for any distribution on k atoms (i.e. KL(p‖uniform) ≥ 0), in three steps:
+
+    bound_is_valid    g(x) = ln x − bound(x) has g(1) = 0 and x² g'(x) = x − 1, so g falls on
+                      (0, 1) and rises on (1, ∞): g ≥ 0 for every x > 0;
+    kl_is_sum_of_g    ln k − H(p) = Σ p_i g(k p_i) identically once Σ p_i = 1 (the bound terms
+                      sum to Σ p_i − 1 = 0), so ln k − H(p) ≥ 0 — the inequality itself;
+    uniform_attains   the uniform distribution gives exp(H) = k (the ceiling is reached).
+    """
+    x = sp.Symbol("x", positive=True)
+    g = sp.log(x) - bound(x)
+    valid = sp.simplify(g.subs(x, 1)) == 0 and sp.simplify(x**2 * sp.diff(g, x) - (x - 1)) == 0
+    ps = sp.symbols(f"p_1:{k}", positive=True)
+    p = [*ps, 1 - sum(ps)]  # a distribution on k atoms
+    kl = sp.log(k) + sum(entropy_term(q) for q in p)  # ln k − H(p)
+    decomposition = sp.simplify(sp.expand_log(kl - sum(q * (sp.log(k * q) - bound(k * q)) for q in p), force=True))
+    n = sp.Symbol("n", positive=True, integer=True)
+    uniform = sp.simplify(sp.exp(-n * entropy_term(1 / n)))
+    checks = {"bound_is_valid": valid, "kl_is_sum_of_g": decomposition == 0, "uniform_attains": uniform == n}
+    return all(checks.values()), {"g": str(g), "x2_dg": str(sp.simplify(x**2 * sp.diff(g, x))),
+                                  "ln_k_minus_H_minus_sum_p_g": str(decomposition), "k": k,
+                                  "uniform_effective_rank": str(uniform), "steps": checks}
+
+
 @proof(
     "centred_gram_ceiling",
     item=9,
@@ -135,10 +163,11 @@ def plogp(x):
     expected="proved",
 )
 def centred_gram_ceiling(*, centring=centring_matrix, ceiling=centred_ceiling, general=centring_general,
-                         entropy_term=plogp) -> Verdict:
+                         entropy_term=plogp, log_lower_bound=log_lower_bound) -> Verdict:
     """Sub-checks: general_J_ones (J1 = 0 for symbolic H), explicit_rank_deficient (JGJ·1 = 0 and
-    det JGJ = 0 for symbolic symmetric G), gibbs (exp(entropy) is k for k equal atoms and at most k
-    otherwise), ceilings (the candidate equals rank(J)/H, the rank computed, not restated)."""
+    det JGJ = 0 for symbolic symmetric G), gibbs (exp(entropy) ≤ k on k atoms, proved through
+    ln x ≥ 1 − 1/x — see gibbs_inequality; an earlier form checked only the identity
+    ln 3 + Σp ln p = Σp ln(3p), true for any p, and never the inequality), ceilings (the candidate equals rank(J)/H, the rank computed, not restated)."""
     ev: dict = {}
     checks: dict[str, bool] = {}
     n = sp.Symbol("H", positive=True, integer=True)
@@ -160,16 +189,8 @@ def centred_gram_ceiling(*, centring=centring_matrix, ceiling=centred_ceiling, g
         ev[f"explicit_H{Hv}"] = entry
         explicit &= null
     checks["explicit_rank_deficient"] = explicit
-    # exp(entropy) of the uniform distribution on k atoms is k; ln k − H(p) = KL(p‖uniform) ≥ 0.
-    k = sp.Symbol("k", positive=True, integer=True)
-    uniform = sp.simplify(sp.exp(-k * entropy_term(1 / k)))
-    p1, p2 = sp.symbols("p_1 p_2", positive=True)
-    p = [p1, p2, 1 - p1 - p2]
-    gibbs = sp.simplify(sp.expand_log(sp.log(3) + sum(entropy_term(x) for x in p)
-                                      - sum(x * sp.log(3 * x) for x in p), force=True))
-    ev["uniform_effective_rank"] = str(uniform)
-    ev["ln3_minus_entropy_minus_KL"] = str(gibbs)
-    checks["gibbs"] = uniform == k and gibbs == 0
+    # exp(entropy) ≤ number of atoms with weight (Gibbs): the inequality, not only its identity.
+    checks["gibbs"], ev["gibbs"] = gibbs_inequality(entropy_term, log_lower_bound)
     table, ceil_ok = {}, True
     for Hv in (6, 18):
         derived = Fraction(centring(Hv).rank(), Hv)  # at most rank(J) eigenvalues carry weight
@@ -182,7 +203,8 @@ def centred_gram_ceiling(*, centring=centring_matrix, ceiling=centred_ceiling, g
     if all(checks.values()):
         return Verdict("proved", "J1 = 0 for symbolic H (and JGJ·1 = 0, det JGJ = 0 for symbolic symmetric "
                        "G at H = 3, 4), so one eigenvalue is always 0 and at most H − 1 carry weight; "
-                       "exp(entropy) ≤ number of atoms (Gibbs, equality when uniform). Ceiling rank(J)/H = "
+                       "exp(entropy) ≤ number of atoms (Gibbs: ln k − H(p) = Σ p_i g(k p_i) with g(x) = ln x − 1 + 1/x ≥ 0; "
+                       "equality when uniform). Ceiling rank(J)/H = "
                        "(H − 1)/H: 83.33% at H = 6, 94.44% at H = 18.", ev)
     failed = [k_ for k_, v in checks.items() if not v]
     return Verdict("refuted", f"Sub-check(s) {failed} fail for the candidate centring or ceiling.", ev)
@@ -219,10 +241,10 @@ def frobenius_trace_identity(*, forms=review_trace_forms) -> Verdict:
         return Verdict("proved", "Σ_ab (A_i)_ab (A_j)_ab equals both reviews' trace forms as polynomials in all "
                        "entries of symbolic 3×2 W^Q, W^K (cyclic trace: tr(A_i^T A_j) = tr(W_i^K W_i^Q^T W_j^Q "
                        "W_j^K^T)), so Gram entries need only d_h×d_h products.", ev)
-    return Verdict("refuted", f"Trace form(s) {[k for k, v in checks.items() if not v]} differ from ⟨A_i, A_j⟩_F.", ev)
+    return Verdict("refuted", f"Trace form(s) {failing(checks)} differ from ⟨A_i, A_j⟩_F.", ev)
 
 
-# ----------------------------------------------------------------------------- the centring drop
+# ----------------------------------------------------------------------------- the centred spectrum
 def centred_orthogonal_effective_rank(H: int, centring=centring_matrix) -> sp.Expr:
     """Effective rank of J G J for H orthonormal head maps (G = I): the spectrum of J."""
     J = centring(H)
@@ -236,32 +258,36 @@ def centred_orthogonal_effective_rank(H: int, centring=centring_matrix) -> sp.Ex
     return sp.nsimplify(sp.exp(-sum(x * sp.log(x) for x in p)))
 
 
+def identical_maps_gram(n_heads: int, width: int) -> sp.Matrix:
+    """The cosine Gram of H head maps that are all the same symbolic map f (normalised rows)."""
+    f = matrix("f", 1, width)
+    F = sp.Matrix.vstack(*([f] * n_heads))
+    return (F * F.T) / (f * f.T)[0]
+
+
 @proof(
-    "paper_centring_drop",
+    "identical_maps_centred_gram",
     item=9,
-    claim="Centring lowers the 2.5B effective rank of MHA and LRKV by about 4.8–4.9 points (Table 3) — less than the 100/H = 5.56 points it removes from 18 perfectly orthogonal head maps, so the drop is no evidence of shared structure by itself.",
-    source="Table 3, p. 16; App. C.1; Chinese review §4.5",
+    claim="If all head maps are identical, the centred Gram J G J is the zero matrix: every centred eigenvalue vanishes and the effective rank's normalisation Σλ is 0, so the diagnostic is undefined and must handle that case.",
+    source="English review Sec. 6 ('If all maps are identical, every centered eigenvalue vanishes and the normalization is undefined'); App. C.1",
     expected="proved",
 )
-def paper_centring_drop(*, printed=data.CENTRING_DROP, table3=data.TABLE3, centring=centring_matrix) -> Verdict:
-    scale, H = printed["scale"], table3["heads"][printed["scale"]]
-    lo, hi = (Fraction(x) for x in printed["printed_range"])
-    drops = {f: Fraction(table3["uncentred"][scale][f]) - Fraction(table3["centred"][scale][f])
-             for f in printed["families"]}
-    checks = {"drops_match": all(lo - Fraction(1, 20) <= v <= hi + Fraction(1, 20) for v in drops.values())}
-    orth = {}
-    for h in (6, H):
-        eff = centred_orthogonal_effective_rank(h, centring)
-        orth[h] = {"uncentred": h, "centred": str(eff), "drop_points": str(sp.nsimplify(100 * (h - eff) / h))}
-    orth_drop = sp.nsimplify(100 * (H - sp.sympify(orth[H]["centred"])) / H)
-    checks["orthogonal_drop_is_100_over_H"] = all(sp.sympify(v["centred"]) == k - 1 for k, v in orth.items())
-    checks["drop_within_orthogonal"] = all(v <= Fraction(str(orth_drop)) for v in drops.values()) if orth_drop.is_Rational else False
-    ev = {"drops_points": {f: str(float(v)) for f, v in drops.items()}, "orthogonal_maps": {str(k): v for k, v in orth.items()},
-          "checks": checks}
+def identical_maps_centred_gram(*, centring=centring_matrix, gram=identical_maps_gram) -> Verdict:
+    """zero_matrix: J G J = 0 for H = 3 identical symbolic maps (G = 11^T after normalisation);
+    trace_zero: Σλ = tr(J G J) = 0, the denominator of p_i; distinct_maps_nonzero: for three
+    distinct symbolic maps J G J ≠ 0, so the zero is a property of identical maps, not of J."""
+    H, w = 3, 3
+    G = gram(H, w)
+    Gc = (centring(H) * G * centring(H)).applyfunc(lambda e: sp.cancel(sp.together(e)))
+    zero = all(e == 0 for e in Gc)
+    trace_zero = sp.cancel(Gc.trace()) == 0
+    F = matrix("g", H, w)  # three distinct maps (rows), unnormalised: the centring alone
+    Gd = (centring(H) * (F * F.T) * centring(H)).applyfunc(sp.expand)
+    distinct_nonzero = any(e != 0 for e in Gd)
+    checks = {"zero_matrix": zero, "trace_zero": trace_zero, "distinct_maps_nonzero": distinct_nonzero}
+    ev = {"H": H, "map_width": w, "G": str(G.applyfunc(sp.cancel).tolist()), "JGJ": str(Gc.tolist()), "checks": checks}
     if all(checks.values()):
-        return Verdict("proved", f"Table 3 at 2.5B: MHA 98.9 → 94.0 (−4.9), LRKV 98.3 → 93.5 (−4.8). For H orthonormal "
-                       "head maps G = I and J G J = J, whose spectrum is 1 (H − 1 times) and 0: centring takes the "
-                       f"effective rank from H to H − 1, i.e. 100/H = {float(orth_drop):.2f} points at 18 heads "
-                       "(16.67 at 6). The observed drops are smaller than what centring removes from maximally "
-                       "diverse maps.", ev)
-    return Verdict("refuted", f"Sub-check(s) {[k for k, v in checks.items() if not v]} fail.", ev)
+        return Verdict("proved", "Identical normalised maps have cosine Gram G = 11^T, and J 1 = 0 gives J G J = 0: "
+                       "every centred eigenvalue is 0 and p_i = λ_i/Σλ is 0/0, so the effective rank is undefined "
+                       "(distinct symbolic maps give J G J ≠ 0).", ev)
+    return Verdict("refuted", f"Sub-check(s) {failing(checks)} fail.", ev)

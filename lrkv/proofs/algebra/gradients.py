@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import sympy as sp
 
-from .record import Verdict
-from .registry import proof
-from .symbolic import check_identity, jsonable, matrix
+from ..record import Verdict, failing
+from ..registry import proof
+from ..symbolic import check_identity, is_zero, jsonable, matrix
 
 H_HEADS = 2
 
@@ -99,3 +99,68 @@ def factor_gradients(*, gradients=paper_gradients) -> Verdict:
                        "2×2 matrices, both for the linear functional and for the non-linear loss "
                        "Σ f(W_h[i,j]) with f undefined. W_S collects every head's gradient.", ev)
     return Verdict("refuted", "The candidate gradients differ from the derivative of the loss.", ev)
+
+
+# ----------------------------------------------------------------------------- zero initialisation
+def zero_factors(d: int, d_h: int, r: int):
+    """U_h = 0 and B_h = 0: the initialisation the English review warns against."""
+    return sp.zeros(d, r), sp.zeros(d_h, r)
+
+
+def nonlinear_loss(W, G):
+    """A loss with a non-constant gradient: tr(G^T W) + ½‖W‖²_F (any smooth loss would do)."""
+    return (G.T * W).trace() + sum(e**2 for e in W) / 2
+
+
+def reference_factors():
+    """U_k, U_v, B_k, B_v as the reference's init_lrkv_weights draws them (a small spec)."""
+    from lrkv.reference.weights import init_lrkv_weights
+    from lrkv.spec import AttentionSpec
+
+    w = init_lrkv_weights(AttentionSpec.lrkv(2, 4, 2, d_model=8))
+    return w.u_k, w.u_v, w.basis_k, w.basis_v
+
+
+@proof(
+    "zero_init_kills_residual_gradients",
+    item=7,
+    claim="Initialising both residual factors at zero makes both residual gradients vanish (∇U_h = G_h B_h = 0 and ∇B_h = G_h^T U_h = 0), and they stay zero under gradient descent; zeroing only one factor does not, and the reference initialises both factors non-zero.",
+    source="English review Sec. 3 ('Zeroing both factors would make both residual gradients vanish initially'); Sec. 3 of the paper (small random residual factors); lrkv.reference.weights.init_lrkv_weights",
+    expected="proved",
+)
+def zero_init_kills_residual_gradients(*, init=zero_factors, loss=nonlinear_loss, factors=reference_factors) -> Verdict:
+    """both_vanish: ∂L/∂U and ∂L/∂B by differentiation of a non-linear loss of W = W_S + U B^T,
+    at the initialisation, for symbolic W_S and G; stays_zero: one gradient step leaves U = B = 0;
+    one_zero_factor_recovers: with only B = 0 (U symbolic), ∇B ≠ 0, so 'both' is what matters;
+    reference_init_nonzero: the reference's init_lrkv_weights draws both factors non-zero."""
+    import torch
+
+    d, d_h, r = 3, 2, 1
+    W_S, G = matrix("w", d, d_h), matrix("g", d, d_h)
+    U_s, B_s = matrix("u", d, r), matrix("b", d_h, r)
+    L = loss(W_S + U_s * B_s.T, G)
+    grad_U = sp.Matrix(d, r, lambda i, j: sp.diff(L, U_s[i, j]))
+    grad_B = sp.Matrix(d_h, r, lambda i, j: sp.diff(L, B_s[i, j]))
+
+    def at(U0, B0):
+        sub = {**dict(zip(U_s, U0)), **dict(zip(B_s, B0))}
+        return grad_U.subs(sub).applyfunc(sp.expand), grad_B.subs(sub).applyfunc(sp.expand)
+
+    U0, B0 = init(d, d_h, r)
+    gU, gB = at(U0, B0)
+    eta = sp.Symbol("eta", positive=True)
+    U1, B1 = (U0 - eta * gU).applyfunc(sp.expand), (B0 - eta * gB).applyfunc(sp.expand)
+    gU_only_B0, gB_only_B0 = at(U_s, sp.zeros(d_h, r))
+    ref_nonzero = all(bool(torch.count_nonzero(t)) for t in factors())
+    checks = {"both_vanish": is_zero(gU) and is_zero(gB),
+              "stays_zero": is_zero(U1) and is_zero(B1) and is_zero(at(U1, B1)[0]) and is_zero(at(U1, B1)[1]),
+              "one_zero_factor_recovers": is_zero(gU_only_B0) and not is_zero(gB_only_B0),
+              "reference_init_nonzero": ref_nonzero}
+    ev = {"d": d, "d_h": d_h, "r": r, "loss": "tr(G^T W) + ½‖W‖²", "grad_U_at_init": jsonable(gU),
+          "grad_B_at_init": jsonable(gB), "grad_B_with_only_B_zero": jsonable(gB_only_B0), "checks": checks}
+    if all(checks.values()):
+        return Verdict("proved", "Differentiating a non-linear loss of W = W_S + U B^T: at U = B = 0 both "
+                       "∂L/∂U = (∂L/∂W) B and ∂L/∂B = (∂L/∂W)^T U are 0 for every W_S and G, so a gradient step "
+                       "leaves the factors at 0 for good; with only B = 0, ∂L/∂B = (∂L/∂W)^T U ≠ 0 and training "
+                       "moves. The reference draws both factors small and non-zero.", ev)
+    return Verdict("refuted", f"Sub-check(s) {failing(checks)} fail.", ev)

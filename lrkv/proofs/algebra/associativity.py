@@ -17,9 +17,9 @@ from fractions import Fraction
 
 import sympy as sp
 
-from .record import Verdict
-from .registry import proof
-from .symbolic import check_identity, general_is_zero, general_residual, jsonable, matrix, row
+from ..record import Verdict
+from ..registry import proof
+from ..symbolic import check_identity, general_is_zero, general_residual, jsonable, matrix, row
 
 T_, DH_, R_ = sp.symbols("T d_h r", positive=True, integer=True)
 

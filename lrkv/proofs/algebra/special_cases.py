@@ -22,10 +22,10 @@ import sympy as sp
 from lrkv.spec import PAPER_SCALES, AttentionSpec, cache_ratio
 
 from .endpoints import full_rank_construction, head_projection
-from .paper_numbers import pct, show
-from .record import Verdict
-from .registry import proof
-from .symbolic import check_identity, matrix
+from ..paper.printed import pct, show
+from ..record import Verdict, failing
+from ..registry import proof
+from ..symbolic import check_identity, matrix
 
 
 def max_minor_rank(M: sp.Matrix) -> int:
@@ -47,7 +47,7 @@ def sufficient_rank(d_model: int, d_h: int) -> int:
     "v1_full_rank_recovers_mha",
     item=6,
     claim="Setting r = d_model recovers standard MHA (v1 summary); the smallest rank that does is d_h, and the factored cache costs 1/H + r/d_h of MHA's there: 1 + 1/H at r = d_h, H + 1/H at r = d_model.",
-    source="v1 summary (seed 002: 'r = d_model, equivalent to standard MHA'); Sec. 3 endpoints, Eq. 9; Chinese review §2.1",
+    source="v1 summary ('r = d_model, equivalent to standard MHA'); Sec. 3 endpoints, Eq. 9; Chinese review §2.1",
     expected="proved",
 )
 def v1_full_rank_recovers_mha(*, min_rank=sufficient_rank, construct=full_rank_construction, ratio=cache_ratio) -> Verdict:
@@ -85,7 +85,7 @@ def v1_full_rank_recovers_mha(*, min_rank=sufficient_rank, construct=full_rank_c
                        "and already at r = d_h, while below d_h U B^T cannot reach a rank-d_h difference. The cache "
                        "then costs 1 + 1/H of MHA's at r = d_h and H + 1/H at r = d_model (18.06× at 2.5B): the "
                        "MHA end of the knob is reached at d_h, with more cache than MHA.", ev)
-    failed = [k for k, v in checks.items() if not v]
+    failed = failing(checks)
     return Verdict("refuted", f"Sub-check(s) {failed} fail for the candidate minimal rank.", ev)
 
 
@@ -98,14 +98,39 @@ def two_group_split(W_1, W_2, r):
     return W_1 - A
 
 
+def image_dimension(d: int, d_h: int, groups: int, r: int) -> int:
+    """Dimension of {(W_S + U_g B_g^T)_g}: W_S free (d d_h) plus, per group, the rank-≤r matrices
+    (r(d + d_h − r): r(d + d_h) factor entries less the r² of the gauge U C, B C^{-T})."""
+    return d * d_h + groups * r * (d + d_h - r)
+
+
+def jacobian_rank(d: int, d_h: int, groups: int, r: int) -> int:
+    """Rank of the Jacobian of (W_S, U_g, B_g) -> (W_S + U_g B_g^T)_g at a deterministic integer
+    point: a lower bound on the image dimension, equal to it at a generic point."""
+    W_S = matrix("w", d, d_h)
+    Us = [matrix(f"u{g}", d, r) for g in range(groups)]
+    Bs = [matrix(f"b{g}", d_h, r) for g in range(groups)]
+    out = sp.Matrix([e for g in range(groups) for e in (W_S + Us[g] * Bs[g].T)])
+    params = list(W_S) + [e for g in range(groups) for e in [*Us[g], *Bs[g]]]
+    point = {v: ((i * 7 + 3) % 11) - 5 for i, v in enumerate(params)}
+    return out.jacobian(params).subs(point).rank()
+
+
+def min_rank_by_dimension(d: int, d_h: int, groups: int, dim=image_dimension) -> int:
+    """The least r whose image can cover generic group tuples: dim ≥ groups·d·d_h, i.e.
+    groups (d − r)(d_h − r) ≤ d d_h for the true dimension."""
+    return next(r for r in range(0, d_h + 1) if dim(d, d_h, groups, r) >= groups * d * d_h)
+
+
 @proof(
     "v1_gqa_special_case",
     item=6,
-    claim="GQA is a special case of LRKV (v1 summary): with the KV projection of head h equal to its group's W_g, LRKV reproduces it iff rank(W_g − W_S) ≤ r; r = d_h always suffices, two generic groups need r ≥ ⌈d_h/2⌉, so the LRKV cache is at least 1/H + 1/2 of MHA's where GQA needs n_kv/H.",
-    source="v1 summary (seed 002: 'MQA and GQA are special cases of LRKV'); Sec. 3; Eq. 9; Table 7",
+    claim="GQA is a special case of LRKV (v1 summary): with the KV projection of head h equal to its group's W_g, LRKV reproduces it iff rank(W_g − W_S) ≤ r; r = d_h always suffices, two generic groups need r ≥ ⌈d_h/2⌉, and n_kv generic groups need n_kv (d − r)(d_h − r) ≤ d d_h (r ≥ 106, ≥ 88% of MHA's cache at 2.5B) where GQA needs n_kv/H.",
+    source="v1 summary ('MQA and GQA are special cases of LRKV'); Sec. 3; Eq. 9; Table 7",
     expected="proved",
 )
-def v1_gqa_special_case(*, split=two_group_split, construct=full_rank_construction, generic_rank=max_minor_rank) -> Verdict:
+def v1_gqa_special_case(*, split=two_group_split, construct=full_rank_construction, generic_rank=max_minor_rank,
+                        dim=image_dimension) -> Verdict:
     d, d_h, G = 3, 2, 3
     W_S = matrix("w", d, d_h)
     groups = [matrix(f"g{k}", d, d_h) for k in range(G)]
@@ -126,11 +151,23 @@ def v1_gqa_special_case(*, split=two_group_split, construct=full_rank_constructi
     checks["two_groups_need_half"] = generic_rank(groups[0] - groups[1]) == d_h  # ≤ 2r ⇒ r ≥ d_h/2
     ev["two_groups"] = {"r": r2, "rank_of_W_g_minus_W_S": reach,
                         "rank_W1_minus_W2": generic_rank(groups[0] - groups[1])}
-    # (4) the cache it needs, at the paper's scales.
+    # (4) n_kv groups: a dimension count. The image of (W_S, U_g, B_g) has dimension
+    # d d_h + n_kv r(d + d_h − r); generic group tuples (dimension n_kv d d_h) are reachable only if it is
+    # at least that: n_kv (d − r)(d_h − r) ≤ d d_h. The formula is checked against the Jacobian rank.
+    small = {r_: {"jacobian_rank": jacobian_rank(4, 3, 3, r_), "formula": min(3 * 4 * 3, dim(4, 3, 3, r_))}
+             for r_ in (1, 2)}
+    checks["dimension_count"] = all(v["jacobian_rank"] == v["formula"] for v in small.values())
+    Dg, Dh, Rg, Ng = sp.symbols("d d_h r n_kv", positive=True)
+    ev["dimension_count"] = {"d=4, d_h=3, n_kv=3": small, "condition": "n_kv (d − r)(d_h − r) ≤ d d_h",
+                             "identity": str(sp.factor(Dg * Dh - Rg * (Dg + Dh - Rg)))}
+    # (5) the cache each bound needs, at the paper's scales.
     cache = {}
     for k, s in PAPER_SCALES.items():
-        cache[k] = {"gqa_pct": show(pct(cache_ratio(s.spec("gqa"))), 1),
+        r_dim = min_rank_by_dimension(s.d_model, s.head_dim, s.gqa_kv_heads, dim)
+        cache[k] = {"n_kv": s.gqa_kv_heads, "gqa_pct": show(pct(cache_ratio(s.spec("gqa"))), 1),
                     "lrkv_at_half_d_h_pct": show(pct(cache_ratio(s.spec("lrkv", rank=math.ceil(s.head_dim / 2)))), 1),
+                    "min_rank_by_dimension": r_dim,
+                    "lrkv_at_dimension_bound_pct": show(pct(cache_ratio(s.spec("lrkv", rank=r_dim))), 2),
                     "lrkv_at_d_h_pct": show(pct(cache_ratio(s.spec("lrkv", rank=s.head_dim))), 1)}
     ev["cache"] = cache
     ev["checks"] = checks
@@ -138,10 +175,14 @@ def v1_gqa_special_case(*, split=two_group_split, construct=full_rank_constructi
         return Verdict("proved", "As expressivity: U_g = W_g − W_S at r = d_h reproduces every group for symbolic "
                        "weights, and W_g − W_S has generic rank d_h; two groups can share r = ⌈d_h/2⌉ "
                        "(W_S = W_1 − first half of W_1 − W_2), and any two generic groups need it (rank(W_1 − W_2) ≤ "
-                       "2r). Not as cache: at 2.5B GQA-6 keeps 33.3% of MHA's cache, while LRKV needs r ≥ 64 "
-                       "(≥ 55.6%) for any two generic groups and r = 128 (105.6%) always suffices; MQA (r = 0) "
-                       "is a special case at equal cache, GQA is not.", ev)
-    failed = [k for k, v in checks.items() if not v]
+                       "2r). For n_kv groups a dimension count is sharper: the reachable tuples form a set of "
+                       "dimension d d_h + n_kv r(d + d_h − r) (checked against the Jacobian rank), so generic "
+                       "groups need n_kv (d − r)(d_h − r) ≤ d d_h. Not as cache: at 2.5B (d = 2304, 6 KV groups) "
+                       f"that is r ≥ {cache['2.5B']['min_rank_by_dimension']}, "
+                       f"{cache['2.5B']['lrkv_at_dimension_bound_pct']}% of MHA's cache, where GQA-6 keeps 33.3%; "
+                       "r = 128 (105.6%) always suffices; MQA (r = 0) is a special case at equal cache, GQA is "
+                       "not.", ev)
+    failed = failing(checks)
     return Verdict("refuted", f"Sub-check(s) {failed} fail.", ev)
 
 

@@ -14,9 +14,9 @@ import sympy as sp
 
 from lrkv.spec import AttentionSpec
 
-from .record import Verdict
-from .registry import proof
-from .symbolic import check_identity, is_zero, jsonable, matrix, nonzero_evidence, residual, row
+from ..record import Verdict, failing
+from ..registry import proof
+from ..symbolic import check_identity, is_zero, jsonable, matrix, nonzero_evidence, residual, row
 
 
 def softmax_row(logits) -> sp.Matrix:
@@ -214,6 +214,6 @@ def score_scale_sqrt_dh(*, scales=correct_scales, variance=logit_variance, summe
                        "c = 1/√d_h on the sum — both terms. A separate 1/√r on the private term leaves "
                        "σ_p(1/√d_h − 1/√r), zero only at r = d_h. AttentionSpec.scale equals the derived "
                        "c for every lrkv spec checked.", evidence)
-    failed = [k for k, v in checks.items() if not v]
+    failed = failing(checks)
     return Verdict("refuted", f"Sub-check(s) {failed} fail: the candidate scales are not the derived "
                    "1/sqrt(d_h) (or the variance / spec scale differ).", evidence)

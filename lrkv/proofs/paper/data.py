@@ -1,11 +1,12 @@
-"""The paper's printed numbers, exactly as the seed reviews cite them (item 10 inputs).
+"""The paper's printed numbers, exactly as the source reviews cite them (item 10 inputs).
 
 Decimal strings keep the printed precision: "48.4" means a value in [48.35, 48.45].
-Every entry says where it comes from. The proofs in paper_numbers.py take these dicts as
+Every entry says where it comes from. The proofs of paper/ take these dicts as
 inputs, so a test can tamper with one number and watch the verdict change.
 
-Sources: English review (seed 001, Zhou, 2026-11-07) and Chinese review (seed 000,
-2026-10-15) of arXiv 2601.11471v3; page numbers are the PDF pages they cite.
+Sources: the English review (Zhou, 2026-11-07) and the Chinese review (2026-10-15) of arXiv
+2601.11471v3, the v1 summary (of 2601.11471v1) and the MLRA summary (of 2603.02188); page numbers
+are the PDF pages the reviews cite.
 """
 
 from __future__ import annotations
@@ -85,6 +86,16 @@ TABLE12 = {
         "6.3B": {"H": 32, "mha": "1152.0", "lrkv": "612.0", "pct": "45.1"},
     },
     "method": "App. G.1: tensors of the stated shapes, numel() × element_size()",
+    # Independent statements of the paper (as the reviews report them) a reading of the capacities
+    # can agree or disagree with; the batch of the measurement is stated nowhere.
+    "statements": {
+        "context_2048": "Table 12 / App. G: 2,048 tokens (Chinese review §4.7; English review Sec. 8)",
+        "rank_64": "Table 12 / App. G.4: rank 64 (English review Sec. 8)",
+        "bf16": "training and evaluation in bfloat16 (App. D; Chinese review §3.1; English review Sec. 5)",
+        "figures_36_layers_2p5b": "Figs. 7, 8 and 14 plot 36 layers for 2.5B (Chinese review §3.1 and §4.5)",
+        "table5_18_layers_2p5b": "Table 5 lists 18 layers for 2.5B (Chinese review §3.1; English review Sec. 4)",
+        "unit_MB": "Table 12 prints the unit 'MB' (10^6 bytes)",
+    },
 }
 APPENDIX_G4 = {
     "source": "App. G.4, p. 29 (Chinese review §4.7: '1/6 + 64/128 written as 0.526'; English review Sec. 8: "
@@ -177,14 +188,18 @@ BPB_LABEL = {
     "ce": "2.877", "labelled_bpb": "4.156", "table8_bpb_same_model": "0.873",
 }
 
-# The v1 summary (seed 002, arXiv 2601.11471v1): claims none of the other sources check.
+# The v1 summary (arXiv 2601.11471v1): claims none of the other sources check.
 V1_SUMMARY = {
-    "source": "v1 summary (seed 002_f21a33665827dac0.txt)",
+    "source": "v1 summary",
     "full_rank_endpoint": "r = d_model (equivalent to standard multi-head attention)",
     "gqa_special_case": "MQA and GQA are special cases of LRKV",
     "flops_reduction_pct": ("20", "25"),  # 'reduces total FLOPs by 20–25%' at 2.5B
     "flops_scale": "2.5B",
     "fewer_steps_pct": "15",  # 'reaches the same loss about 15% earlier in training steps'
+    # practical-impact claims (quoted from the v1 summary, translated)
+    "no_quadratic_growth": "scale to longer sequences (8–16k tokens) without the usual quadratic growth",
+    "training_memory": "teams pre-training under memory limits can halve KV-cache use (memory-constrained training)",
+    "mqa_gqa_label": "MQA/GQA (query sharing only)",
 }
 
 # The paper body's 'reduces the KV cache by 45%–53%' against the abstract's 'uses 45%–53%'.
@@ -200,9 +215,9 @@ CENTRING_DROP = {
     "scale": "2.5B", "families": ("MHA", "LRKV"), "printed_range": ("4.8", "4.9"),
 }
 
-# MLRA summary (seed 003): 4-way TP decoding, 2.8x decode speed-up over MLA.
+# MLRA summary: 4-way TP decoding, 2.8x decode speed-up over MLA.
 MLRA_SPEEDUP = {
-    "source": "MLRA summary (seed 003_4b971f0e7afb0179.txt: '相比 MLA 2.8 倍的解码加速', 4-way TP)",
+    "source": "MLRA summary ('相比 MLA 2.8 倍的解码加速', 4-way TP; 'no extra memory overhead')",
     "tp": 4, "speedup": "2.8",
     # sizes: DeepSeek-V3 inference/model.py ModelArgs (kv_lora_rank 512, qk_rope_head_dim 64),
     # split into 4 latent heads as in SongtaoLiu0823/MLRA model/mlra_4_gen.py
@@ -241,4 +256,45 @@ HAND_EXAMPLE = {
 CROSS_TABLE = {
     "source": "Table 1, p. 5 and Table 8, p. 25 (Chinese review §4.4)",
     "table1_r46": {"ce": "2.893", "bpb": "0.872"}, "table8_r64": {"ce": "2.888", "bpb": "0.875"},
+}
+
+# Chinese review §3.1 and §3.3 (App. D, Tables 5–6): batch composition and the midtraining mix.
+TRAINING_SETUP = {
+    "source": "Tables 5–6, p. 23; App. D.1–D.2, pp. 22–24 (Chinese review §3.1 and §3.3)",
+    "tokens_per_batch": "32768",  # 'effective tokens/batch 32,768' for every group
+    # physical batch × gradient accumulation × context; accumulation is stated only for the larger models
+    "batches": {"1.2B/2.5B/6.3B": {"physical": 8, "accumulation": 2, "context": 2048},
+                "128M": {"physical": 16, "accumulation": 1, "context": 2048},
+                "512M 8K": {"physical": 4, "accumulation": 1, "context": 8192}},
+    "midtraining": {"total": "568K", "parts": {"SmolTalk": "460K", "MMLU auxiliary train": "100K", "GSM8K": "8K"}},
+}
+
+# Table 9 (p. 26) BPB column, beside TABLE9's CE (Chinese review §4.2).
+TABLE9_BPB = {"MHA": "0.494", "GQA": "0.488", "MQA": "0.492", "MLA": "0.489", "LRKV": "0.481"}
+
+# Table 1 (p. 5) BPB where the sources print it (Chinese review §4.1; English review Sec. 5: MLA 0.724 at 2.5B).
+TABLE1_BPB = {
+    "source": "Table 1, p. 5 (Chinese review §4.1; English review Sec. 5)",
+    "scales": ("128M", "1.2B", "2.5B", "6.3B"),
+    "bpb": {"LRKV": ("0.872", "0.758", "0.719", "0.692"), "MHA": ("0.878", "0.765", "0.723", "0.701")},
+    "mla_2p5b": "0.724",
+}
+
+# Table 8 (p. 25) BPB column (Chinese review §4.4), for the CE/BPB ratio.
+TABLE8_BPB = {"lrkv": {8: "0.881", 16: "0.880", 32: "0.877", 64: "0.875", 128: "0.873"},
+              "mla": {128: "0.876", 192: "0.876", 384: "0.875"}, "mha": "0.878"}
+
+# Table 2 (p. 6) HumanEval cells the sources print (Chinese review §4.3; English review Sec. 5).
+HUMANEVAL = {
+    "source": "Table 2, p. 6 (Chinese review §4.3: 2.5B cells, '6.3B 也从 MHA 的 14.6 降为 12.8', 'MQA 的 HumanEval "
+              "分别为 2.4、3.7、4.3，明显低于其他主要方法'; English review Sec. 5)",
+    "scales": ("128M", "2.5B", "6.3B"),
+    "cells": {"MHA": (None, "13.4", "14.6"), "LRKV": (None, "11.7", "12.8"), "MQA": ("2.4", "3.7", "4.3"),
+              "GQA": (None, None, None), "MLA": (None, None, None)},
+}
+
+# MLRA summary: 'supports tensor parallelism without extra memory overhead' (theory section).
+MLRA_MEMORY = {
+    "source": "MLRA summary (theoretical contribution: '在不增加额外显存开销的前提下支持张量并行')",
+    "kv_lora_rank": 512, "rope_dim": 64, "n_latent_heads": 4, "tp": 4,
 }

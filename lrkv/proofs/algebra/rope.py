@@ -6,7 +6,7 @@ token t is z_t B^T (z_t = x_t U, [1, r]; B [d_h, r]); full RoPE rotates it to z_
 The paper's Sec. 3 claim: rotate the r-wide latent instead (z_t E_t), then apply B^T.
 
   * condition   z E_t B^T = z B^T R_t for every z  ⇔  E_t B^T = B^T R_t  ⇔  R_t^T maps the
-                column space of B into itself (column form of the issue: D_t B = B E_t with
+                column space of B into itself (column form: D_t B = B E_t with
                 D_t = R_t^T, E_t ↔ E_t^T; English review: E_j B_h^T = B_h^T D_j)
   * refutation  B = e1, a quarter turn: no scalar E exists (the paper's general claim fails)
   * aligned     B made of whole rotary planes with blocks [[a, b], [-b, a]] satisfies the
@@ -21,9 +21,9 @@ import torch
 
 from lrkv.reference.rope import aligned_basis, rope_freqs, rotation_matrix
 
-from .record import Verdict
-from .registry import proof
-from .symbolic import (
+from ..record import Verdict, failing
+from ..registry import proof
+from ..symbolic import (
     check_identity, general_is_zero, general_residual, is_zero, jsonable, matrix,
     nonzero_evidence, residual, rope_matrix, row, short,
 )
@@ -42,6 +42,30 @@ def least_squares_latent_map(B, R):
     """The only E that can satisfy E B^T = B^T R when B has full column rank:
     multiply the condition on the right by B (B^T B)^{-1}."""
     return B.T * R * B * _inv(B.T * B)
+
+
+def forced_solution_check(latent_map, B, R) -> tuple[bool, dict]:
+    """E B^T = B^T R implies (right-multiply by B) the linear system E (B^T B) = B^T R B in the r²
+    entries of E. Its coefficient matrix (the Jacobian of vec(E G), G = B^T B) has determinant
+    det(G)^r — a non-zero polynomial, non-zero wherever B has full column rank — so the system has
+    exactly one solution there; the candidate is forced iff it solves the system."""
+    r = B.shape[1]
+    E = matrix("e", r, r)
+    G = B.T * B
+    coeff = (E * G).reshape(r * r, 1).jacobian(list(E))
+    det = sp.expand(coeff.det(method="berkowitz"))
+    unique = det != 0 and sp.expand(det - G.det() ** r) == 0
+    try:
+        cand = latent_map(B, R)
+        # cancel(together(·)) per entry: a rational identity in the b's with cos/sin as atoms
+        solves = all(sp.cancel(sp.together(e)) == 0 for e in (cand * G - B.T * R * B))
+    except (sp.ShapeError, ValueError, TypeError, ZeroDivisionError) as e:
+        return False, {"error": f"{type(e).__name__}: {e}"}
+    return unique and solves, {
+        "system": "E (B^T B) = B^T R B (the condition right-multiplied by B)",
+        "coefficient_det_equals_det_BtB_to_r": unique, "candidate_solves_system": solves,
+        "d_h": B.shape[0], "r": r, "entries": "all symbols, symbolic angles",
+    }
 
 
 def latent_mismatch(E, B, R):
@@ -77,9 +101,11 @@ def rope_commutation_condition(*, latent_map=least_squares_latent_map, mismatch=
 
     for_all_z   the mismatch z E B^T − z B^T R is z·M(E, B, R) (value and Jacobian in z), so it
                 vanishes for every latent iff M = 0;
-    forced      E B^T = B^T R, multiplied on the right by B (B^T B)^{-1}, forces
-                E = B^T R B (B^T B)^{-1}: the candidate must equal it (a latent map of twice the
-                right one fails here — the earlier form E·B^T·B·(B^T B)^{-1} − E was 0 for every E);
+    forced      E B^T = B^T R implies the linear system E (B^T B) = B^T R B; its coefficient
+                determinant is det(B^T B)^r ≢ 0, so for full column rank it has one solution, and
+                the candidate must solve it (checked on fully symbolic 4×2 B and symbolic angles;
+                twice the right map fails — an earlier form compared the candidate with the same
+                expression typed again, which no input could fail);
     gap         with that E, M = −B^T R Π⊥: zero iff R^T maps col(B) into itself;
     instance    at a B whose column space IS invariant (one whole rotary plane, symbolic angles)
                 the candidate E satisfies M = 0 exactly.
@@ -103,22 +129,21 @@ def rope_commutation_condition(*, latent_map=least_squares_latent_map, mismatch=
         "d_h": d_h, "r": r, "entries": "all symbols, symbolic angles phi_0, phi_1",
         "residual_equals_z_times_M": linear, "jacobian_equals_M": jac,
     }
-    # (2)–(3) General sizes: E is forced, and the condition is invariance of col(B).
+    # (2) E is forced: the implied linear system has one solution, and the candidate solves it.
+    checks["forced"], evidence["forced"] = forced_solution_check(latent_map, B, R)
+    # (3) General sizes: with that E the mismatch is −B^T R Π⊥, i.e. invariance of col(B).
     Bg, Rg = sp.MatrixSymbol("B", N_, RK_), sp.MatrixSymbol("R", N_, N_)
     try:
         Eg = latent_map(Bg, Rg)
-        # E B^T = B^T R  ⇒  E = E (B^T B)(B^T B)^{-1} = (E B^T) B (B^T B)^{-1} = (B^T R) B (B^T B)^{-1}
-        forced = general_residual(Eg, (Bg.T * Rg) * Bg * sp.Inverse(Bg.T * Bg))
         gap = general_residual(Eg * Bg.T - Bg.T * Rg, -(Bg.T * Rg * complement(Bg, N_)))
-        checks["forced"], checks["gap"] = general_is_zero(forced), general_is_zero(gap)
+        checks["gap"] = general_is_zero(gap)
         evidence["general_sizes"] = {
-            "E": str(Eg), "E_minus_BtR_B_inv_BtB": jsonable(forced),
-            "E_Bt_minus_Bt_R_plus_Bt_R_Piperp": jsonable(gap),
+            "E": str(Eg), "E_Bt_minus_Bt_R_plus_Bt_R_Piperp": jsonable(gap),
             "reading": "E B^T − B^T R = −B^T R Π⊥, Π⊥ = I − B(B^T B)^{-1}B^T: zero iff Π⊥ R^T B = 0, "
                        "i.e. R^T (and, over all t, every rotation) maps col(B) into col(B)",
         }
     except (sp.ShapeError, ValueError, TypeError) as e:
-        checks["forced"] = checks["gap"] = False
+        checks["gap"] = False
         evidence["general_sizes"] = {"error": f"{type(e).__name__}: {e}"}
     # (4) An invariant instance: the candidate must make the mismatch vanish identically.
     try:
@@ -132,12 +157,14 @@ def rope_commutation_condition(*, latent_map=least_squares_latent_map, mismatch=
     evidence["checks"] = checks
     if all(checks.values()):
         return Verdict("proved", "The mismatch z E B^T − z B^T R is z·M with M = E B^T − B^T R, so it "
-                       "vanishes for every latent iff M = 0. Right-multiplying E B^T = B^T R by "
-                       "B (B^T B)^{-1} forces E = B^T R B (B^T B)^{-1} (full column rank), and then "
+                       "vanishes for every latent iff M = 0. Right-multiplying E B^T = B^T R by B gives the "
+                       "linear system E (B^T B) = B^T R B, whose coefficient determinant is det(B^T B)^r: "
+                       "for full column rank it has exactly one solution, and B^T R B (B^T B)^{-1} solves "
+                       "it, so E is forced; then "
                        "M = −B^T R Π⊥: zero iff the rotation keeps the column space of B invariant. "
                        "Proved for symbolic sizes (MatrixSymbol) and fully symbolic 4×2 B with symbolic "
                        "angles; at a one-plane basis the forced E gives M = 0 exactly.", evidence)
-    failed = [k for k, v in checks.items() if not v]
+    failed = failing(checks)
     return Verdict("refuted", f"Sub-check(s) {failed} fail for the candidate latent map / mismatch / "
                    "projector.", evidence)
 

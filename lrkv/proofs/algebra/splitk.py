@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from .record import Verdict
-from .registry import proof
-from .symbolic import check_identity, matrix
+from ..record import Verdict
+from ..registry import proof
+from ..symbolic import check_identity, matrix
 
 N_TOKENS, D_H, RANK = 4, 2, 1
 

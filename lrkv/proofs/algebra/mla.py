@@ -18,9 +18,9 @@ import sympy as sp
 
 from lrkv.spec import AttentionSpec
 
-from .record import Verdict
-from .registry import proof
-from .symbolic import check_identity, general_is_zero, general_residual, jsonable, matrix, row
+from ..record import Verdict
+from ..registry import proof
+from ..symbolic import check_identity, general_is_zero, general_residual, jsonable, matrix, row
 
 
 def absorbed_scores(q, Z, W_UK):
