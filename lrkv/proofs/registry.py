@@ -23,31 +23,31 @@ from .record import ERROR, Proof, Verdict, _check_status
 # One concept per module; importing a module registers its proofs (order = report order).
 PROOF_MODULES: tuple[str, ...] = (
     # algebra/: the paper's equations and the identities the decode paths use
-    "lrkv.proofs.algebra.associativity",  # item 1
-    "lrkv.proofs.algebra.softmax",  # item 2
-    "lrkv.proofs.algebra.rope",  # item 3
-    "lrkv.proofs.algebra.rmsnorm",  # item 4
-    "lrkv.proofs.algebra.cache_formulas",  # item 5
-    "lrkv.proofs.algebra.tp",  # item 5
-    "lrkv.proofs.algebra.param_formula",  # item 5
-    "lrkv.proofs.algebra.decode_cost",  # item 5
-    "lrkv.proofs.algebra.planner",  # item 5
-    "lrkv.proofs.algebra.endpoints",  # item 6
-    "lrkv.proofs.algebra.gradients",  # item 7
-    "lrkv.proofs.algebra.splitk",  # item 8
-    "lrkv.proofs.algebra.mla",  # item 9
-    "lrkv.proofs.algebra.diversity",  # item 9
-    "lrkv.proofs.algebra.special_cases",  # item 6
+    "lrkv.proofs.algebra.associativity",
+    "lrkv.proofs.algebra.softmax",
+    "lrkv.proofs.algebra.rope",
+    "lrkv.proofs.algebra.rmsnorm",
+    "lrkv.proofs.algebra.cache_formulas",
+    "lrkv.proofs.algebra.tp",
+    "lrkv.proofs.algebra.param_formula",
+    "lrkv.proofs.algebra.decode_cost",
+    "lrkv.proofs.algebra.planner",
+    "lrkv.proofs.algebra.endpoints",
+    "lrkv.proofs.algebra.gradients",
+    "lrkv.proofs.algebra.splitk",
+    "lrkv.proofs.algebra.mla",
+    "lrkv.proofs.algebra.diversity",
+    "lrkv.proofs.algebra.special_cases",
     # paper/: the numbers and prose claims of the paper and of the four source documents
-    "lrkv.proofs.paper.cache_numbers",  # item 10
-    "lrkv.proofs.paper.table12",  # item 10
-    "lrkv.proofs.paper.table8",  # item 10
-    "lrkv.proofs.paper.quality",  # item 10
-    "lrkv.proofs.paper.head_diversity",  # item 10
-    "lrkv.proofs.paper.v1_summary",  # item 10
-    "lrkv.proofs.paper.mlra",  # item 10
-    "lrkv.proofs.paper.chinese_review",  # item 10
-    "lrkv.proofs.paper.hand_example",  # item 1
+    "lrkv.proofs.paper.cache_numbers",
+    "lrkv.proofs.paper.table12",
+    "lrkv.proofs.paper.table8",
+    "lrkv.proofs.paper.quality",
+    "lrkv.proofs.paper.head_diversity",
+    "lrkv.proofs.paper.v1_summary",
+    "lrkv.proofs.paper.mlra",
+    "lrkv.proofs.paper.chinese_review",
+    "lrkv.proofs.paper.hand_example",
 )
 
 

@@ -22,7 +22,7 @@ from lrkv.proofs.algebra import (
 from lrkv.proofs.paper import data
 from lrkv.proofs.record import STATUSES, Proof, Verdict
 from lrkv.proofs.registry import EXPECTED, REGISTRY, load_all
-from lrkv.proofs.report import SCHEMA, validate_report
+from lrkv.proofs.proof_report import SCHEMA, validate_report
 from lrkv.proofs.symbolic import matrix, rope_matrix
 from lrkv.spec import (
     PAPER_SCALES, break_even_rank, lrkv_cache_ratio, model_cache_bytes, per_device_cache_elements, rank_ceiling,

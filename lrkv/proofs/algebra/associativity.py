@@ -1,4 +1,4 @@
-"""Item 1 — score and value associativity (paper Eqs. 6–7, Sec. 3 p. 4).
+"""Score and value associativity (paper Eqs. 6–7, Sec. 3 p. 4).
 
 With the head key/value K_h = S + R_h B_h^T (Eqs. 2–5; S = X W_shared [T, d_h],
 R_h = X U_h [T, r], B_h [d_h, r]) a query row q_h [1, d_h] and softmax weights a_h [1, T]:

@@ -1,4 +1,4 @@
-"""Item 5 — the LRKV cache formulas: Eqs. 8–9, break-even, r = d_h, the rank ceiling
+"""The LRKV cache formulas: Eqs. 8–9, break-even, r = d_h, the rank ceiling
 (paper Sec. 3, p. 4; English review Sec. 4; Chinese review §2.5).
 
 Eq. 9 is derived from the cache the reference allocates (algebra/layouts.py): the element

@@ -1,4 +1,4 @@
-"""Item 5 — what a decode step costs: the arithmetic (Sec. 3, p. 4: O(Lr + r d_h); English
+"""What a decode step costs: the arithmetic (Sec. 3, p. 4: O(Lr + r d_h); English
 review Sec. 4) and the bytes a kernel reads when it does not reuse the shared block.
 
 The multiply-accumulates are counted from the contractions the reference decode actually

@@ -1,4 +1,4 @@
-"""Item 9 (second half) — head-diversity geometry (Sec. 4.3 pp. 7–9; Appendix C.1 p. 15).
+"""Head-diversity geometry (Sec. 4.3 pp. 7–9; Appendix C.1 p. 15).
 
   * The bilinear head map A_h = W_Q W_K^T is unchanged by a shared orthogonal change of head
     coordinates R (and by any invertible M on queries with M^{-T} on keys). Under RoPE the

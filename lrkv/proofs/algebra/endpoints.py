@@ -1,4 +1,4 @@
-"""Item 6 — the endpoints of the rank knob (Sec. 3, p. 3; Chinese review §2.1).
+"""The endpoints of the rank knob (Sec. 3, p. 3; Chinese review §2.1).
 
   r = 0      W_h = W_S for every head: all heads share one K and one V projection — MQA-style
              sharing, with MQA's cache (2 d_h per token and layer) and K/V weights (2 d d_h).

@@ -1,4 +1,4 @@
-"""Item 7 — gradients of the factored projections (English review Sec. 3).
+"""Gradients of the factored projections (English review Sec. 3).
 
 With W_h = W_S + U_h B_h^T and G_h = ∂L/∂W_h, the differential is
 dW_h = dW_S + (dU_h) B_h^T + U_h (dB_h)^T, and matching Frobenius coefficients gives

@@ -1,4 +1,4 @@
-"""Item 9 (first half) — MLA absorption identities (Appendix F, pp. 27–28; English review Sec. 8).
+"""MLA absorption identities (Appendix F, pp. 27–28; English review Sec. 8).
 
 Simplified MLA (the paper's form): one latent Z = X W_down [T, d_c]; each head's keys and
 values are up-projections K_h = Z W_UK,h, V_h = Z W_UV,h (W_UK,h, W_UV,h [d_c, d_h]). Then

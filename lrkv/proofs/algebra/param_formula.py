@@ -1,4 +1,4 @@
-"""Item 5 — Eq. 10, the K/V projection weights (paper Sec. 3, p. 4; English review Sec. 4;
+"""Eq. 10, the K/V projection weights (paper Sec. 3, p. 4; English review Sec. 4;
 Chinese review §2.6).
 
 The count is read off the weights the reference initialises (lrkv.reference.weights for

@@ -1,4 +1,4 @@
-"""Item 5 — `lrkv cache` (lrkv/spec/planner.py) against the counts of the allocated caches:
+"""`lrkv cache` (lrkv/spec/planner.py) against the counts of the allocated caches:
 whole-model bytes (Eq. 8), per-device bytes, the fitting token count, padded widths.
 """
 

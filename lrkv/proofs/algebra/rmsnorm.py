@@ -1,4 +1,4 @@
-"""Item 4 — post-projection QK-RMSNorm on the factored key (Sec. 4.3, p. 9; English review Sec. 8).
+"""Post-projection QK-RMSNorm on the factored key (Sec. 4.3, p. 9; English review Sec. 8).
 
 The head key k = s + z B^T is normalised as a whole: k̂ = g ⊙ k / sqrt(||k||²/d_h + ε).
 Expanding the squared norm gives the joint scale the cache stores per head and token:

@@ -1,4 +1,4 @@
-"""Item 3 — RoPE and the factored cache (paper Sec. 3, p. 4; English review Sec. 8).
+"""RoPE and the factored cache (paper Sec. 3, p. 4; English review Sec. 8).
 
 Row-vector convention of the code (lrkv.reference.rope): rope(x, t) = x R_t with the
 rotate-half block [[c, s], [-s, c]] on each plane (i, i + d_h/2). The private key of

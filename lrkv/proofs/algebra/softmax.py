@@ -1,4 +1,4 @@
-"""Item 2 — one softmax over the summed logits, with denominator sqrt(d_h) (Eqs. 6–7).
+"""One softmax over the summed logits, with denominator sqrt(d_h) (Eqs. 6–7).
 
 The factored decode must add the shared logit q S_K^T and the private logit
 (q B_K) R_K^T *before* a single softmax, and weight both value streams with the same

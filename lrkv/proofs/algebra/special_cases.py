@@ -1,4 +1,4 @@
-"""Item 6 (continued) — what the factorisation W_h = W_S + U_h B_h^T contains, and at what cost.
+"""What the factorisation W_h = W_S + U_h B_h^T contains, and at what cost.
 
   * v1's "r = d_model recovers MHA": true, and loose — r = d_h already expresses every MHA
     (endpoint_full_rank_mha), and the cache grows as 1/H + r/d_h (Eq. 9): (1 + 1/H)× MHA at

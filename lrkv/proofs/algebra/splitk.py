@@ -1,9 +1,9 @@
-"""Item 8 — split-K online softmax over the factored cache (English review Sec. 3, Algorithm 2).
+"""Split-K online softmax over the factored cache (English review Sec. 3, Algorithm 2).
 
 A fused decode splits the history into tiles. Each tile keeps a reference value m (the
 running max in a kernel), l = Σ e^{x_i − m}, a shared accumulator A_s = Σ e^{x_i − m} v_i
 (width d_h) and a private accumulator A_p = Σ e^{x_i − m} z_i (width r), where x_i is the
-SUMMED logit (item 2). Two states merge by rescaling everything to a common reference:
+SUMMED logit (the single-softmax proof). Two states merge by rescaling everything to a common reference:
 
     m = any (max in practice),  α = e^{m_a − m},  β = e^{m_b − m}
     l = α l_a + β l_b,  A_s = α A_s,a + β A_s,b,  A_p = α A_p,a + β A_p,b

@@ -1,4 +1,4 @@
-"""Item 5 — the cache under tensor parallelism (English review Sec. 4; MLRA summary).
+"""The cache under tensor parallelism (English review Sec. 4; MLRA summary).
 
 Both proofs count what each device holds from the cache the reference allocates, with one
 sharding rule (algebra/layouts.shard_by_head_axis): a [B, T, heads, width] tensor splits by

@@ -1,4 +1,4 @@
-"""Item 10 — the cache numbers the paper and the reviews print, recomputed with lrkv.spec:
+"""The cache numbers the paper and the reviews print, recomputed with lrkv.spec:
 Table 7's fractions, the 2.5B payload, the rank ceiling and GQA budget, the TP example, Eq. 10
 at 2.5B, the arithmetic multiplier, and the body's "reduces by 45–53%".
 

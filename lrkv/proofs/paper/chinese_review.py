@@ -1,4 +1,4 @@
-"""Item 10 — the Chinese review's own arithmetic about the setup and the tables: the batch
+"""The Chinese review's own arithmetic about the setup and the tables: the batch
 composition, the midtraining mix, Table 5's duplicated row and Table 9's CE/BPB ratio.
 
 Each recomputes what the review states from the numbers it prints (paper/data.py).

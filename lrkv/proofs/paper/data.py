@@ -1,4 +1,4 @@
-"""The paper's printed numbers, exactly as the source reviews cite them (item 10 inputs).
+"""The paper's printed numbers, exactly as the source reviews cite them.
 
 Decimal strings keep the printed precision: "48.4" means a value in [48.35, 48.45].
 Every entry says where it comes from. The proofs of paper/ take these dicts as

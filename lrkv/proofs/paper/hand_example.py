@@ -1,4 +1,4 @@
-"""Item 1 — the English review's hand calculation of Eqs. 6–7, recomputed.
+"""The English review's hand calculation of Eqs. 6–7, recomputed.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Item 10 — the printed head-diversity numbers: Table 3 (p. 16), Fig. 9 and the centring drop
+"""The printed head-diversity numbers: Table 3 (p. 16), Fig. 9 and the centring drop
 (App. C.1; English review Sec. 6; Chinese review §4.5).
 
 The ceilings are not typed in: the largest centred effective rank is computed from the centring

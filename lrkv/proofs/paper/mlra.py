@@ -1,4 +1,4 @@
-"""Item 10 — the MLRA summary's claims (arXiv 2603.02188) against the per-device cache layouts.
+"""The MLRA summary's claims (arXiv 2603.02188) against the per-device cache layouts.
 """
 
 from __future__ import annotations

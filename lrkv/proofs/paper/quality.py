@@ -1,4 +1,4 @@
-"""Item 10 — the quality numbers: Table 9 (8K context), Table 1 (final CE), Table 2 (downstream).
+"""The quality numbers: Table 9 (8K context), Table 1 (final CE), Table 2 (downstream).
 
 Each printed comparison is recomputed from the printed cells at their printed precision.
 """

@@ -1,4 +1,4 @@
-"""Item 10 — Table 12 and App. G.4 (p. 29): the cache "measurements" at rank 64, 2,048 tokens.
+"""Table 12 and App. G.4 (p. 29): the cache "measurements" at rank 64, 2,048 tokens.
 
 The capacities are searched over every reading of the unstated factors (unit × dtype × context
 × batch × layers × rank) and the readings are ranked by how many independent statements of the

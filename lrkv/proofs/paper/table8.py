@@ -1,4 +1,4 @@
-"""Item 10 — Table 8 (p. 25), the 128M rank and latent sweep: its cache column, the prose's
+"""Table 8 (p. 25), the 128M rank and latent sweep: its cache column, the prose's
 MLA-384 percentage, the frontier claim, the "4.156 BPB" label and the r = 46 / r = 64 ordering.
 """
 

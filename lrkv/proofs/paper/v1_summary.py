@@ -1,4 +1,4 @@
-"""Item 10 — the v1 summary's numeric claims (arXiv 2601.11471v1, as the v1 summary reports them)
+"""The v1 summary's numeric claims (arXiv 2601.11471v1, as the v1 summary reports them)
 against what the sources let one check.
 """
 

@@ -62,7 +62,7 @@ def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from .registry import EXPECTED, REGISTRY, run, select
-    from .report import build_report, print_table, to_markdown, validate_report
+    from .proof_report import build_report, print_table, to_markdown, validate_report
 
     md_to_stdout = args.markdown == STDOUT
     # A pipe or CI log has no width: give the table room instead of folding every cell.
