@@ -6,26 +6,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip("triton")
 
-from lrkv.kernels import runtime  # noqa: E402
-from lrkv.kernels.triton_backend import TritonBackend, kernel_mutant_backends  # noqa: E402
-from lrkv.kernels.decode import decode_attention, paged_decode_attention  # noqa: E402
-from lrkv.kernels.kernel_mutants import KERNEL_MUTANTS, mutant_code  # noqa: E402
-from lrkv.kernels.paged import paginate  # noqa: E402
-from lrkv.kernels.testing import kernel_context, make_case, tight_check  # noqa: E402
-from lrkv.reference.cache import FactoredCache  # noqa: E402
-from lrkv.reference.rope import ExactRope  # noqa: E402
-
-pytestmark = [pytest.mark.triton]
+from lrkv.kernels import runtime
+from lrkv.kernels.triton_backend import TritonBackend, kernel_mutant_backends
+from lrkv.kernels.decode import decode_attention, paged_decode_attention
+from lrkv.kernels.kernel_mutants import KERNEL_MUTANTS, mutant_code
+from lrkv.kernels.paged import paginate
+from lrkv.kernels.testing import make_case, tight_check
+from lrkv.reference.cache import FactoredCache
+from lrkv.reference.rope import ExactRope
 
 NAMES = ("q", "shared_k", "shared_v", "latent_k", "latent_v", "basis_k", "basis_v", "lengths")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _kernels_live():
-    with kernel_context():
-        yield
 
 
 @pytest.fixture

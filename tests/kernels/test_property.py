@@ -6,23 +6,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip("triton")
 pytest.importorskip("hypothesis")
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from lrkv.kernels.decode import decode_attention  # noqa: E402
-from lrkv.kernels.testing import kernel_context, make_case, tight_check  # noqa: E402
-from lrkv.reference.rope import ExactRope  # noqa: E402
+from lrkv.kernels.decode import decode_attention
+from lrkv.kernels.testing import make_case, tight_check
+from lrkv.reference.rope import ExactRope
 
-pytestmark = [pytest.mark.triton, pytest.mark.equivalence]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _kernels_live():
-    with kernel_context():
-        yield
+pytestmark = pytest.mark.equivalence
 
 
 # The CI profile runs 10 fixed examples (each is an interpreter run); under

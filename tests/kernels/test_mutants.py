@@ -7,17 +7,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip("triton")
 
-from lrkv.kernels.triton_backend import TritonBackend  # noqa: E402
-from lrkv.kernels.decode import paged_decode_attention  # noqa: E402
-from lrkv.kernels.kernel_mutants import KERNEL_MUTANTS  # noqa: E402
-from lrkv.kernels.paged import paginate  # noqa: E402
-from lrkv.kernels.testing import kernel_context, make_case, tolerance_rule  # noqa: E402
-from lrkv.reference.cache import FactoredCache  # noqa: E402
-from lrkv.reference.rope import ExactRope  # noqa: E402
+from lrkv.kernels.triton_backend import TritonBackend
+from lrkv.kernels.decode import paged_decode_attention
+from lrkv.kernels.kernel_mutants import KERNEL_MUTANTS
+from lrkv.kernels.paged import paginate
+from lrkv.kernels.testing import make_case, tolerance_rule
+from lrkv.reference.cache import FactoredCache
+from lrkv.reference.rope import ExactRope
 
-pytestmark = [pytest.mark.triton, pytest.mark.equivalence]
+pytestmark = pytest.mark.equivalence
 
 # One split of several tiles (block_t 16 over 64 slots), so the running max grows inside
 # the split; lengths short of T_max with NaN after them; r != d_h; H >= 2; q x 3 so that the
@@ -37,12 +36,6 @@ def mutant_case(dtype, rope=None, lengths=(61, 40)):
 # magnitude (0.0156): no rule can see that at bfloat16. A short sequence, where the newest
 # token carries a real share of the weight, exposes the bug at either dtype.
 MUTANT_LENGTHS = {"length_off_by_one": (7, 3)}
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _kernels_live():
-    with kernel_context():
-        yield
 
 
 def verdict(backend, case, dtype):

@@ -10,26 +10,19 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip("triton")
 
-from lrkv.kernels import runtime  # noqa: E402
-from lrkv.kernels.triton_backend import TritonBackend  # noqa: E402
-from lrkv.kernels.decode import decode_attention  # noqa: E402
-from lrkv.kernels.extend import extend_attention  # noqa: E402
-from lrkv.kernels.paged import paginate  # noqa: E402
-from lrkv.kernels.testing import kernel_context, make_case, tight_check, tolerance_rule  # noqa: E402
-from lrkv.reference.cache import FactoredCache  # noqa: E402
-from lrkv.reference.extend import extend_attention as reference_extend  # noqa: E402
-from lrkv.reference.extend import materialized_extend_attention  # noqa: E402
-from lrkv.reference.rope import ExactRope  # noqa: E402
+from lrkv.kernels import runtime
+from lrkv.kernels.triton_backend import TritonBackend
+from lrkv.kernels.decode import decode_attention
+from lrkv.kernels.extend import extend_attention
+from lrkv.kernels.paged import paginate
+from lrkv.kernels.testing import make_case, tight_check, tolerance_rule
+from lrkv.reference.cache import FactoredCache
+from lrkv.reference.extend import extend_attention as reference_extend
+from lrkv.reference.extend import materialized_extend_attention
+from lrkv.reference.rope import ExactRope
 
-pytestmark = [pytest.mark.triton, pytest.mark.equivalence]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _kernels_live():
-    with kernel_context():
-        yield
+pytestmark = pytest.mark.equivalence
 
 
 def ragged(case, n: list[int], seed: int = 0):

@@ -7,21 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip("triton")
 
-from lrkv.kernels.decode import decode_attention, paged_decode_attention  # noqa: E402
-from lrkv.kernels.paged import paginate, to_contiguous  # noqa: E402
-from lrkv.kernels.testing import kernel_context, make_case, tight_check, tolerance_rule  # noqa: E402
-from lrkv.reference.cache import FactoredCache  # noqa: E402
-from lrkv.reference.rope import ExactRope  # noqa: E402
+from lrkv.kernels.decode import decode_attention, paged_decode_attention
+from lrkv.kernels.paged import paginate, to_contiguous
+from lrkv.kernels.testing import make_case, tight_check, tolerance_rule
+from lrkv.reference.cache import FactoredCache
+from lrkv.reference.rope import ExactRope
 
-pytestmark = [pytest.mark.triton, pytest.mark.equivalence]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _kernels_live():
-    with kernel_context():
-        yield
+pytestmark = pytest.mark.equivalence
 
 
 def paged_from_case(case, page_size, seed=0, drop_unused=True):

@@ -6,22 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("triton")
 runner = pytest.importorskip("lrkv.verify.runner")
 grid = pytest.importorskip("lrkv.verify.grids")
 tolerance = pytest.importorskip("lrkv.verify.tolerance")
 
-from lrkv.kernels import runtime  # noqa: E402
-from lrkv.kernels.triton_backend import TritonBackend, kernel_mutant_backends  # noqa: E402
-from lrkv.kernels.testing import kernel_context  # noqa: E402
+from lrkv.kernels import runtime
+from lrkv.kernels.triton_backend import TritonBackend, kernel_mutant_backends
 
-pytestmark = [pytest.mark.triton, pytest.mark.equivalence]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _kernels_live():
-    with kernel_context():
-        yield
+pytestmark = pytest.mark.equivalence
 
 
 def policy():

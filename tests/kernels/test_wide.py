@@ -11,27 +11,20 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip("triton")
 
-from lrkv.kernels import decode as decode_mod  # noqa: E402
-from lrkv.kernels.decode import (  # noqa: E402
+from lrkv.kernels import decode as decode_mod
+from lrkv.kernels.decode import (
     WIDE_LIMIT_COLUMNS, WIDE_MAX_COLUMNS, hr_contiguous, paged_decode_attention, pick_launch,
     tile_in_page,
 )
-from lrkv.kernels.paged import paginate  # noqa: E402
-from lrkv.kernels.testing import (  # noqa: E402
-    assert_tight, kernel_context, make_case, run_decode, tolerance_rule,
+from lrkv.kernels.paged import paginate
+from lrkv.kernels.testing import (
+    assert_tight, make_case, run_decode, tolerance_rule,
 )
-from lrkv.reference.cache import FactoredCache  # noqa: E402
-from lrkv.reference.rope import ExactRope  # noqa: E402
+from lrkv.reference.cache import FactoredCache
+from lrkv.reference.rope import ExactRope
 
-pytestmark = [pytest.mark.triton, pytest.mark.equivalence]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _kernels_live():
-    with kernel_context():
-        yield
+pytestmark = pytest.mark.equivalence
 
 
 run = run_decode

@@ -12,18 +12,17 @@ import json
 import pytest
 import torch
 
-pytest.importorskip("triton")
 
-from lrkv.bench import sweep as sweep_mod  # noqa: E402
-from lrkv.bench.backends import TritonSteps  # noqa: E402
-from lrkv.bench.families import FAMILIES, make_inputs, reference_step, step_args  # noqa: E402
-from lrkv.bench.grid import BenchGrid  # noqa: E402
-from lrkv.bench.runner import RunOptions, run_bench  # noqa: E402
-from lrkv.kernels import runtime  # noqa: E402
-from lrkv.kernels.decode import decode_attention  # noqa: E402
-from lrkv.spec import PAPER_SCALES, PaperScale  # noqa: E402
+from lrkv.bench import sweep as sweep_mod
+from lrkv.bench.backends import TritonSteps
+from lrkv.bench.families import FAMILIES, make_inputs, reference_step, step_args
+from lrkv.bench.grid import BenchGrid
+from lrkv.bench.runner import RunOptions, run_bench
+from lrkv.kernels import runtime
+from lrkv.kernels.decode import decode_attention
+from lrkv.spec import PAPER_SCALES, PaperScale
 
-pytestmark = [pytest.mark.triton]
+pytestmark = pytest.mark.own_kernel_mode  # the interpreter per test, or none at all
 # On a CUDA machine the kernel runs natively and ci/gpu-check times it for real: the
 # interpreter runs of this file are for machines without one.
 on_cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: ci/gpu-check runs these natively")

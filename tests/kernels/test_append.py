@@ -6,24 +6,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip("triton")
 
-from lrkv.kernels.append import append, paged_append  # noqa: E402
-from lrkv.kernels.triton_backend import TritonBackend  # noqa: E402
-from lrkv.kernels.paged import paginate, to_contiguous  # noqa: E402
-from lrkv.kernels.testing import kernel_context, kernel_device, tight_check  # noqa: E402
-from lrkv.reference import lrkv as L  # noqa: E402
-from lrkv.reference.cache import allocate_cache  # noqa: E402
-from lrkv.reference.weights import init_lrkv_weights  # noqa: E402
-from lrkv.spec import AttentionSpec  # noqa: E402
+from lrkv.kernels.append import append, paged_append
+from lrkv.kernels.triton_backend import TritonBackend
+from lrkv.kernels.paged import paginate, to_contiguous
+from lrkv.kernels.testing import kernel_device, tight_check
+from lrkv.reference import lrkv as L
+from lrkv.reference.cache import allocate_cache
+from lrkv.reference.weights import init_lrkv_weights
+from lrkv.spec import AttentionSpec
 
-pytestmark = [pytest.mark.triton, pytest.mark.equivalence]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _kernels_live():
-    with kernel_context():
-        yield
+pytestmark = pytest.mark.equivalence
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:

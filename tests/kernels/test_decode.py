@@ -11,24 +11,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip("triton")
 
-from lrkv.kernels.decode import pick_launch  # noqa: E402
-from lrkv.kernels.testing import (  # noqa: E402
-    assert_tight, kernel_context, make_case, run_decode, tolerance_rule,
+from lrkv.kernels.decode import pick_launch
+from lrkv.kernels.testing import (
+    assert_tight, make_case, run_decode, tolerance_rule,
 )
-from lrkv.reference.rope import ExactRope  # noqa: E402
+from lrkv.reference.rope import ExactRope
 
-pytestmark = [pytest.mark.triton, pytest.mark.equivalence]
+pytestmark = pytest.mark.equivalence
 
 LOW = (torch.bfloat16, torch.float16)
 TIGHT = (torch.float64, torch.float32)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _kernels_live():
-    with kernel_context():
-        yield
 
 
 run = run_decode

@@ -7,17 +7,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-pytest.importorskip("triton")
 
-from lrkv.kernels import runtime  # noqa: E402
-from lrkv.kernels.decode import decode_attention, paged_decode_attention, pick_launch  # noqa: E402
-from lrkv.kernels.paged import paginate  # noqa: E402
-from lrkv.kernels.testing import make_case, tight_check, tolerance_rule  # noqa: E402
-from lrkv.reference.cache import FactoredCache  # noqa: E402
-from lrkv.reference.rope import ExactRope  # noqa: E402
+from lrkv.kernels import runtime
+from lrkv.kernels.decode import decode_attention, paged_decode_attention, pick_launch
+from lrkv.kernels.paged import paginate
+from lrkv.kernels.testing import make_case, tight_check, tolerance_rule
+from lrkv.reference.cache import FactoredCache
+from lrkv.reference.rope import ExactRope
 
 pytestmark = [
-    pytest.mark.gpu, pytest.mark.triton,
+    pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (the kernels run natively)"),
 ]
 
