@@ -12,7 +12,6 @@ import json
 import pytest
 import torch
 
-
 from lrkv.bench import sweep as sweep_mod
 from lrkv.bench.backends import TritonSteps
 from lrkv.bench.families import FAMILIES, make_inputs, reference_step, step_args
@@ -164,9 +163,10 @@ def test_recorded_launch_shape_is_the_variants_own(monkeypatch):
     # The row records the launch shape the kernel picks for THAT variant: exact RoPE picks its
     # own (per-head) shape on a GPU, so the rope row must ask pick_launch with rope_exact.
     from lrkv.kernels import decode as decode_mod
+    from lrkv.kernels import launch
 
-    monkeypatch.setattr(decode_mod, "_num_sms", lambda device: 132)
-    monkeypatch.setattr(decode_mod.runtime, "is_interpreted", lambda: False)
+    monkeypatch.setattr(launch, "num_sms", lambda device: 132)
+    monkeypatch.setattr(launch.runtime, "is_interpreted", lambda: False)
     spec = PAPER_SCALES["2.5B"].spec("lrkv")
     inputs = dict(q=torch.empty(8, spec.n_heads, spec.head_dim, dtype=torch.bfloat16, device="meta"),
                   shared_k=torch.empty(8, 32768, spec.head_dim, dtype=torch.bfloat16, device="meta"))

@@ -1,19 +1,17 @@
 """GPU-only checks: the kernels compiled natively at realistic sizes, and the custom op
 inside torch.compile. Skipped with a reason on a machine without CUDA (the interpreter
-tests in test_triton_*.py cover the same math there)."""
+tests in tests/kernels/ cover the same math there). Inputs are the harness's Cases, judged
+by the harness's rule."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-
 from lrkv.kernels import runtime
-from lrkv.kernels.decode import decode_attention, paged_decode_attention, pick_launch
-from lrkv.kernels.paged import paginate
-from lrkv.kernels.testing import make_case, tight_check, tolerance_rule
-from lrkv.reference.cache import FactoredCache
-from lrkv.reference.rope import ExactRope
+from lrkv.kernels.decode import decode_attention, paged_decode_attention
+from lrkv.kernels.launch import DOT_MODES, pick_launch
+from lrkv.kernels.testing import check, kernel_case, kernel_inputs
 
 pytestmark = [
     pytest.mark.gpu,
@@ -27,77 +25,50 @@ def _native():
         pytest.skip(f"kernels are not in CUDA mode here: {runtime.mode()[1]}")
 
 
-def rule(out, case, dtype):
-    return tolerance_rule(out, case.reference()[0], case.baseline()[0], dtype)
-
-
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("H,r", [(18, 55), (32, 54)])
 def test_native_benchmark_shapes(dtype, H, r):
-    case = make_case(B=3, T=2048, H=H, d_h=128, r=r, lengths=[2048, 1333, 1], dtype=dtype, seed=50,
-                     key_scale=True)
-    out, lse = decode_attention(*case.args(), scale=case.scale, key_scale=case.inputs["key_scale"])
-    res = rule(out, case, dtype)
-    assert res.passed, str(res)
+    case = kernel_case(H=H, d_h=128, r=r, lengths=[2048, 1333, 1], dtype=dtype, seed=50, key_scale=True)
+    check(decode_attention, case)
 
 
 @pytest.mark.parametrize("private", ["wide", "per_head"])
 @pytest.mark.parametrize("H,r", [(18, 55), (32, 54)])
 def test_native_private_paths_agree(H, r, private):
     # both private-stream paths natively at the paper scales, bf16 (16-bit tensor-core dots)
-    case = make_case(B=2, T=4096, H=H, d_h=128, r=r, lengths=[4096, 2999], dtype=torch.bfloat16, seed=53,
-                     key_scale=True)
-    out, lse = decode_attention(*case.args(), scale=case.scale, key_scale=case.inputs["key_scale"],
-                                private=private)
-    res = rule(out, case, torch.bfloat16)
-    assert res.passed, f"{private}: {res}"
-    res = tolerance_rule(lse, case.reference()[1], case.baseline()[1], torch.bfloat16)
-    assert res.passed, f"{private} lse: {res}"
+    case = kernel_case(H=H, d_h=128, r=r, lengths=[4096, 2999], dtype=torch.bfloat16, seed=53, key_scale=True)
+    check(decode_attention, case, private=private)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_native_tight_exact_rope(dtype):
-    case = make_case(B=2, T=700, H=6, d_h=64, r=12, lengths=[700, 333], dtype=dtype, seed=51,
-                     rope=ExactRope(), key_scale=True)
-    out, lse = decode_attention(*case.args(), scale=case.scale, key_scale=case.inputs["key_scale"],
-                                rope=case.rope)
-    for a, b in ((out, case.reference()[0]), (lse, case.reference()[1])):
-        ok, err, bound = tight_check(a, b, dtype)
-        assert ok, f"{err:.3g} > {bound:.3g}"
+    case = kernel_case(H=6, d_h=64, r=12, lengths=[700, 333], dtype=dtype, seed=51, rope="exact", key_scale=True)
+    check(decode_attention, case)
 
 
 def test_native_auto_splits_and_paged():
     B, T = 2, 8192
     cfg = pick_launch(B=B, H=18, d_h=128, r=55, slots=T, dtype=torch.bfloat16, device=torch.device("cuda"))
     assert cfg.num_splits > 1, "a long sequence at batch 2 must be split to fill the GPU"
-    case = make_case(B=B, T=T, H=18, d_h=128, r=55, lengths=[T, 5000], dtype=torch.bfloat16, seed=52,
-                     rope=ExactRope())
-    i = case.inputs
-    cache = FactoredCache(shared_k=i["shared_k"], shared_v=i["shared_v"], latent_k=i["latent_k"],
-                          latent_v=i["latent_v"], lengths=i["lengths"])
-    p = paginate(cache, 16, generator=torch.Generator().manual_seed(0))
-    out, _ = paged_decode_attention(i["q"], p.shared_k, p.shared_v, p.latent_k, p.latent_v, i["basis_k"],
-                                    i["basis_v"], p.lengths, p.page_table, scale=case.scale, rope=case.rope)
-    res = rule(out, case, torch.bfloat16)
-    assert res.passed, str(res)
+    case = kernel_case(level="kernel-paged", page_size=16, H=18, d_h=128, r=55, lengths=[T, 5000],
+                       dtype=torch.bfloat16, seed=52, rope="exact")
+    check(paged_decode_attention, case)
 
 
 def test_torch_compile_sees_the_triton_op():
     # The triton_op has no data-dependent Python, so it traces with fullgraph=True; the
     # wrapper's validation (which reads lengths) stays outside the compiled region.
-    case = make_case(B=2, T=300, H=18, d_h=128, r=55, lengths=[300, 77], dtype=torch.bfloat16, seed=53)
-    i = case.inputs
+    inp = kernel_inputs(kernel_case(H=18, d_h=128, r=55, lengths=[300, 77], dtype=torch.bfloat16, seed=53))
     cfg = pick_launch(B=2, H=18, d_h=128, r=55, slots=300, dtype=torch.bfloat16, device=torch.device("cuda"))
-    from lrkv.kernels.decode import DOT_MODES
 
     def step(q, sk, sv, lk, lv, bk, bv, lengths):
         out, lse = torch.ops.lrkv.factored_decode(
-            q, sk, sv, lk, lv, bk, bv, lengths, None, None, None, None, case.scale, cfg.num_splits,
+            q, sk, sv, lk, lv, bk, bv, lengths, None, None, None, None, inp.scale, cfg.num_splits,
             cfg.split_size, cfg.group_size, cfg.block_t, cfg.num_warps, DOT_MODES[cfg.dot], 0)
         return out.float() * 2.0, lse  # something for inductor to fuse around the op
 
-    eager = step(*case.args())
-    compiled = torch.compile(step, fullgraph=True)(*case.args())
+    eager = step(*inp.args())
+    compiled = torch.compile(step, fullgraph=True)(*inp.args())
     # Inductor compiles the user kernel with its own Triton options (e.g. FP fusion), so the
     # compiled graph may round differently in the last bf16 place: same op, not same bits.
     torch.testing.assert_close(compiled[0], eager[0], rtol=1.6e-2, atol=1e-2)
@@ -106,9 +77,9 @@ def test_torch_compile_sees_the_triton_op():
 
 def test_cuda_graph_capture():
     # a serving loop replays decode in a CUDA graph: no host sync inside the op
-    case = make_case(B=2, T=256, H=8, d_h=64, r=16, lengths=[256, 100], dtype=torch.bfloat16, seed=54)
-    args = case.args()
-    kw = dict(scale=case.scale, num_splits=4, check=False)
+    inp = kernel_inputs(kernel_case(H=8, d_h=64, r=16, lengths=[256, 100], dtype=torch.bfloat16, seed=54))
+    args = inp.args()
+    kw = dict(scale=inp.scale, num_splits=4, check=False)
     ref, _ = decode_attention(*args, **kw)
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
