@@ -27,6 +27,14 @@ Three kernels:
 * `append_kernel` — writes one token's cache entries at slot lengths[b] (contiguous or
   paged) as raw bits, so the copy is bit-exact whatever the float dtype.
 
+The split kernel reads as the math, in the manner of Triton's fused-attention tutorial:
+load q → for each tile: where its slots live (`_slot_rows`), the shared logits
+(`_shared_logits`), the private logits of one of three variants (`_private_logits_per_head`,
+`_private_logits_wide`, `_private_logits_rope`), one online-softmax step (`_online_softmax`),
+the shared and private value accumulators (`_shared_values`, `_private_values_per_head`,
+`_private_values_wide`) → store the split's partial state (`_store_softmax_state`,
+`_store_private_wide`).
+
 Conventions used by every kernel (DESIGN §8):
   - EVERY load is masked (the interpreter turns an out-of-bounds load into a crash, and on
     the GPU it is silent corruption); masks also re-check page-table entries so that even a
@@ -38,8 +46,10 @@ Conventions used by every kernel (DESIGN §8):
   - row offsets are int64: b · stride_b overflows int32 at realistic cache sizes
     (16 × 128K × 32 × 54 elements of latents is 3.6e9).
 
-Mutation switches (`MUTANT`, a constexpr, 0 = correct kernel) reproduce the bugs the
-harness's mutation tests look for; see `lrkv.kernels.kernel_mutants` for the codes.
+Mutation switches (`MUTANT`, a constexpr, 0 = correct kernel) are one-token bugs that compile
+out of the correct kernel; they carry no state of their own. The mutants that need more (a
+second algorithm) are Python-level wrappers in `lrkv.kernels.kernel_mutants`, which also maps
+names to these codes.
 """
 
 from __future__ import annotations
@@ -47,16 +57,15 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-# Mutant codes (mirrored by lrkv.kernels.kernel_mutants.KERNEL_MUTANTS; a test keeps the two in
+# Mutation switches (lrkv.kernels.kernel_mutants.SWITCHES names them; a test keeps the two in
 # step). tl.constexpr because compiled Triton reads no other kind of global.
 M_NO_PRIVATE_RESCALE = tl.constexpr(1)  # private accumulator not rescaled when the running max grows
 M_LENGTH_OFF_BY_ONE = tl.constexpr(2)  # length mask drops the last valid slot (t < len − 1)
-M_WRONG_HEAD_BASIS = tl.constexpr(3)  # head h uses B_{(h+1) mod H}^K
+M_WRONG_HEAD_BASIS = tl.constexpr(3)  # head h uses B_{(h+1) mod H}^K (and B_{(h+1) mod H}^V in stage 2)
 M_DROP_PRIVATE_VALUE = tl.constexpr(4)  # out_h = a_h S_V only: the (a_h R_h^V) B_h^{V T} term is lost
 M_SCALE_RANK = tl.constexpr(5)  # softmax scale 1/sqrt(r) instead of 1/sqrt(d_h)
 M_READ_PAST_LENGTH = tl.constexpr(6)  # mask t <= len: reads one garbage slot past the length
-M_SEPARATE_SOFTMAX = tl.constexpr(7)  # one softmax for the shared logits, another for the private
-M_FP16_ACCUMULATION = tl.constexpr(8)  # l and both accumulators rounded to float16 after every tile
+M_FP16_ACCUMULATION = tl.constexpr(7)  # l and both accumulators rounded to float16 after every tile
 
 
 @triton.jit
@@ -122,6 +131,91 @@ def _mm(a, b, DOT: tl.constexpr, A_EXACT: tl.constexpr):
         return tl.dot(a, b, input_precision="ieee")
 
 
+# ---- which slots a program reads ----------------------------------------------------------
+@triton.jit
+def _extend_row(pid_b, CU, NSEQ, LENGTHS, SLOT_LIMIT, BLOCK_B: tl.constexpr):
+    """Extend: program row n is query token n of the ragged batch (CU = cu_seqlens_q [NSEQ+1]).
+    Returns (b, length): its sequence b — the count of cu[b+1] <= n — and its causal length
+    p + 1, p = lengths[b] − n_b + (n − cu[b]) its position (validated; clamped for safety)."""
+    seq = 0
+    for b0 in range(0, NSEQ, BLOCK_B):
+        offs_b = b0 + tl.arange(0, BLOCK_B)
+        ends = tl.load(CU + 1 + offs_b, mask=offs_b < NSEQ, other=2147483647)  # [BLOCK_B]  cu[b+1]
+        seq += _rsum(tl.where(ends <= pid_b, 1, 0), 0)
+    b64 = seq.to(tl.int64)
+    start = tl.load(CU + b64, mask=seq >= 0, other=0)
+    end = tl.load(CU + b64 + 1, mask=seq >= 0, other=0)
+    seq_len = tl.load(LENGTHS + b64, mask=seq >= 0, other=0).to(tl.int32)
+    return b64, tl.minimum(seq_len - (end - start) + (pid_b - start) + 1, SLOT_LIMIT)
+
+
+@triton.jit
+def _slot_rows(offs_t, tmask, b64, PT, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES, MAX_PAGES, PAGED: tl.constexpr,
+               t0=0, BLOCK_T: tl.constexpr = 16, TILE_IN_PAGE: tl.constexpr = False):
+    """Where logical slots offs_t of sequence b live (DESIGN §4): (mask, row0, row1).
+
+    Contiguous: row0 = b, row1 = the slot. Paged (the block-table convention): slot j is row
+    j % page_size of page page_table[b, j // page_size]; a slot whose table entry is past
+    max_pages, negative or past the last page is masked off, so no load leaves the allocation.
+    TILE_IN_PAGE (the wrapper checked that page_size and every tile start t0 are multiples of
+    BLOCK_T): the whole tile lies in one page, so the table is read once per tile and the rows
+    are written as t0 % page_size + arange — affine in the slot, as in the contiguous layout,
+    which lets the compiler keep one base address per tile instead of one per element.
+    """
+    if PAGED:
+        if TILE_IN_PAGE:
+            pidx = t0 // PAGE_SIZE
+            lane = offs_t * 0  # vector lanes (the interpreter mis-types scalar & vector masks)
+            in_table = (lane + pidx) < MAX_PAGES
+            page = tl.load(PT + b64 * s_ptb + (lane + pidx).to(tl.int64) * s_ptp, mask=tmask & in_table, other=0)
+            tmask = tmask & in_table & (page >= 0) & (page < NUM_PAGES)
+            row0 = page.to(tl.int64)
+            row1 = (t0 % PAGE_SIZE + tl.arange(0, BLOCK_T)).to(tl.int64)
+        else:
+            page_idx = offs_t // PAGE_SIZE
+            tmask = tmask & (page_idx < MAX_PAGES)
+            page = tl.load(PT + b64 * s_ptb + page_idx.to(tl.int64) * s_ptp, mask=tmask, other=0)
+            tmask = tmask & (page >= 0) & (page < NUM_PAGES)
+            row0 = page.to(tl.int64)
+            row1 = (offs_t % PAGE_SIZE).to(tl.int64)
+    else:
+        row0 = offs_t.to(tl.int64) * 0 + b64
+        row1 = offs_t.to(tl.int64)
+    return tmask, row0, row1
+
+
+# ---- the shared stream: one tile per group, reused by every head --------------------------
+@triton.jit
+def _shared_logits(q, SK, s_skb, s_skt, s_skd, row0, row1, tmask, offs_d, dmask,
+                   DOT: tl.constexpr, ACC_FP64: tl.constexpr):
+    """q_h S_K^T [BLOCK_H, BLOCK_T], Eq. 6's shared term, for every head of the group from ONE
+    [BLOCK_D, BLOCK_T] tile of shared keys: LRKV's saving, read once per group, not per head."""
+    kT = tl.load(SK + row0[None, :] * s_skb + row1[None, :] * s_skt + offs_d[:, None] * s_skd,
+                 mask=dmask[:, None] & tmask[None, :], other=0.0)  # [BLOCK_D, BLOCK_T]  S_K^T
+    return _mm(q, _ld(kT, DOT, ACC_FP64), DOT, True)
+
+
+@triton.jit
+def _shared_values(acc_s, alpha, p, SV, s_svb, s_svt, s_svd, row0, row1, tmask, offs_d, dmask,
+                   DOT: tl.constexpr, ACC_FP64: tl.constexpr):
+    """acc_s [BLOCK_H, BLOCK_D] rescaled by alpha, plus this tile's p S_V: Eq. 7's shared term."""
+    vs = tl.load(SV + row0[:, None] * s_svb + row1[:, None] * s_svt + offs_d[None, :] * s_svd,
+                 mask=tmask[:, None] & dmask[None, :], other=0.0)  # [BLOCK_T, BLOCK_D]  S_V
+    return acc_s * alpha[:, None] + _mm(p, _ld(vs, DOT, ACC_FP64), DOT, False)
+
+
+@triton.jit
+def _online_softmax(m_i, l_i, logits):
+    """One step of the online softmax over a tile of SUMMED logits [BLOCK_H, BLOCK_T]:
+    (m_new, alpha = exp(m_old − m_new), p = exp(logits − m_new), l_new). Masked slots carry
+    −inf logits, so p is 0 there; m_new is finite because every tile has a valid slot."""
+    m_new = tl.maximum(m_i, _rmax(logits, 1))  # [BLOCK_H]
+    alpha = tl.exp(m_i - m_new)  # [BLOCK_H]
+    p = tl.exp(logits - m_new[:, None])  # [BLOCK_H, BLOCK_T]
+    return m_new, alpha, p, l_i * alpha + _rsum(p, 1)
+
+
+# ---- the per-head private path: one [BLOCK_T, r] tile and product per head ----------------
 # Sizes and counts are not specialised on (== 1, % 16): that would only multiply compiles
 # (each test's split size would be a new kernel); strides keep Triton's specialisation,
 # which is what makes unit-stride loads vectorise.
@@ -141,71 +235,95 @@ def _head_basis(BK, s_bkh, s_bkd, s_bkr, h, H, offs_d, offs_r, dmask, rmask, NEX
 
 
 @triton.jit
-def _q_latent(q_lat, Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, pid_g, rows, offs_d, offs_r, dmask, rmask, H,
-              GROUP: tl.constexpr, NEXT_HEAD_BASIS: tl.constexpr, ACC_FP64: tl.constexpr):
+def _q_latent(Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, pid_g, rows, offs_d, offs_r, dmask, rmask, H,
+              BLOCK_H: tl.constexpr, BLOCK_R: tl.constexpr, GROUP: tl.constexpr, NEXT_HEAD_BASIS: tl.constexpr,
+              ACC_FP64: tl.constexpr):
     """q_h B_h^K for every head of the group (Eq. 6's private query): [BLOCK_H, BLOCK_R].
 
     One head at a time, because a [BLOCK_H, BLOCK_D, BLOCK_R] product does not fit in
     registers at d_h = 128. Q_ROW points at the query token's row; NEXT_HEAD_BASIS is the
     wrong-head-basis mutant (head h reads B_{h+1}).
     """
+    q_lat = tl.full([BLOCK_H, BLOCK_R], 0.0, dtype=tl.float64 if ACC_FP64 else tl.float32)
     for hh in range(GROUP):
         h = pid_g * GROUP + hh
         bk, dv, rv = _head_basis(BK, s_bkh, s_bkd, s_bkr, h, H, offs_d, offs_r, dmask, rmask, NEXT_HEAD_BASIS)
-        qh = tl.load(Q_ROW + h * s_qh + offs_d * s_qd, mask=dv, other=0.0)
+        qh = tl.load(Q_ROW + h * s_qh + offs_d * s_qd, mask=dv, other=0.0)  # [BLOCK_D]
         ql = _rsum(_to_acc(qh, ACC_FP64)[:, None] * _to_acc(bk, ACC_FP64), 0)  # [BLOCK_R]
         q_lat = tl.where(rows[:, None] == hh, ql[None, :], q_lat)
     return q_lat
 
 
 @triton.jit
-def _private_logits(logits, q_lat, Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, LK, s_lkb, s_lkt, s_lkh, s_lkr,
-                    row0, row1, tmask, COS, SIN, s_cst, s_csd, offs_t, offs_d, offs_r, dmask, rmask, rows, pid_g,
-                    H, D, GROUP: tl.constexpr, ROPE_EXACT: tl.constexpr, NEXT_HEAD_BASIS: tl.constexpr,
-                    DOT: tl.constexpr, ACC_FP64: tl.constexpr):
-    """logits [BLOCK_H, BLOCK_T] + each head's private logits, Eq. 6's second term, for one tile.
+def _private_logits_per_head(logits, q_lat, LK, s_lkb, s_lkt, s_lkh, s_lkr, row0, row1, tmask, offs_r, rmask,
+                             rows, pid_g, H, GROUP: tl.constexpr, ACC_FP64: tl.constexpr):
+    """logits [BLOCK_H, BLOCK_T] + (q_h B_h^K) R_h^{K T}, Eq. 6's private term, one head at a
+    time: a [heads, BLOCK_T, r] tile would not fit in registers (it spills at H = 16, r = 64);
+    rows move in and out of the per-group [BLOCK_H, ...] blocks with where(rows == hh), which
+    is cheap next to the loads."""
+    for hh in range(GROUP):
+        h = pid_g * GROUP + hh
+        rv = rmask & ((offs_r * 0 + h) < H)
+        zk = tl.load(LK + row0[:, None] * s_lkb + row1[:, None] * s_lkt + h * s_lkh + offs_r[None, :] * s_lkr,
+                     mask=tmask[:, None] & rv[None, :], other=0.0)  # [BLOCK_T, BLOCK_R]  R_h^K
+        ql = _rsum(tl.where(rows[:, None] == hh, q_lat, 0.0), 0)  # [BLOCK_R]  q_h B_h^K
+        lh = _rsum(_to_acc(zk, ACC_FP64) * ql[None, :], 1)  # [BLOCK_T]  (q_h B_h^K) R_h^{K T}
+        logits = tl.where(rows[:, None] == hh, logits + lh[None, :], logits)
+    return logits
 
-    Without RoPE: (q_h B_h^K)·z_j from q_lat (`_q_latent`). Exact RoPE: rope(k, j)·q =
-    k·rope(q, −j), so instead of rebuilding the rotated private key rope(z_j B_h^T, j) as a
+
+@triton.jit
+def _private_values_per_head(acc_p, p, LV, s_lvb, s_lvt, s_lvh, s_lvr, row0, row1, tmask, offs_r, rmask,
+                             rows, pid_g, H, GROUP: tl.constexpr, ACC_FP64: tl.constexpr):
+    """acc_p [BLOCK_H, BLOCK_R] + this tile's a_h R_h^V for every head, one head at a time
+    (Eq. 7's private term before B_h^V, which stage 2 applies once)."""
+    for hh in range(GROUP):
+        h = pid_g * GROUP + hh
+        rv = rmask & ((offs_r * 0 + h) < H)
+        zv = tl.load(LV + row0[:, None] * s_lvb + row1[:, None] * s_lvt + h * s_lvh + offs_r[None, :] * s_lvr,
+                     mask=tmask[:, None] & rv[None, :], other=0.0)  # [BLOCK_T, BLOCK_R]  R_h^V
+        ph = _rsum(tl.where(rows[:, None] == hh, p, 0.0), 0)  # [BLOCK_T]  head h's softmax weights
+        ch = _rsum(ph[:, None] * _to_acc(zv, ACC_FP64), 0)  # [BLOCK_R]  a_h R_h^V (this tile)
+        acc_p = tl.where(rows[:, None] == hh, acc_p + ch[None, :], acc_p)
+    return acc_p
+
+
+# ---- exact RoPE: the private logits of rotated keys, per head and slot --------------------
+@triton.jit
+def _private_logits_rope(logits, Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, LK, s_lkb, s_lkt, s_lkh, s_lkr,
+                         row0, row1, tmask, COS, SIN, s_cst, s_csd, offs_t, offs_d, offs_r, dmask, rmask, rows,
+                         pid_g, H, D, GROUP: tl.constexpr, NEXT_HEAD_BASIS: tl.constexpr,
+                         DOT: tl.constexpr, ACC_FP64: tl.constexpr):
+    """logits [BLOCK_H, BLOCK_T] + q_h · rope(z_j B_h^T, j) for every head, one head at a time.
+
+    rope(k, j)·q = k·rope(q, −j): instead of rebuilding the rotated private key as a
     [BLOCK_T, d_h] tile (two tl.dots), rotate q_h back by each slot's angle and project it
-    through B_h: the same position-dependent contraction, O(T·r·d_h) per head, one tl.dot per
-    head and tile. One head at a time either way: a [heads, BLOCK_T, r] tile would not fit
-    in registers (it spills at H = 16, r = 64); rows move in and out of the per-group
-    [BLOCK_H, ...] blocks with where(rows == hh), which is cheap next to the loads.
-    NEXT_HEAD_BASIS is the wrong-head-basis mutant.
+    through B_h^K — the same position-dependent contraction, O(T·r·d_h) per head, one tl.dot
+    per head and tile. The cos/sin tables are indexed by the LOGICAL slot, which is the same
+    in the paged layout. NEXT_HEAD_BASIS is the wrong-head-basis mutant.
     """
-    if ROPE_EXACT:
-        cmask = tmask[:, None] & dmask[None, :]
-        cos = _to_acc(tl.load(COS + offs_t[:, None] * s_cst + offs_d[None, :] * s_csd,
-                              mask=cmask, other=0.0), ACC_FP64)  # [BLOCK_T, BLOCK_D]
-        sin = _to_acc(tl.load(SIN + offs_t[:, None] * s_cst + offs_d[None, :] * s_csd,
-                              mask=cmask, other=0.0), ACC_FP64)
-        # rotate_half(x)[d] = sign_d · x[perm(d)] (rotate-half convention, DESIGN §5)
-        half = D // 2
-        perm_d = tl.where(offs_d < half, offs_d + half, offs_d - half)
-        sign_d = tl.where(offs_d < half, -1.0, 1.0)
-        for hh in range(GROUP):
-            h = pid_g * GROUP + hh
-            bk, dv, rv = _head_basis(BK, s_bkh, s_bkd, s_bkr, h, H, offs_d, offs_r, dmask, rmask,
-                                     NEXT_HEAD_BASIS)  # [BLOCK_D, BLOCK_R]  B_h^K
-            qh = _to_acc(tl.load(Q_ROW + h * s_qh + offs_d * s_qd, mask=dv, other=0.0), ACC_FP64)
-            qp = _to_acc(tl.load(Q_ROW + h * s_qh + perm_d * s_qd, mask=dv, other=0.0), ACC_FP64)
-            # rope(q_h, −j)_d = q_d cos_{j,d} − sign_d q_{perm(d)} sin_{j,d}   [BLOCK_T, BLOCK_D]
-            q_rot = qh[None, :] * cos - (sign_d * qp)[None, :] * sin
-            qb = _mm(q_rot, _ld(bk, DOT, ACC_FP64), DOT, False)  # [BLOCK_T, BLOCK_R]
-            z = tl.load(LK + row0[:, None] * s_lkb + row1[:, None] * s_lkt + h * s_lkh + offs_r[None, :] * s_lkr,
-                        mask=tmask[:, None] & rv[None, :], other=0.0)  # [BLOCK_T, BLOCK_R]  R_h^K
-            lh = _rsum(qb * _to_acc(z, ACC_FP64), 1)  # [BLOCK_T]  q_h · rope(z_j B_h^T, j)
-            logits = tl.where(rows[:, None] == hh, logits + lh[None, :], logits)
-    else:
-        for hh in range(GROUP):
-            h = pid_g * GROUP + hh
-            rv = rmask & ((offs_r * 0 + h) < H)
-            zk = tl.load(LK + row0[:, None] * s_lkb + row1[:, None] * s_lkt + h * s_lkh + offs_r[None, :] * s_lkr,
-                         mask=tmask[:, None] & rv[None, :], other=0.0)  # [BLOCK_T, BLOCK_R]  R_h^K
-            ql = _rsum(tl.where(rows[:, None] == hh, q_lat, 0.0), 0)  # [BLOCK_R]  q_h B_h^K
-            lh = _rsum(_to_acc(zk, ACC_FP64) * ql[None, :], 1)  # [BLOCK_T]  (q_h B_h^K) R_h^{K T}
-            logits = tl.where(rows[:, None] == hh, logits + lh[None, :], logits)
+    cmask = tmask[:, None] & dmask[None, :]
+    cos = _to_acc(tl.load(COS + offs_t[:, None] * s_cst + offs_d[None, :] * s_csd,
+                          mask=cmask, other=0.0), ACC_FP64)  # [BLOCK_T, BLOCK_D]
+    sin = _to_acc(tl.load(SIN + offs_t[:, None] * s_cst + offs_d[None, :] * s_csd,
+                          mask=cmask, other=0.0), ACC_FP64)
+    # rotate_half(x)[d] = sign_d · x[perm(d)] (rotate-half convention, DESIGN §5)
+    half = D // 2
+    perm_d = tl.where(offs_d < half, offs_d + half, offs_d - half)
+    sign_d = tl.where(offs_d < half, -1.0, 1.0)
+    for hh in range(GROUP):
+        h = pid_g * GROUP + hh
+        bk, dv, rv = _head_basis(BK, s_bkh, s_bkd, s_bkr, h, H, offs_d, offs_r, dmask, rmask,
+                                 NEXT_HEAD_BASIS)  # [BLOCK_D, BLOCK_R]  B_h^K
+        qh = _to_acc(tl.load(Q_ROW + h * s_qh + offs_d * s_qd, mask=dv, other=0.0), ACC_FP64)
+        qp = _to_acc(tl.load(Q_ROW + h * s_qh + perm_d * s_qd, mask=dv, other=0.0), ACC_FP64)
+        # rope(q_h, −j)_d = q_d cos_{j,d} − sign_d q_{perm(d)} sin_{j,d}   [BLOCK_T, BLOCK_D]
+        q_rot = qh[None, :] * cos - (sign_d * qp)[None, :] * sin
+        qb = _mm(q_rot, _ld(bk, DOT, ACC_FP64), DOT, False)  # [BLOCK_T, BLOCK_R]
+        z = tl.load(LK + row0[:, None] * s_lkb + row1[:, None] * s_lkt + h * s_lkh + offs_r[None, :] * s_lkr,
+                    mask=tmask[:, None] & rv[None, :], other=0.0)  # [BLOCK_T, BLOCK_R]  R_h^K
+        lh = _rsum(qb * _to_acc(z, ACC_FP64), 1)  # [BLOCK_T]  q_h · rope(z_j B_h^T, j)
+        logits = tl.where(rows[:, None] == hh, logits + lh[None, :], logits)
     return logits
 
 
@@ -267,7 +385,18 @@ def _q_block_diag(Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, heads, hmask, rows
 
 
 @triton.jit
-def _wide_private_logits(logits, q_bd, q_bd_lo, LK, s_lkb, s_lkt, col, row0, row1, tmask, cmask,
+def _q_block_diag_halves(q_bd, LK, DOT: tl.constexpr):
+    """(hi, lo) of the block-diagonal query for DOT_LP — its 16-bit hi + lo halves in the latent
+    cache's dtype, split once per program rather than per tile (see _mm) — else (q_bd, q_bd)."""
+    if DOT == DOT_LP:
+        q_hi = q_bd.to(LK.dtype.element_ty)
+        return q_hi, (q_bd - q_hi.to(q_bd.dtype)).to(LK.dtype.element_ty)
+    else:
+        return q_bd, q_bd
+
+
+@triton.jit
+def _private_logits_wide(logits, q_bd, q_bd_lo, LK, s_lkb, s_lkt, col, row0, row1, tmask, cmask,
                          DOT: tl.constexpr, ACC_FP64: tl.constexpr):
     """logits [BLOCK_H, BLOCK_T] + (q_h B_h^K) R_h^{K T} for every head of the group (Eq. 6),
     one tl.dot of the block-diagonal query with the group's wide latent tile. For DOT_LP,
@@ -283,7 +412,7 @@ def _wide_private_logits(logits, q_bd, q_bd_lo, LK, s_lkb, s_lkt, col, row0, row
 
 
 @triton.jit
-def _wide_private_values(acc_pw, p, LV, s_lvb, s_lvt, col, row0, row1, tmask, cmask,
+def _private_values_wide(acc_pw, p, LV, s_lvb, s_lvt, col, row0, row1, tmask, cmask,
                          DOT: tl.constexpr, ACC_FP64: tl.constexpr):
     """acc_pw [BLOCK_H, BLOCK_GR] + p R^V over the group's wide value latents: row g, head g's
     columns is a_g R_g^V for this tile (Eq. 7's private term before B_g^V); the other
@@ -293,46 +422,30 @@ def _wide_private_values(acc_pw, p, LV, s_lvb, s_lvt, col, row0, row1, tmask, cm
     return acc_pw + _mm(p, _ld(zv, DOT, ACC_FP64), DOT, False)
 
 
+# ---- the split's partial state ------------------------------------------------------------
 @triton.jit
-def _slot_rows(offs_t, tmask, b64, PT, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES, MAX_PAGES, PAGED: tl.constexpr,
-               t0=0, BLOCK_T: tl.constexpr = 16, TILE_IN_PAGE: tl.constexpr = False):
-    """Where logical slots offs_t of sequence b live (DESIGN §4): (mask, row0, row1).
+def _store_softmax_state(M_OUT, L_OUT, ACC_S, m_i, l_i, acc_s, base, hmask, offs_d, dmask, D):
+    """m, l [BLOCK_H] and acc_s [BLOCK_H, BLOCK_D] of this split at rows `base` of the
+    contiguous [B, H, S, ...] scratch."""
+    tl.store(M_OUT + base, m_i, mask=hmask)
+    tl.store(L_OUT + base, l_i, mask=hmask)
+    tl.store(ACC_S + base[:, None] * D + offs_d[None, :], acc_s, mask=hmask[:, None] & dmask[None, :])
 
-    Contiguous: row0 = b, row1 = the slot. Paged (the block-table convention): slot j is row
-    j % page_size of page page_table[b, j // page_size]; a slot whose table entry is past
-    max_pages, negative or past the last page is masked off, so no load leaves the allocation.
-    TILE_IN_PAGE (the wrapper checked that page_size and every tile start t0 are multiples of
-    BLOCK_T): the whole tile lies in one page, so the table is read once per tile and the rows
-    are written as t0 % page_size + arange — affine in the slot, as in the contiguous layout,
-    which lets the compiler keep one base address per tile instead of one per element.
-    """
-    if PAGED:
-        if TILE_IN_PAGE:
-            pidx = t0 // PAGE_SIZE
-            lane = offs_t * 0  # vector lanes (the interpreter mis-types scalar & vector masks)
-            in_table = (lane + pidx) < MAX_PAGES
-            page = tl.load(PT + b64 * s_ptb + (lane + pidx).to(tl.int64) * s_ptp, mask=tmask & in_table, other=0)
-            tmask = tmask & in_table & (page >= 0) & (page < NUM_PAGES)
-            row0 = page.to(tl.int64)
-            row1 = (t0 % PAGE_SIZE + tl.arange(0, BLOCK_T)).to(tl.int64)
-        else:
-            page_idx = offs_t // PAGE_SIZE
-            tmask = tmask & (page_idx < MAX_PAGES)
-            page = tl.load(PT + b64 * s_ptb + page_idx.to(tl.int64) * s_ptp, mask=tmask, other=0)
-            tmask = tmask & (page >= 0) & (page < NUM_PAGES)
-            row0 = page.to(tl.int64)
-            row1 = (offs_t % PAGE_SIZE).to(tl.int64)
-    else:
-        row0 = offs_t.to(tl.int64) * 0 + b64
-        row1 = offs_t.to(tl.int64)
-    return tmask, row0, row1
+
+@triton.jit
+def _store_private_wide(ACC_P, acc_pw, prog64, pid_s, rows, hmask, hc, jc, head_c, cmask, H, R, NUM_SPLITS):
+    """The block diagonal of acc_pw [BLOCK_H, BLOCK_GR] — row g, the columns of head g, which
+    is a_g R_g^V — into the [B, H, S, r] scratch; the off-diagonal products are dropped."""
+    base_c = (prog64 * H + head_c) * NUM_SPLITS + pid_s  # [BLOCK_GR]
+    tl.store(ACC_P + (base_c * R + jc)[None, :] + rows[:, None] * 0, acc_pw,
+             mask=(rows[:, None] == hc[None, :]) & cmask[None, :] & hmask[:, None])
 
 
 @triton.jit(do_not_specialize=["H", "D", "R", "SPLIT_SIZE", "PAGE_SIZE", "NUM_PAGES", "MAX_PAGES", "NUM_SPLITS",
                                "SLOT_LIMIT", "NSEQ"])
 def decode_split_kernel(
     Q, SK, SV, LK, LV, BK, KS, COS, SIN, LENGTHS, PT, SCALE,
-    M_OUT, L_OUT, ACC_S, ACC_P, M2_OUT, L2_OUT,
+    M_OUT, L_OUT, ACC_S, ACC_P,  # partial state: [B, H, S], [B, H, S], [B, H, S, d_h], [B, H, S, r]
     H, D, R, SPLIT_SIZE, PAGE_SIZE, NUM_PAGES, MAX_PAGES, NUM_SPLITS, SLOT_LIMIT,
     s_qb, s_qh, s_qd,  # q            [B, H, d_h]  (extend: [N, H, d_h])
     s_skb, s_skt, s_skd,  # shared_k     [B, T, d_h]  (paged: [P, page, d_h])
@@ -354,20 +467,32 @@ def decode_split_kernel(
     """Stage 1: one (b, head group, split) program; online softmax of Eq. 6 over the split.
 
     WIDE: the group's latents are read as one [BLOCK_T, BLOCK_GR ≥ GROUP·r] tile and the
-    private logits and values are one tl.dot each (`_wide_*`); otherwise one head at a time.
-    Exact RoPE keeps the per-head private logits (its contraction is per head and slot).
+    private logits and values are one tl.dot each (`_private_*_wide`); otherwise one head at
+    a time. Exact RoPE keeps the per-head private logits (its contraction is per head and
+    slot); its private values follow WIDE like the others.
 
     EXTEND (chunked prefill, speculative verification; DESIGN §4): program row n is query
-    token n of a ragged batch (CU = cu_seqlens_q [NSEQ+1]); it finds its sequence b by
-    counting the cu[b+1] <= n, sits at position p = lengths[b] − n_b + (n − cu[b]), and runs
-    the same split loop over slots 0 … p (causal). The splits are merged and B_h^V applied by
-    the same stage 2."""
+    token n of a ragged batch (`_extend_row`), and the same split loop runs over its causal
+    slots 0 … p. The splits are merged and B_h^V applied by the same stage 2."""
     pid_b = tl.program_id(0)  # decode: the batch row; extend: the query token
     pid_g = tl.program_id(1)
     pid_s = tl.program_id(2)
     prog64 = pid_b.to(tl.int64)  # row of q and of the split scratch
-    b64 = prog64  # row of the cache (the sequence)
 
+    # ---- the sequence this program reads (b64: its cache row) and how many slots it sees
+    if EXTEND:
+        b64, length = _extend_row(pid_b, CU, NSEQ, LENGTHS, SLOT_LIMIT, BLOCK_B)
+    else:
+        b64 = prog64
+        length = tl.load(LENGTHS + pid_b, mask=pid_b >= 0, other=0).to(tl.int32)
+    if MUTANT == M_LENGTH_OFF_BY_ONE:
+        length = length - 1
+    if MUTANT == M_READ_PAST_LENGTH:  # still clamped to the allocation: garbage, never out of bounds
+        length = tl.minimum(length + 1, SLOT_LIMIT)
+    split_lo = pid_s * SPLIT_SIZE
+    split_hi = tl.minimum(split_lo + SPLIT_SIZE, length)
+
+    # ---- the head group and the index vectors
     rows = tl.arange(0, BLOCK_H)  # head slot within the group
     heads = pid_g * GROUP + rows  # [BLOCK_H] global head index
     hmask = (rows < GROUP) & (heads < H)
@@ -376,162 +501,100 @@ def decode_split_kernel(
     dmask = offs_d < D
     rmask = offs_r < R
 
-    if EXTEND:
-        seq = 0
-        for b0 in range(0, NSEQ, BLOCK_B):
-            offs_b = b0 + tl.arange(0, BLOCK_B)
-            ends = tl.load(CU + 1 + offs_b, mask=offs_b < NSEQ, other=2147483647)  # cu[b+1]
-            seq += _rsum(tl.where(ends <= pid_b, 1, 0), 0)
-        b64 = seq.to(tl.int64)
-        start = tl.load(CU + b64, mask=seq >= 0, other=0)
-        end = tl.load(CU + b64 + 1, mask=seq >= 0, other=0)
-        seq_len = tl.load(LENGTHS + b64, mask=seq >= 0, other=0).to(tl.int32)
-        # causal: slots 0 … p, p = seq_len − n_b + (n − cu[b]) (validated; clamped for safety)
-        length = tl.minimum(seq_len - (end - start) + (pid_b - start) + 1, SLOT_LIMIT)
-    else:
-        length = tl.load(LENGTHS + pid_b, mask=pid_b >= 0, other=0).to(tl.int32)
-    if MUTANT == M_LENGTH_OFF_BY_ONE:
-        length = length - 1
-    if MUTANT == M_READ_PAST_LENGTH:
-        # still clamped to the allocation: the mutant reads garbage, never out of bounds
-        length = tl.minimum(length + 1, SLOT_LIMIT)
-    split_lo = pid_s * SPLIT_SIZE
-    split_hi = tl.minimum(split_lo + SPLIT_SIZE, length)
-
     # The scale arrives as a 1-element tensor in the accumulation dtype: a Python float
     # argument would be passed as float32 and cost the float64 path 8 digits.
     sm_scale = _to_acc(tl.load(SCALE, mask=pid_b >= 0, other=1.0), ACC_FP64)
     if MUTANT == M_SCALE_RANK:
         sm_scale = 1.0 / tl.sqrt(R * 1.0)
 
-    # q for the group: [BLOCK_H, BLOCK_D]
-    q = tl.load(Q + prog64 * s_qb + heads[:, None] * s_qh + offs_d[None, :] * s_qd,
-                mask=hmask[:, None] & dmask[None, :], other=0.0)
-    q = _to_acc(q, ACC_FP64)
+    # ---- load q for the group: [BLOCK_H, BLOCK_D]
+    Q_ROW = Q + prog64 * s_qb
+    q = _to_acc(tl.load(Q_ROW + heads[:, None] * s_qh + offs_d[None, :] * s_qd,
+                        mask=hmask[:, None] & dmask[None, :], other=0.0), ACC_FP64)
 
-    # q_h B_h^K for every head of the group: [BLOCK_H, BLOCK_R]
-    q_lat = tl.full([BLOCK_H, BLOCK_R], 0.0, dtype=q.dtype)
+    # ---- the private query, once per program (exact RoPE rotates it per tile instead)
     if not ROPE_EXACT and not WIDE:
-        q_lat = _q_latent(q_lat, Q + prog64 * s_qb, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, pid_g, rows, offs_d, offs_r,
-                          dmask, rmask, H, GROUP, MUTANT == M_WRONG_HEAD_BASIS, ACC_FP64)
-
+        q_lat = _q_latent(Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, pid_g, rows, offs_d, offs_r, dmask, rmask,
+                          H, BLOCK_H, BLOCK_R, GROUP, MUTANT == M_WRONG_HEAD_BASIS, ACC_FP64)  # [BLOCK_H, BLOCK_R]
     if WIDE:
         offs_c, hc, jc, head_c, cmask = _wide_cols(pid_g, H, R, GROUP, BLOCK_GR)
         col_k = _wide_offsets(offs_c, pid_g, head_c, jc, s_lkh, s_lkr, R, GROUP, HR_CONTIG)
         col_v = _wide_offsets(offs_c, pid_g, head_c, jc, s_lvh, s_lvr, R, GROUP, HR_CONTIG)
         if not ROPE_EXACT:
-            q_bd = _q_block_diag(Q + prog64 * s_qb, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, heads, hmask, rows,
-                                 hc, jc, head_c, cmask, H, D, BLOCK_H, BLOCK_GR, MUTANT == M_WRONG_HEAD_BASIS,
-                                 DOT, ACC_FP64)  # [BLOCK_H, BLOCK_GR]
-            q_bd_lo = q_bd
-            if DOT == DOT_LP:  # split once, not per tile (see _mm)
-                q_hi = q_bd.to(LK.dtype.element_ty)
-                q_bd_lo = (q_bd - q_hi.to(q_bd.dtype)).to(LK.dtype.element_ty)
-                q_bd = q_hi
+            q_bd, q_bd_lo = _q_block_diag_halves(
+                _q_block_diag(Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, heads, hmask, rows, hc, jc, head_c, cmask,
+                              H, D, BLOCK_H, BLOCK_GR, MUTANT == M_WRONG_HEAD_BASIS, DOT, ACC_FP64),
+                LK, DOT)  # [BLOCK_H, BLOCK_GR] each
         acc_p = tl.full([BLOCK_H, BLOCK_GR], 0.0, dtype=q.dtype)  # a_h R^V over the whole wide axis
     else:
-        acc_p = tl.full([BLOCK_H, BLOCK_R], 0.0, dtype=q.dtype)
+        acc_p = tl.full([BLOCK_H, BLOCK_R], 0.0, dtype=q.dtype)  # a_h R_h^V
 
+    # ---- running state of the online softmax
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=q.dtype)
     l_i = tl.full([BLOCK_H], 0.0, dtype=q.dtype)
-    m2_i = tl.full([BLOCK_H], float("-inf"), dtype=q.dtype)  # only the separate-softmax mutant uses
-    l2_i = tl.full([BLOCK_H], 0.0, dtype=q.dtype)  # a second (max, sum) pair
-    acc_s = tl.full([BLOCK_H, BLOCK_D], 0.0, dtype=q.dtype)
+    acc_s = tl.full([BLOCK_H, BLOCK_D], 0.0, dtype=q.dtype)  # a_h S_V
 
+    # ---- loop over the split's tiles
     for t0 in range(split_lo, split_hi, BLOCK_T):
+        # where the tile's slots live: contiguous rows, or pages through the page table
         offs_t = t0 + tl.arange(0, BLOCK_T)  # logical slots (= positions)
-        tmask = offs_t < split_hi
-        tmask, row0, row1 = _slot_rows(offs_t, tmask, b64, PT, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES, MAX_PAGES,
-                                       PAGED, t0, BLOCK_T, TILE_IN_PAGE)
+        tmask, row0, row1 = _slot_rows(offs_t, offs_t < split_hi, b64, PT, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES,
+                                       MAX_PAGES, PAGED, t0, BLOCK_T, TILE_IN_PAGE)
 
-        # ---- shared K tile, loaded once for the whole group: [BLOCK_D, BLOCK_T]
-        kT = tl.load(SK + row0[None, :] * s_skb + row1[None, :] * s_skt + offs_d[:, None] * s_skd,
-                     mask=dmask[:, None] & tmask[None, :], other=0.0)
-        logits = _mm(q, _ld(kT, DOT, ACC_FP64), DOT, True)  # [BLOCK_H, BLOCK_T]  q_h S_K^T
-        shared_logits = logits
-
-        # ---- + private logits (q_h B_h^K) R_h^{K T}, or the rotated private key for exact RoPE
-        if WIDE and not ROPE_EXACT:
-            logits = _wide_private_logits(logits, q_bd, q_bd_lo, LK, s_lkb, s_lkt, col_k, row0, row1, tmask,
+        # Eq. 6: shared logits q_h S_K^T, then each head's private logits added to its row
+        logits = _shared_logits(q, SK, s_skb, s_skt, s_skd, row0, row1, tmask, offs_d, dmask,
+                                DOT, ACC_FP64)  # [BLOCK_H, BLOCK_T]
+        if ROPE_EXACT:
+            logits = _private_logits_rope(logits, Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, LK, s_lkb, s_lkt,
+                                          s_lkh, s_lkr, row0, row1, tmask, COS, SIN, s_cst, s_csd, offs_t, offs_d,
+                                          offs_r, dmask, rmask, rows, pid_g, H, D, GROUP,
+                                          MUTANT == M_WRONG_HEAD_BASIS, DOT, ACC_FP64)
+        elif WIDE:
+            logits = _private_logits_wide(logits, q_bd, q_bd_lo, LK, s_lkb, s_lkt, col_k, row0, row1, tmask,
                                           cmask, DOT, ACC_FP64)
         else:
-            logits = _private_logits(logits, q_lat, Q + prog64 * s_qb, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr,
-                                     LK, s_lkb, s_lkt, s_lkh, s_lkr, row0, row1, tmask, COS, SIN, s_cst, s_csd,
-                                     offs_t, offs_d, offs_r, dmask, rmask, rows, pid_g, H, D, GROUP, ROPE_EXACT,
-                                     MUTANT == M_WRONG_HEAD_BASIS, DOT, ACC_FP64)
-
-        if MUTANT == M_SEPARATE_SOFTMAX:  # the mutant splits the sum it should keep whole
-            private_logits = logits - shared_logits
-            logits = shared_logits
+            logits = _private_logits_per_head(logits, q_lat, LK, s_lkb, s_lkt, s_lkh, s_lkr, row0, row1, tmask,
+                                              offs_r, rmask, rows, pid_g, H, GROUP, ACC_FP64)
         if HAS_KS:
             # QK-RMSNorm: the joint inverse RMS multiplies the SUMMED dot product
             ks = _to_acc(tl.load(KS + row0[None, :] * s_ksb + row1[None, :] * s_kst + heads[:, None] * s_ksh,
-                                 mask=hmask[:, None] & tmask[None, :], other=0.0), ACC_FP64)
+                                 mask=hmask[:, None] & tmask[None, :], other=0.0), ACC_FP64)  # [BLOCK_H, BLOCK_T]
             logits = logits * ks
-            if MUTANT == M_SEPARATE_SOFTMAX:
-                private_logits = private_logits * ks
+        # masked slots become −inf through `where`, never through arithmetic: NaN garbage stays out
         logits = tl.where(tmask[None, :], logits * sm_scale, float("-inf"))
 
-        # ---- one online softmax per head over the summed logits
-        m_new = tl.maximum(m_i, _rmax(logits, 1))  # finite: every tile has a valid slot
-        alpha = tl.exp(m_i - m_new)
-        p = tl.exp(logits - m_new[:, None])  # [BLOCK_H, BLOCK_T], 0 on masked slots
-        l_i = l_i * alpha + _rsum(p, 1)
-        p_priv = p  # the weights the private accumulator uses (the same softmax) ...
-        alpha_priv = alpha
-        if MUTANT == M_SEPARATE_SOFTMAX:  # ... unless the mutant gives it a softmax of its own
-            private_logits = tl.where(tmask[None, :], private_logits * sm_scale, float("-inf"))
-            m2_new = tl.maximum(m2_i, _rmax(private_logits, 1))
-            alpha_priv = tl.exp(m2_i - m2_new)
-            p_priv = tl.exp(private_logits - m2_new[:, None])
-            l2_i = l2_i * alpha_priv + _rsum(p_priv, 1)
-            m2_i = m2_new
+        # one online softmax per head over the summed logits
+        m_new, alpha, p, l_i = _online_softmax(m_i, l_i, logits)
 
-        vs = tl.load(SV + row0[:, None] * s_svb + row1[:, None] * s_svt + offs_d[None, :] * s_svd,
-                     mask=tmask[:, None] & dmask[None, :], other=0.0)  # [BLOCK_T, BLOCK_D]
-        acc_s = acc_s * alpha[:, None] + _mm(p, _ld(vs, DOT, ACC_FP64), DOT, False)  # a_h S_V
-
+        # Eq. 7: both accumulators rescaled by alpha, then this tile's a_h S_V and a_h R_h^V
+        acc_s = _shared_values(acc_s, alpha, p, SV, s_svb, s_svt, s_svd, row0, row1, tmask, offs_d, dmask,
+                               DOT, ACC_FP64)
         if MUTANT != M_NO_PRIVATE_RESCALE:
-            acc_p = acc_p * alpha_priv[:, None]
+            acc_p = acc_p * alpha[:, None]
         if WIDE:
-            acc_p = _wide_private_values(acc_p, p_priv, LV, s_lvb, s_lvt, col_v, row0, row1, tmask, cmask,
+            acc_p = _private_values_wide(acc_p, p, LV, s_lvb, s_lvt, col_v, row0, row1, tmask, cmask,
                                          DOT, ACC_FP64)
         else:
-            for hh in range(GROUP):
-                h = pid_g * GROUP + hh
-                rv = rmask & ((offs_r * 0 + h) < H)
-                zv = tl.load(LV + row0[:, None] * s_lvb + row1[:, None] * s_lvt + h * s_lvh
-                             + offs_r[None, :] * s_lvr,
-                             mask=tmask[:, None] & rv[None, :], other=0.0)  # [BLOCK_T, BLOCK_R]  R_h^V
-                ph = _rsum(tl.where(rows[:, None] == hh, p_priv, 0.0), 0)  # [BLOCK_T]
-                ch = _rsum(ph[:, None] * _to_acc(zv, ACC_FP64), 0)  # [BLOCK_R]  a_h R_h^V (this tile)
-                acc_p = tl.where(rows[:, None] == hh, acc_p + ch[None, :], acc_p)
+            acc_p = _private_values_per_head(acc_p, p, LV, s_lvb, s_lvt, s_lvh, s_lvr, row0, row1, tmask, offs_r,
+                                             rmask, rows, pid_g, H, GROUP, ACC_FP64)
         if MUTANT == M_FP16_ACCUMULATION:
             l_i = l_i.to(tl.float16).to(l_i.dtype)
             acc_s = acc_s.to(tl.float16).to(acc_s.dtype)
             acc_p = acc_p.to(tl.float16).to(acc_p.dtype)
         m_i = m_new
 
-    # ---- partial results of this split (scratch is contiguous [B, H, S, ...])
+    # ---- store the split's partial state (scratch is contiguous [B, H, S, ...])
     base = (prog64 * H + heads) * NUM_SPLITS + pid_s  # [BLOCK_H]
-    tl.store(M_OUT + base, m_i, mask=hmask)
-    tl.store(L_OUT + base, l_i, mask=hmask)
-    tl.store(ACC_S + base[:, None] * D + offs_d[None, :], acc_s, mask=hmask[:, None] & dmask[None, :])
+    _store_softmax_state(M_OUT, L_OUT, ACC_S, m_i, l_i, acc_s, base, hmask, offs_d, dmask, D)
     if WIDE:
-        # only the block diagonal is a_h R_h^V: row g, the columns of head g
-        base_c = (prog64 * H + head_c) * NUM_SPLITS + pid_s  # [BLOCK_GR]
-        tl.store(ACC_P + (base_c * R + jc)[None, :] + rows[:, None] * 0, acc_p,
-                 mask=(rows[:, None] == hc[None, :]) & cmask[None, :] & hmask[:, None])
+        _store_private_wide(ACC_P, acc_p, prog64, pid_s, rows, hmask, hc, jc, head_c, cmask, H, R, NUM_SPLITS)
     else:
         tl.store(ACC_P + base[:, None] * R + offs_r[None, :], acc_p, mask=hmask[:, None] & rmask[None, :])
-    if MUTANT == M_SEPARATE_SOFTMAX:
-        tl.store(M2_OUT + base, m2_i, mask=hmask)
-        tl.store(L2_OUT + base, l2_i, mask=hmask)
 
 
 @triton.jit(do_not_specialize=["H", "D", "R", "NUM_SPLITS"])
 def decode_combine_kernel(
-    M_IN, L_IN, ACC_S, ACC_P, M2_IN, L2_IN, BV, OUT, LSE,
+    M_IN, L_IN, ACC_S, ACC_P, BV, OUT, LSE,
     H, D, R, NUM_SPLITS,
     s_bvh, s_bvd, s_bvr,  # basis_v [H, d_h, r]
     BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
@@ -549,6 +612,7 @@ def decode_combine_kernel(
     bh = pid_b.to(tl.int64) * H + pid_h
     base = bh * NUM_SPLITS + offs_s  # [BLOCK_S]
 
+    # weights of the splits: w_s = exp(m_s − max m), L = Σ w_s l_s
     m = _to_acc(tl.load(M_IN + base, mask=smask, other=float("-inf")), ACC_FP64)
     l = _to_acc(tl.load(L_IN + base, mask=smask, other=0.0), ACC_FP64)
     m_max = _rmax(m, 0)
@@ -558,23 +622,15 @@ def decode_combine_kernel(
     l_tot = _rsum(w * l, 0)
     inv = tl.where(l_tot > 0, 1.0 / tl.where(l_tot > 0, l_tot, 1.0), 0.0)  # no 1/0, even unused
 
+    # merged accumulators; B_h^V applied once, to the r-wide private one
     acc_s = tl.load(ACC_S + base[:, None] * D + offs_d[None, :], mask=smask[:, None] & dmask[None, :], other=0.0)
     acc_p = tl.load(ACC_P + base[:, None] * R + offs_r[None, :], mask=smask[:, None] & rmask[None, :], other=0.0)
     out = _rsum(w[:, None] * _to_acc(acc_s, ACC_FP64), 0) * inv  # [BLOCK_D]  a_h S_V
-    w_p = w  # the private accumulator shares the softmax ...
-    inv_p = inv
-    if MUTANT == M_SEPARATE_SOFTMAX:  # ... except in the mutant that gave it its own
-        m2 = _to_acc(tl.load(M2_IN + base, mask=smask, other=float("-inf")), ACC_FP64)
-        l2 = _to_acc(tl.load(L2_IN + base, mask=smask, other=0.0), ACC_FP64)
-        m2_max = _rmax(m2, 0)
-        w_p = tl.exp(m2 - tl.where(m2_max == float("-inf"), 0.0, m2_max))
-        l2_tot = _rsum(w_p * l2, 0)
-        inv_p = tl.where(l2_tot > 0, 1.0 / tl.where(l2_tot > 0, l2_tot, 1.0), 0.0)
     hv = pid_h
     if MUTANT == M_WRONG_HEAD_BASIS:
         hv = (pid_h + 1) % H
     if MUTANT != M_DROP_PRIVATE_VALUE:
-        ap = _rsum(w_p[:, None] * _to_acc(acc_p, ACC_FP64), 0) * inv_p  # [BLOCK_R]  a_h R_h^V
+        ap = _rsum(w[:, None] * _to_acc(acc_p, ACC_FP64), 0) * inv  # [BLOCK_R]  a_h R_h^V
         bv = tl.load(BV + hv * s_bvh + offs_d[:, None] * s_bvd + offs_r[None, :] * s_bvr,
                      mask=dmask[:, None] & rmask[None, :], other=0.0)  # [BLOCK_D, BLOCK_R]
         out += _rsum(_to_acc(bv, ACC_FP64) * ap[None, :], 1)  # (a_h R_h^V) B_h^{V T}

@@ -3,8 +3,9 @@
 The interpreter checks the math but not that the kernels compile: Triton's code
 generator rejects things the interpreter accepts (non-constexpr globals, mistyped
 constexpr branches, unsupported dot shapes). This module runs the real compiler for
-sm_90 (H100/H200) and reports registers and spill bytes per variant, so a CPU-only machine
-catches compile errors and register blow-ups before anyone spends GPU time.
+sm_90 (H100/H200) and reports registers and spill bytes per variant (and the Triton version:
+ptxas's register allocation moves between releases), so a CPU-only machine catches compile
+errors and register blow-ups before anyone spends GPU time.
 
     python3 -m lrkv.kernels.compile_check            # the default variant set
     python3 -m lrkv.kernels.compile_check --json out.json
@@ -40,20 +41,20 @@ class Variant:
     key_scale: bool = False
     rope_exact: bool = False
     paged: bool = False
-    dot: str | None = None  # None: what a GPU run picks for the dtype (decode.default_dot)
-    mutant: int = 0
+    dot: str | None = None  # None: what a GPU run picks for the dtype (launch.default_dot)
+    mutant: int = 0  # a switch of kernel_mutants.SWITCHES (0: the correct kernel)
     private: str = "per_head"  # 'wide': the group's latents as one [block_t, G·r] tile
     page_size: int = 16  # paged variants: tiles inside one page when it divides by block_t
 
     @classmethod
     def from_launch(cls, cfg, *, r: int, d_h: int, dtype: str = "bfloat16", **kw) -> "Variant":
-        """The variant a `decode.LaunchConfig` compiles (its group, tile, warps, private path)."""
+        """The variant a `launch.LaunchConfig` compiles (its group, tile, warps, private path)."""
         return cls(dtype=dtype, group=cfg.group_size, d_h=d_h, r=r, block_t=cfg.block_t,
                    num_warps=cfg.num_warps, dot=cfg.dot, private=cfg.private, **kw)
 
 
 DEFAULT_VARIANTS = (
-    # the GPU defaults at the paper scales: the wide private tile (decode.pick_launch)
+    # the GPU defaults at the paper scales: the wide private tile (launch.LAUNCH_TABLE)
     Variant(block_t=16, num_warps=8, private="wide"),  # H=18 as 2 x 9, r=55
     Variant(group=8, r=54, block_t=16, num_warps=8, private="wide"),  # H=32 as 4 x 8, r=54
     Variant(block_t=32, num_warps=8, private="wide"),
@@ -128,7 +129,7 @@ def compile_variant(v: Variant, arch: int = 90, *, extend: bool = False) -> dict
     import torch
 
     from . import runtime
-    from .decode import DOT_MODES, default_dot
+    from .launch import DOT_MODES, default_dot
 
     K = runtime._load("cuda")
     dot = v.dot or default_dot(getattr(torch, v.dtype), on_gpu=True)
@@ -136,8 +137,7 @@ def compile_variant(v: Variant, arch: int = 90, *, extend: bool = False) -> dict
     acc = "fp64" if v.dtype == "float64" else "fp32"
     ptrs = {n: f"*{el}" for n in ("Q", "SK", "SV", "LK", "LV", "BK", "KS")}
     ptrs.update(COS=f"*{acc}", SIN=f"*{acc}", LENGTHS="*i32", PT="*i32", SCALE=f"*{acc}",
-                M_OUT=f"*{acc}", L_OUT=f"*{acc}", ACC_S=f"*{acc}", ACC_P=f"*{acc}", M2_OUT=f"*{acc}",
-                L2_OUT=f"*{acc}", CU="*i32")
+                M_OUT=f"*{acc}", L_OUT=f"*{acc}", ACC_S=f"*{acc}", ACC_P=f"*{acc}", CU="*i32")
     const = dict(GROUP=v.group, BLOCK_H=next_pow2(v.group, 16), BLOCK_T=v.block_t,
                  BLOCK_D=next_pow2(v.d_h, 16), BLOCK_R=next_pow2(v.r, 16), HAS_KS=v.key_scale,
                  ROPE_EXACT=v.rope_exact, PAGED=v.paged, DOT=DOT_MODES[dot],
@@ -153,7 +153,8 @@ def compile_variant(v: Variant, arch: int = 90, *, extend: bool = False) -> dict
                            target=GPUTarget("cuda", arch, 32), options=dict(num_warps=v.num_warps))
     usage = _resource_usage(k.asm["cubin"])
     return dict(kernel="decode_split_kernel[extend]" if extend else "decode_split_kernel",
-                variant={**asdict(v), "dot": dot}, seconds=round(time.perf_counter() - t0, 2), **usage)
+                variant={**asdict(v), "dot": dot}, seconds=round(time.perf_counter() - t0, 2),
+                triton=triton.__version__, **usage)
 
 
 def compile_aux(arch: int = 90) -> list[dict]:
@@ -166,19 +167,19 @@ def compile_aux(arch: int = 90) -> list[dict]:
 
     K = runtime._load("cuda")
     out = []
-    ptrs = {n: "*fp32" for n in ("M_IN", "L_IN", "ACC_S", "ACC_P", "M2_IN", "L2_IN", "OUT", "LSE")}
+    ptrs = {n: "*fp32" for n in ("M_IN", "L_IN", "ACC_S", "ACC_P", "OUT", "LSE")}
     ptrs["BV"] = "*bf16"
     sig, cx = _signature(K.decode_combine_kernel, ptrs,
                          dict(BLOCK_S=64, BLOCK_D=128, BLOCK_R=64, ACC_FP64=False, MUTANT=0))
     k = triton.compile(ASTSource(K.decode_combine_kernel, sig, cx), target=GPUTarget("cuda", arch, 32),
                        options=dict(num_warps=4))
-    out.append(dict(kernel="decode_combine_kernel", **_resource_usage(k.asm["cubin"])))
+    out.append(dict(kernel="decode_combine_kernel", triton=triton.__version__, **_resource_usage(k.asm["cubin"])))
     ptrs = {n: "*i16" for n in ("E_SK", "E_SV", "E_LK", "E_LV", "E_KS", "SK", "SV", "LK", "LV", "KS")}
     ptrs.update(POS="*i32", PT="*i32")
     sig, cx = _signature(K.append_kernel, ptrs, dict(HAS_KS=True, PAGED=True, BLOCK_D=128, BLOCK_HR=1024))
     k = triton.compile(ASTSource(K.append_kernel, sig, cx), target=GPUTarget("cuda", arch, 32),
                        options=dict(num_warps=4))
-    out.append(dict(kernel="append_kernel", **_resource_usage(k.asm["cubin"])))
+    out.append(dict(kernel="append_kernel", triton=triton.__version__, **_resource_usage(k.asm["cubin"])))
     return out
 
 

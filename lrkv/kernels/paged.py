@@ -3,7 +3,11 @@ page table [B, max_pages] int32 mapping each sequence's logical pages to physica
 
 Like FlashAttention's kvcache tests, `paginate` scatters a contiguous cache into a random
 permutation of pages and leaves every slot no sequence owns as NaN, so a kernel that reads
-an unused slot or follows the wrong page shows up as NaN or as a wrong answer.
+an unused slot or follows the wrong page shows up as NaN or as a wrong answer. (The harness
+pages a Case's draw with `lrkv.verify.levels_paged.paginate`, which also knows the Case's
+garbage, page order and shared-prefix knobs; this one pages a FactoredCache that has no Case
+— the bench's paged rows and the paged-append tests. Gathering pages back is
+`lrkv.reference.paged.gather_pages`.)
 """
 
 from __future__ import annotations
@@ -79,29 +83,3 @@ def paginate(
         paged[page_table.long()] = padded.reshape(B, max_pages, page_size, *t.shape[2:])
         out[name] = paged
     return PagedCache(page_table=page_table, lengths=cache.lengths.clone(), **out)
-
-
-def gather_contiguous(page_table: torch.Tensor, page_size: int, *tensors: torch.Tensor | None):
-    """Each paged tensor [P, page, ...] as a contiguous [B, max_pages·page, ...] one; slots
-    whose page-table entry is outside [0, P) come back NaN. None passes through."""
-    B, max_pages = page_table.shape
-    out = []
-    for t in tensors:
-        if t is None:
-            out.append(None)
-            continue
-        P = t.shape[0]
-        ok = (page_table >= 0) & (page_table < P)  # [B, max_pages]
-        idx = torch.where(ok, page_table, 0).long()
-        g = t[idx]  # [B, max_pages, page, ...]
-        g = torch.where(ok.reshape(B, max_pages, *([1] * (g.dim() - 2))), g, torch.full_like(g, float("nan")))
-        out.append(g.reshape(B, max_pages * page_size, *t.shape[2:]))
-    return out
-
-
-def to_contiguous(cache: PagedCache) -> FactoredCache:
-    """The paged cache as the reference's FactoredCache (T_max = capacity)."""
-    sk, sv, lk, lv, ks = gather_contiguous(cache.page_table, cache.page_size, cache.shared_k, cache.shared_v,
-                                           cache.latent_k, cache.latent_v, cache.key_scale)
-    return FactoredCache(shared_k=sk, shared_v=sv, latent_k=lk, latent_v=lv, lengths=cache.lengths.clone(),
-                         key_scale=ks)

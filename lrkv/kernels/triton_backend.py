@@ -14,7 +14,7 @@ the GPU and results moved back, so a harness can stay device-agnostic), in the T
 interpreter when TRITON_INTERPRET=1, and nowhere otherwise: in fallback mode the backend
 reports itself unavailable rather than pass the reference math off as the kernel.
 
-`TritonBackend(mutant="scale_rank")` builds the same kernels with one bug compiled in
+`TritonBackend(mutant="scale_rank")` runs the same kernels with one bug in
 (`lrkv.kernels.kernel_mutants`); the harness's mutation tests use it to show the tolerance rule
 rejects each.
 """
@@ -30,7 +30,7 @@ from ..reference.cache import FactoredCache
 from ..reference.lrkv import decode_rope, project_token
 from ..verify.protocol import BaseBackend
 from . import runtime
-from .kernel_mutants import KERNEL_MUTANTS, mutant_code
+from .kernel_mutants import check_mutant
 
 
 class TritonBackend(BaseBackend):
@@ -45,7 +45,7 @@ class TritonBackend(BaseBackend):
         """`launch` overrides the launch shape (num_splits, group_size, block_t, num_warps, dot,
         private, programs_per_sm)."""
         self.mutant = mutant
-        mutant_code(mutant)  # fail early on a bad name
+        check_mutant(mutant)  # fail early on a bad name
         self.launch = dict(launch)
         self._hints: dict[str, int] = {}  # per-case launch hints from configure()
         if mutant is not None and mutant != "none":
@@ -182,13 +182,13 @@ class TritonBackend(BaseBackend):
         return y, cache
 
 
-def kernel_mutant_backends() -> dict[str, TritonBackend]:
-    """One backend per kernel mutant, by mutant name (for the harness's mutation tests)."""
-    return {name: TritonBackend(mutant=name) for name in KERNEL_MUTANTS}
-
-
 # `lrkv verify --grid mutants --backend lrkv.kernels.triton_backend:mutant_scale_rank` etc.:
-# zero-argument factories, one per kernel mutant (the registry instantiates them).
-for _name in KERNEL_MUTANTS:
-    globals()[f"mutant_{_name}"] = functools.partial(TritonBackend, mutant=_name)
-del _name
+# zero-argument factories, one per kernel mutant (a test keeps them in step with KERNEL_MUTANTS).
+mutant_no_private_rescale = functools.partial(TritonBackend, mutant="no_private_rescale")
+mutant_length_off_by_one = functools.partial(TritonBackend, mutant="length_off_by_one")
+mutant_wrong_head_basis = functools.partial(TritonBackend, mutant="wrong_head_basis")
+mutant_drop_private_value = functools.partial(TritonBackend, mutant="drop_private_value")
+mutant_scale_rank = functools.partial(TritonBackend, mutant="scale_rank")
+mutant_read_past_length = functools.partial(TritonBackend, mutant="read_past_length")
+mutant_fp16_accumulation = functools.partial(TritonBackend, mutant="fp16_accumulation")
+mutant_separate_softmax = functools.partial(TritonBackend, mutant="separate_softmax")

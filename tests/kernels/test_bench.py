@@ -12,18 +12,16 @@ import json
 import pytest
 import torch
 
-pytest.importorskip("triton")
+from lrkv.bench import sweep as sweep_mod
+from lrkv.bench.backends import TritonSteps
+from lrkv.bench.families import FAMILIES, make_inputs, reference_step, step_args
+from lrkv.bench.grid import BenchGrid
+from lrkv.bench.runner import RunOptions, run_bench
+from lrkv.kernels import runtime
+from lrkv.kernels.decode import decode_attention
+from lrkv.spec import PAPER_SCALES, PaperScale
 
-from lrkv.bench import sweep as sweep_mod  # noqa: E402
-from lrkv.bench.backends import TritonSteps  # noqa: E402
-from lrkv.bench.families import FAMILIES, make_inputs, reference_step, step_args  # noqa: E402
-from lrkv.bench.grid import BenchGrid  # noqa: E402
-from lrkv.bench.runner import RunOptions, run_bench  # noqa: E402
-from lrkv.kernels import runtime  # noqa: E402
-from lrkv.kernels.decode import decode_attention  # noqa: E402
-from lrkv.spec import PAPER_SCALES, PaperScale  # noqa: E402
-
-pytestmark = [pytest.mark.triton]
+pytestmark = pytest.mark.own_kernel_mode  # the interpreter per test, or none at all
 # On a CUDA machine the kernel runs natively and ci/gpu-check times it for real: the
 # interpreter runs of this file are for machines without one.
 on_cpu_only = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: ci/gpu-check runs these natively")
@@ -165,9 +163,10 @@ def test_recorded_launch_shape_is_the_variants_own(monkeypatch):
     # The row records the launch shape the kernel picks for THAT variant: exact RoPE picks its
     # own (per-head) shape on a GPU, so the rope row must ask pick_launch with rope_exact.
     from lrkv.kernels import decode as decode_mod
+    from lrkv.kernels import launch
 
-    monkeypatch.setattr(decode_mod, "_num_sms", lambda device: 132)
-    monkeypatch.setattr(decode_mod.runtime, "is_interpreted", lambda: False)
+    monkeypatch.setattr(launch, "num_sms", lambda device: 132)
+    monkeypatch.setattr(launch.runtime, "is_interpreted", lambda: False)
     spec = PAPER_SCALES["2.5B"].spec("lrkv")
     inputs = dict(q=torch.empty(8, spec.n_heads, spec.head_dim, dtype=torch.bfloat16, device="meta"),
                   shared_k=torch.empty(8, 32768, spec.head_dim, dtype=torch.bfloat16, device="meta"))

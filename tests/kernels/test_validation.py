@@ -3,41 +3,38 @@ problem (an out-of-bounds access must be impossible), and the CPU fallback says 
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
+
 import pytest
 import torch
 
-pytest.importorskip("triton")
-
-from lrkv.kernels import runtime  # noqa: E402
-from lrkv.kernels.triton_backend import TritonBackend, kernel_mutant_backends  # noqa: E402
-from lrkv.kernels.decode import decode_attention, paged_decode_attention  # noqa: E402
-from lrkv.kernels.kernel_mutants import KERNEL_MUTANTS, mutant_code  # noqa: E402
-from lrkv.kernels.paged import paginate  # noqa: E402
-from lrkv.kernels.testing import kernel_context, make_case, tight_check  # noqa: E402
-from lrkv.reference.cache import FactoredCache  # noqa: E402
-from lrkv.reference.rope import ExactRope  # noqa: E402
-
-pytestmark = [pytest.mark.triton]
+from lrkv.kernels import runtime, triton_backend
+from lrkv.kernels.decode import decode_attention, paged_decode_attention
+from lrkv.kernels.kernel_mutants import KERNEL_MUTANTS, SWITCHES, WRAPPERS, mutant_code
+from lrkv.kernels.testing import assert_passes, kernel_case, kernel_inputs
+from lrkv.kernels.triton_backend import TritonBackend
+from lrkv.reference.rope import ExactRope
 
 NAMES = ("q", "shared_k", "shared_v", "latent_k", "latent_v", "basis_k", "basis_v", "lengths")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _kernels_live():
-    with kernel_context():
-        yield
-
-
 @pytest.fixture
 def case():
-    return make_case(B=2, T=8, H=3, d_h=16, r=4, lengths=[8, 3], seed=30)
+    return kernel_case(H=3, d_h=16, r=4, lengths=[8, 3], seed=30)
+
+
+def inputs(case) -> dict:
+    """The case's decode arguments by name (q, ..., lengths, scale, key_scale, rope)."""
+    inp = kernel_inputs(case)
+    return {f.name: getattr(inp, f.name) for f in fields(inp)}
 
 
 def call(case, **over):
-    i = {**case.inputs, **{k: v for k, v in over.items() if k in case.inputs}}
-    kw = {k: v for k, v in over.items() if k not in case.inputs}
-    kw.setdefault("scale", case.scale)
-    return decode_attention(*[i[n] for n in NAMES], key_scale=i["key_scale"], **kw)
+    i = inputs(case)
+    kw = {k: over.pop(k) for k in list(over) if k not in i}
+    i.update(over)
+    return decode_attention(*[i[n] for n in NAMES], scale=i["scale"], key_scale=i["key_scale"], rope=i["rope"],
+                            **kw)
 
 
 def t(x, **kw):
@@ -71,11 +68,11 @@ def t(x, **kw):
 ], ids=lambda x: x if isinstance(x, str) else None)
 def test_contract_violations_named(case, over, exc, match):
     with pytest.raises(exc, match=match):
-        call(case, **over(case.inputs))
+        call(case, **over(inputs(case)))
 
 
 def test_nan_inside_valid_length_refused(case):
-    i = case.inputs
+    i = inputs(case)
     lk = i["latent_k"].clone()
     lk[1, 2, 0, 0] = float("nan")  # slot 2 < length 3
     with pytest.raises(ValueError, match="latent_k contains NaN or Inf inside the valid length"):
@@ -87,7 +84,7 @@ def test_nan_inside_valid_length_refused(case):
 
 
 def test_rope_needs_even_head_dim():
-    case = make_case(B=1, T=4, H=2, d_h=15, r=3, seed=31)
+    case = kernel_case(H=2, d_h=15, r=3, lengths=[4], seed=31)
     with pytest.raises(ValueError, match="rope needs an even d_h"):
         call(case, rope=ExactRope())
 
@@ -96,37 +93,25 @@ def test_wrong_device_refused(case):
     if runtime.mode()[0] != "cuda":
         pytest.skip("device placement is only enforced when the kernels are compiled for CUDA")
     with pytest.raises(ValueError, match=r"q is on cpu|all inputs must be on one device"):
-        call(case, q=case.inputs["q"].cpu())
+        call(case, q=inputs(case)["q"].cpu())
 
 
-def _paged(case, page_size=4):
-    i = case.inputs
-    cache = FactoredCache(shared_k=i["shared_k"], shared_v=i["shared_v"], latent_k=i["latent_k"],
-                          latent_v=i["latent_v"], lengths=i["lengths"], key_scale=i["key_scale"])
-    return paginate(cache, page_size, generator=torch.Generator().manual_seed(0))
-
-
-def _call_paged(case, p, **kw):
-    i = case.inputs
-    return paged_decode_attention(i["q"], p.shared_k, p.shared_v, p.latent_k, p.latent_v, i["basis_k"],
-                                  i["basis_v"], p.lengths, p.page_table, scale=case.scale, **kw)
-
-
-def test_page_table_checked_before_launch(case):
-    p = _paged(case)
+def test_page_table_checked_before_launch():
+    case = kernel_case(level="kernel-paged", page_size=4, H=3, d_h=16, r=4, lengths=[8, 3], seed=30)
+    p = kernel_inputs(case)
+    n_pages = p.shared_k.shape[0]
     bad = p.page_table.clone()
-    bad[1, 0] = p.num_pages  # sequence 1 (length 3) reads page 0 of its table
-    with pytest.raises(ValueError, match=rf"page_table\[1, 0\] = {p.num_pages} is outside"):
-        _call_paged(case, p.__class__(**{**vars(p), "page_table": bad}))
+    bad[1, 0] = n_pages  # sequence 1 (length 3) reads page 0 of its table
+    with pytest.raises(ValueError, match=rf"page_table\[1, 0\] = {n_pages} is outside"):
+        replace(p, page_table=bad).call(paged_decode_attention)
     with pytest.raises(TypeError, match="page_table must be int32"):
-        _call_paged(case, p.__class__(**{**vars(p), "page_table": p.page_table.long()}))
+        replace(p, page_table=p.page_table.long()).call(paged_decode_attention)
     with pytest.raises(ValueError, match=r"lengths must lie in \[0, max_pages\*page_size=8\]"):
-        _call_paged(case, p.__class__(**{**vars(p), "lengths": p.lengths + 1}))
+        replace(p, lengths=p.lengths + 1).call(paged_decode_attention)
     unused = p.page_table.clone()
     unused[1, 1] = -1  # page 1 of sequence 1 covers slots 4..7, past its length: never read
-    out, _ = _call_paged(case, p.__class__(**{**vars(p), "page_table": unused}))
-    ok, err, bound = tight_check(out, case.reference()[0], torch.float64)
-    assert ok
+    out, lse = replace(p, page_table=unused).call(paged_decode_attention)
+    assert_passes(case, out=out, lse=lse)
 
 
 def test_fallback_is_reference_and_backend_says_unavailable(case, monkeypatch):
@@ -138,22 +123,25 @@ def test_fallback_is_reference_and_backend_says_unavailable(case, monkeypatch):
     ok, why = TritonBackend().available()
     assert not ok and "TRITON_INTERPRET" in why
     out, lse = call(case)  # the reference math, cast back
-    ok, err, bound = tight_check(out, case.reference()[0], torch.float64)
-    assert ok
+    assert_passes(case, out=out, lse=lse)
     with pytest.raises(RuntimeError, match="kernel mutants need the kernel"):
         call(case, mutant="scale_rank")
 
 
 def test_mutant_codes_match_the_kernel_source():
     K = runtime.kernels()
-    for name, code in KERNEL_MUTANTS.items():
+    for name, code in SWITCHES.items():
         assert getattr(K, f"M_{name.upper()}").value == code, name
+    assert not any(hasattr(K, f"M_{name.upper()}") for name in WRAPPERS)  # no mutant-only state in the kernels
 
 
 def test_mutant_registry():
     assert mutant_code(None) == 0 and mutant_code("none") == 0
-    assert mutant_code("scale_sqrt_r") == KERNEL_MUTANTS["scale_rank"]  # harness-style alias
-    assert set(kernel_mutant_backends()) == set(KERNEL_MUTANTS)
+    assert mutant_code("scale_rank") == SWITCHES["scale_rank"] and mutant_code("separate_softmax") == 0
+    with pytest.raises(ValueError, match="unknown kernel mutant 'scale_sqrt_r'"):  # one name per mutant
+        mutant_code("scale_sqrt_r")
+    for name in KERNEL_MUTANTS:  # `--backend lrkv.kernels.triton_backend:mutant_NAME`, one per mutant
+        assert getattr(triton_backend, f"mutant_{name}")().mutant == name
     with pytest.raises(ValueError):
         TritonBackend(mutant="nope")
     assert TritonBackend().available()[0]  # live inside this module

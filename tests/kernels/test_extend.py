@@ -1,0 +1,160 @@
+"""The Triton extend kernel (DESIGN §4) vs the float64 extend oracle: ragged queries, causal,
+one online softmax over shared + private logits, contiguous and paged. Inputs are the
+harness's kernel-extend cases (each new token's query the model's own at its position) and
+outputs are judged by the harness's rule.
+
+On a CPU machine these run in Triton's interpreter (tests/kernels/conftest.py), which executes
+programs one by one — one per (query token, head group) here — so shapes and token counts are tiny.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from lrkv.kernels import runtime
+from lrkv.kernels.decode import decode_attention
+from lrkv.kernels.extend import extend_attention
+from lrkv.kernels.testing import assert_passes, check, kernel_case, kernel_inputs, passes, reference, verdicts
+from lrkv.kernels.triton_backend import TritonBackend
+
+pytestmark = pytest.mark.equivalence
+
+
+def extend_case(n_new, page_size=0, **shape):
+    return kernel_case(level="kernel-extend", n_new=tuple(n_new), page_size=page_size, **shape)
+
+
+@pytest.mark.parametrize("private,num_splits,page", [("wide", 1, None), ("per_head", 4, None), ("wide", 3, 16),
+                                                     ("per_head", 1, 16)])
+def test_private_paths_and_splits(private, num_splits, page):
+    # extend runs decode's split kernel over each token's causal range: both private paths, and
+    # splits that leave the early tokens' later splits empty (the merge must ignore them);
+    # block_t 16 with page 16 keeps each tile inside one page
+    case = extend_case([17, 3, 1], page_size=page or 0, H=5, d_h=16, r=6, lengths=[40, 9, 23], key_scale=True,
+                       seed=33)
+    check(extend_attention, case, private=private, num_splits=num_splits, block_t=16)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+@pytest.mark.parametrize("rope,key_scale", [("none", False), ("exact", True)], ids=["none", "exact-ks"])
+@pytest.mark.parametrize("page", [None, 16, 5], ids=["contiguous", "page16", "page5"])
+def test_tight_vs_reference(dtype, rope, key_scale, page):
+    # one ragged batch: a 20-token chunk, speculative n_b = 3, plain decode n_b = 1, and n_b = 0
+    case = extend_case([20, 3, 1, 0], page_size=page or 0, H=3, d_h=16, r=5, lengths=[20, 9, 1, 12], t_max=21,
+                       dtype=dtype, rope=rope, key_scale=key_scale, seed=30)
+    out, lse = check(extend_attention, case)
+    assert out.dtype == dtype and lse.dtype == dtype  # float32/float64 accumulate in their own dtype
+
+
+@pytest.mark.parametrize("mutant", ["read_past_length", "length_off_by_one", "separate_softmax", "scale_rank"])
+def test_kernel_mutants_rejected_in_extend(mutant):
+    # The split kernel's bug switches (and the wrapper mutant) reach extend too. read_past_length
+    # is the causal bug there: each query also attends the NEXT token, a valid (already
+    # appended) slot — a finite, plausible-looking output that only the comparison catches. The
+    # rule must say no for every mutant, on the same case the correct kernel passes.
+    case = extend_case([6, 3], H=3, d_h=16, r=5, lengths=[24, 10], key_scale=True, seed=34, q_scale=3.0)
+    inp = kernel_inputs(case)
+    check(extend_attention, case, inputs=inp)
+    bad, bad_lse = inp.call(extend_attention, mutant=mutant)
+    assert not passes(case, out=bad, lse=bad_lse), f"mutant {mutant} passed the extend check"
+    if mutant == "read_past_length":  # every query but each sequence's last reads a valid slot
+        inner = [0, 1, 2, 3, 4, 6, 7]  # (the last ones read NaN garbage past the length)
+        assert torch.isfinite(bad[inner]).all()
+        bound = verdicts(case, out=bad)["out"][1]
+        assert float((bad[inner].double().cpu() - reference(case)["out"][inner]).abs().max()) > bound.max_abs
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_low_precision_tolerance_rule(dtype):
+    case = extend_case([8, 2], H=3, d_h=16, r=5, lengths=[24, 6], dtype=dtype, key_scale=True, rope="exact",
+                       seed=31)
+    out, lse = check(extend_attention, case)
+    assert out.dtype == dtype and lse.dtype == torch.float32  # DESIGN §4: lse in fp32 for half inputs
+
+
+def test_one_token_per_sequence_is_the_decode_kernel():
+    # one new token per sequence: the extend case's queries are the decode case's (the same draw)
+    shape = dict(H=4, d_h=16, r=3, lengths=[19, 7, 1], seed=32, key_scale=True)
+    got = kernel_inputs(extend_case([1, 1, 1], **shape)).call(extend_attention)
+    want = kernel_inputs(kernel_case(**shape)).call(decode_attention, num_splits=1)
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=1e-13)
+    torch.testing.assert_close(got[1], want[1], rtol=0, atol=1e-13)
+
+
+def test_causal_first_query_sees_one_slot_and_groups_agree():
+    # a prefill chunk: its first token (position 0) attends slot 0 only, so its output is
+    # v_0 exactly; head groups of 1 and 2 (H = 3: a padded group) match one group of 3
+    case = extend_case([17], H=3, d_h=16, r=4, lengths=[17], seed=33)
+    inp = kernel_inputs(case)
+    out = inp.call(extend_attention, group_size=3, block_t=16)[0]
+    v0 = inp.shared_v[0, 0] + torch.einsum("hdr,hr->hd", inp.basis_v, inp.latent_v[0, 0])
+    torch.testing.assert_close(out[0], v0, rtol=0, atol=1e-14)
+    last4 = replace(inp, q=inp.q[-4:], cu_seqlens_q=torch.tensor([0, 4], dtype=torch.int32, device=inp.q.device))
+    torch.testing.assert_close(last4.call(extend_attention, group_size=2, block_t=16)[0], out[-4:], rtol=0,
+                               atol=1e-13)
+
+
+def test_no_queries_and_validation_before_launch():
+    inp = kernel_inputs(extend_case([0, 0], H=2, d_h=16, r=3, lengths=[8, 3], seed=34))
+    out, lse = inp.call(extend_attention)
+    assert out.shape == (0, 2, 16) and lse.shape == (0, 2)
+    # malformed calls (the Case refuses to describe them): queries past a length, bad groups, cu
+    rows = lambda n: inp.q.new_zeros(sum(n), 2, 16)  # noqa: E731
+    cu = lambda n: torch.tensor([0, *torch.tensor(n).cumsum(0).tolist()], dtype=torch.int32,  # noqa: E731
+                                device=inp.q.device)
+    with pytest.raises(ValueError, match="extends by n_b = 4"):  # n_1 = 4 > lengths[1] = 3
+        replace(inp, q=rows([2, 4]), cu_seqlens_q=cu([2, 4])).call(extend_attention)
+    ok = replace(inp, q=rows([2, 1]), cu_seqlens_q=cu([2, 1]))
+    with pytest.raises(ValueError, match="group_size"):
+        ok.call(extend_attention, group_size=5)
+    bad = ok.cu_seqlens_q.clone()
+    bad[1] = 4  # [0, 4, 3]
+    with pytest.raises(ValueError, match="non-decreasing"):
+        replace(ok, cu_seqlens_q=bad).call(extend_attention)
+
+
+def test_backend_declares_and_runs_the_new_levels():
+    be = TritonBackend()
+    assert {"kernel", "kernel-paged", "kernel-extend"} <= be.levels
+    assert "kernel-extend" in TritonBackend(mutant="scale_rank").levels  # extend runs the same split kernel
+    shape = dict(H=2, d_h=16, r=3, lengths=[12, 5], seed=35)
+    ext = extend_case([4, 1], page_size=4, **shape)
+    out, lse = kernel_inputs(ext).call(be.extend_attention)
+    assert_passes(ext, out=out, lse=lse)
+    paged = kernel_case(level="kernel-paged", page_size=4, **shape)
+    out, lse = kernel_inputs(paged).call(be.paged_decode_attention)
+    assert_passes(paged, out=out, lse=lse)
+
+
+def test_paged_and_extend_levels_pass_through_the_harness():
+    from lrkv.verify.grids import default_grid
+    from lrkv.verify.runner import run
+    from lrkv.verify.tolerance import load_policy
+
+    # two small default-grid cases: page size 1 with a shared prefix, and a paged ragged extend
+    grid = default_grid()
+    cases = [next(c for c in grid if c.level == "kernel-paged" and c.page_size == 1 and c.dtype == "float32"),
+             next(c for c in grid if c.level == "kernel-extend" and c.page_size == 1)]
+    recs = run(cases, [("triton", TritonBackend())], load_policy())
+    assert [r["status"] for r in recs] == ["pass", "pass"], [(r["id"], r["reason"]) for r in recs]
+
+
+def test_extend_goes_through_decodes_custom_op():
+    # one op for both contracts: its schema carries the optional cu_seqlens_q
+    schema = str(torch.ops.lrkv.factored_decode.default._schema)
+    assert "cu_seqlens_q" in schema and not hasattr(torch.ops.lrkv, "factored_extend")
+    assert runtime.mode()[0] in ("cuda", "interpreter")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA present: the native tests compile the kernel")
+def test_extend_kernel_compiles_for_sm90():
+    from lrkv.kernels.compile_check import EXTEND_VARIANTS, compile_variant
+
+    try:
+        res = compile_variant(EXTEND_VARIANTS[0], extend=True)
+    except FileNotFoundError as e:
+        pytest.skip(f"CUDA toolchain of the triton wheel not found: {e}")
+    assert res["kernel"] == "decode_split_kernel[extend]" and res.get("stack", 0) == 0, res

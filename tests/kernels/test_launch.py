@@ -1,0 +1,173 @@
+"""The launch table of `lrkv.kernels.launch` (tile and warps by GPU, private path, RoPE mode and
+paged layout, each entry with its evidence) and the rules around it: the picks it makes are
+the picks the kernels were measured and compile-checked with, and its evidence is committed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from lrkv.kernels import launch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# What pick_launch chose for these calls when its rules were nested ifs (recorded from that
+# code, before the table): mode | B,H,d_h,r,slots | dtype | rope | private | block_t | kind
+#   -> private, dot, group, tile, warps, splits. gpu: a 132-SM CUDA device (an H200).
+PICKS = """
+gpu    8,18,128,55,32768  bf16 none  -        -  decode | wide     lp   g9  t16  w8 s17
+gpu    8,18,128,55,32768  bf16 exact -        -  decode | per_head lp   g9  t32  w8 s17
+gpu    8,18,128,55,32768  fp16 none  -        -  decode | wide     lp   g9  t16  w8 s17
+gpu    8,18,128,55,32768  fp16 exact -        -  decode | per_head lp   g9  t32  w8 s17
+gpu    8,18,128,55,32768  fp32 none  -        -  decode | wide     ieee g9  t16  w8 s17
+gpu    8,18,128,55,32768  fp32 exact -        -  decode | per_head ieee g9  t32  w8 s17
+gpu    8,18,128,55,32768  fp64 none  -        -  decode | per_head fma  g9  t16  w8 s17
+gpu    8,18,128,55,32768  fp64 exact -        -  decode | per_head fma  g9  t16  w8 s17
+gpu    8,32,128,54,32768  bf16 none  -        -  decode | wide     lp   g8  t16  w8 s9
+gpu    8,32,128,54,32768  bf16 exact -        -  decode | per_head lp   g16 t32  w8 s17
+gpu    8,32,128,54,32768  fp16 none  -        -  decode | wide     lp   g8  t16  w8 s9
+gpu    8,32,128,54,32768  fp16 exact -        -  decode | per_head lp   g16 t32  w8 s17
+gpu    8,32,128,54,32768  fp32 none  -        -  decode | wide     ieee g8  t16  w8 s9
+gpu    8,32,128,54,32768  fp32 exact -        -  decode | per_head ieee g16 t32  w8 s17
+gpu    8,32,128,54,32768  fp64 none  -        -  decode | per_head fma  g16 t16  w8 s17
+gpu    8,32,128,54,32768  fp64 exact -        -  decode | per_head fma  g16 t16  w8 s17
+gpu    3,5,32,7,40        bf16 none  -        -  decode | wide     lp   g5  t16  w8 s1
+gpu    3,5,32,7,40        bf16 exact -        -  decode | per_head lp   g5  t32  w8 s1
+gpu    3,5,32,7,40        fp16 none  -        -  decode | wide     lp   g5  t16  w8 s1
+gpu    3,5,32,7,40        fp16 exact -        -  decode | per_head lp   g5  t32  w8 s1
+gpu    3,5,32,7,40        fp32 none  -        -  decode | wide     ieee g5  t16  w8 s1
+gpu    3,5,32,7,40        fp32 exact -        -  decode | per_head ieee g5  t32  w8 s1
+gpu    3,5,32,7,40        fp64 none  -        -  decode | per_head fma  g5  t16  w4 s1
+gpu    3,5,32,7,40        fp64 exact -        -  decode | per_head fma  g5  t16  w4 s1
+gpu    1,4,32,8,64        bf16 none  -        -  decode | wide     lp   g4  t16  w8 s1
+gpu    1,4,32,8,64        bf16 exact -        -  decode | per_head lp   g4  t32  w8 s1
+gpu    1,4,32,8,64        fp16 none  -        -  decode | wide     lp   g4  t16  w8 s1
+gpu    1,4,32,8,64        fp16 exact -        -  decode | per_head lp   g4  t32  w8 s1
+gpu    1,4,32,8,64        fp32 none  -        -  decode | wide     ieee g4  t16  w8 s1
+gpu    1,4,32,8,64        fp32 exact -        -  decode | per_head ieee g4  t32  w8 s1
+gpu    1,4,32,8,64        fp64 none  -        -  decode | per_head fma  g4  t16  w4 s1
+gpu    1,4,32,8,64        fp64 exact -        -  decode | per_head fma  g4  t16  w4 s1
+interp 8,18,128,55,32768  bf16 none  -        -  decode | wide     ieee g9  t128 w8 s1
+interp 8,18,128,55,32768  bf16 exact -        -  decode | wide     ieee g9  t128 w8 s1
+interp 8,18,128,55,32768  fp16 none  -        -  decode | wide     lp   g9  t128 w8 s1
+interp 8,18,128,55,32768  fp16 exact -        -  decode | wide     lp   g9  t128 w8 s1
+interp 8,18,128,55,32768  fp32 none  -        -  decode | wide     ieee g9  t128 w8 s1
+interp 8,18,128,55,32768  fp32 exact -        -  decode | wide     ieee g9  t128 w8 s1
+interp 8,18,128,55,32768  fp64 none  -        -  decode | wide     ieee g9  t128 w8 s1
+interp 8,18,128,55,32768  fp64 exact -        -  decode | wide     ieee g9  t128 w8 s1
+interp 8,32,128,54,32768  bf16 none  -        -  decode | wide     ieee g8  t128 w8 s1
+interp 8,32,128,54,32768  bf16 exact -        -  decode | wide     ieee g8  t128 w8 s1
+interp 8,32,128,54,32768  fp16 none  -        -  decode | wide     lp   g8  t128 w8 s1
+interp 8,32,128,54,32768  fp16 exact -        -  decode | wide     lp   g8  t128 w8 s1
+interp 8,32,128,54,32768  fp32 none  -        -  decode | wide     ieee g8  t128 w8 s1
+interp 8,32,128,54,32768  fp32 exact -        -  decode | wide     ieee g8  t128 w8 s1
+interp 8,32,128,54,32768  fp64 none  -        -  decode | wide     ieee g8  t128 w8 s1
+interp 8,32,128,54,32768  fp64 exact -        -  decode | wide     ieee g8  t128 w8 s1
+interp 3,5,32,7,40        bf16 none  -        -  decode | wide     ieee g5  t32  w4 s1
+interp 3,5,32,7,40        bf16 exact -        -  decode | wide     ieee g5  t32  w4 s1
+interp 3,5,32,7,40        fp16 none  -        -  decode | wide     lp   g5  t32  w4 s1
+interp 3,5,32,7,40        fp16 exact -        -  decode | wide     lp   g5  t32  w4 s1
+interp 3,5,32,7,40        fp32 none  -        -  decode | wide     ieee g5  t32  w4 s1
+interp 3,5,32,7,40        fp32 exact -        -  decode | wide     ieee g5  t32  w4 s1
+interp 3,5,32,7,40        fp64 none  -        -  decode | wide     ieee g5  t32  w4 s1
+interp 3,5,32,7,40        fp64 exact -        -  decode | wide     ieee g5  t32  w4 s1
+interp 1,4,32,8,64        bf16 none  -        -  decode | wide     ieee g4  t32  w4 s1
+interp 1,4,32,8,64        bf16 exact -        -  decode | wide     ieee g4  t32  w4 s1
+interp 1,4,32,8,64        fp16 none  -        -  decode | wide     lp   g4  t32  w4 s1
+interp 1,4,32,8,64        fp16 exact -        -  decode | wide     lp   g4  t32  w4 s1
+interp 1,4,32,8,64        fp32 none  -        -  decode | wide     ieee g4  t32  w4 s1
+interp 1,4,32,8,64        fp32 exact -        -  decode | wide     ieee g4  t32  w4 s1
+interp 1,4,32,8,64        fp64 none  -        -  decode | wide     ieee g4  t32  w4 s1
+interp 1,4,32,8,64        fp64 exact -        -  decode | wide     ieee g4  t32  w4 s1
+cpu    8,18,128,55,32768  bf16 none  -        -  decode | wide     ieee g9  t16  w8 s1
+cpu    8,18,128,55,32768  bf16 exact -        -  decode | wide     ieee g9  t16  w8 s1
+cpu    8,18,128,55,32768  fp16 none  -        -  decode | wide     lp   g9  t16  w8 s1
+cpu    8,18,128,55,32768  fp16 exact -        -  decode | wide     lp   g9  t16  w8 s1
+cpu    8,18,128,55,32768  fp32 none  -        -  decode | wide     ieee g9  t16  w8 s1
+cpu    8,18,128,55,32768  fp32 exact -        -  decode | wide     ieee g9  t16  w8 s1
+cpu    8,18,128,55,32768  fp64 none  -        -  decode | wide     ieee g9  t16  w8 s1
+cpu    8,18,128,55,32768  fp64 exact -        -  decode | wide     ieee g9  t16  w8 s1
+cpu    8,32,128,54,32768  bf16 none  -        -  decode | wide     ieee g8  t16  w8 s1
+cpu    8,32,128,54,32768  bf16 exact -        -  decode | wide     ieee g8  t16  w8 s1
+cpu    8,32,128,54,32768  fp16 none  -        -  decode | wide     lp   g8  t16  w8 s1
+cpu    8,32,128,54,32768  fp16 exact -        -  decode | wide     lp   g8  t16  w8 s1
+cpu    8,32,128,54,32768  fp32 none  -        -  decode | wide     ieee g8  t16  w8 s1
+cpu    8,32,128,54,32768  fp32 exact -        -  decode | wide     ieee g8  t16  w8 s1
+cpu    8,32,128,54,32768  fp64 none  -        -  decode | wide     ieee g8  t16  w8 s1
+cpu    8,32,128,54,32768  fp64 exact -        -  decode | wide     ieee g8  t16  w8 s1
+cpu    3,5,32,7,40        bf16 none  -        -  decode | wide     ieee g5  t32  w4 s1
+cpu    3,5,32,7,40        bf16 exact -        -  decode | wide     ieee g5  t32  w4 s1
+cpu    3,5,32,7,40        fp16 none  -        -  decode | wide     lp   g5  t32  w4 s1
+cpu    3,5,32,7,40        fp16 exact -        -  decode | wide     lp   g5  t32  w4 s1
+cpu    3,5,32,7,40        fp32 none  -        -  decode | wide     ieee g5  t32  w4 s1
+cpu    3,5,32,7,40        fp32 exact -        -  decode | wide     ieee g5  t32  w4 s1
+cpu    3,5,32,7,40        fp64 none  -        -  decode | wide     ieee g5  t32  w4 s1
+cpu    3,5,32,7,40        fp64 exact -        -  decode | wide     ieee g5  t32  w4 s1
+cpu    1,4,32,8,64        bf16 none  -        -  decode | wide     ieee g4  t32  w4 s1
+cpu    1,4,32,8,64        bf16 exact -        -  decode | wide     ieee g4  t32  w4 s1
+cpu    1,4,32,8,64        fp16 none  -        -  decode | wide     lp   g4  t32  w4 s1
+cpu    1,4,32,8,64        fp16 exact -        -  decode | wide     lp   g4  t32  w4 s1
+cpu    1,4,32,8,64        fp32 none  -        -  decode | wide     ieee g4  t32  w4 s1
+cpu    1,4,32,8,64        fp32 exact -        -  decode | wide     ieee g4  t32  w4 s1
+cpu    1,4,32,8,64        fp64 none  -        -  decode | wide     ieee g4  t32  w4 s1
+cpu    1,4,32,8,64        fp64 exact -        -  decode | wide     ieee g4  t32  w4 s1
+gpu    8,18,128,55,32768  bf16 none  per_head -  decode | per_head lp   g9  t64  w4 s17
+gpu    8,18,128,55,32768  bf16 none  per_head 16 decode | per_head lp   g9  t16  w8 s17
+gpu    8,18,128,55,32768  bf16 exact per_head 64 decode | per_head lp   g9  t64  w8 s17
+gpu    8,18,128,55,32768  bf16 exact wide     -  decode | wide     lp   g9  t16  w8 s17
+gpu    8,18,128,55,32768  fp64 none  -        -  decode | per_head fma  g9  t16  w8 s17
+interp 3,5,32,7,40        fp64 none  -        -  extend | wide     ieee g5  t32  w4 s1
+interp 3,5,32,7,40        fp32 exact per_head 16 extend | per_head ieee g5  t16  w4 s1
+cpu    3,5,32,7,40        bf16 none  -        -  extend | wide     ieee g5  t32  w4 s1
+"""
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
+
+
+def _pick(mode, shape, dtype, rope, private, block_t, kind, paged):
+    B, H, d_h, r, slots = map(int, shape.split(","))
+    cfg = launch.pick_launch(B=B, H=H, d_h=d_h, r=r, slots=slots, dtype=DTYPES[dtype],
+                             device=torch.device("cuda" if mode == "gpu" else "cpu"), rope_exact=rope == "exact",
+                             private=None if private == "-" else private,
+                             block_t=None if block_t == "-" else int(block_t), paged=paged, extend=kind == "extend")
+    return [cfg.private, cfg.dot, f"g{cfg.group_size}", f"t{cfg.block_t}", f"w{cfg.num_warps}", f"s{cfg.num_splits}"]
+
+
+def test_table_makes_the_recorded_picks(monkeypatch):
+    wrong = []
+    for line in PICKS.strip().splitlines():
+        call, want = line.split("|")
+        mode = call.split()[0]
+        monkeypatch.setattr(launch, "num_sms", lambda device: 132 if mode == "gpu" else 1)
+        monkeypatch.setattr(launch.runtime, "is_interpreted", lambda: mode == "interp")
+        for paged in (False, True):  # the paged layout has entries of its own, with the same picks
+            got = _pick(*call.split(), paged)
+            if got != want.split():
+                wrong.append(f"{call.strip()} paged={paged}: {' '.join(got)} (recorded: {want.strip()})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_every_entry_names_committed_evidence():
+    for key, choice in [*launch.LAUNCH_TABLE.items(), (("size rule",), launch.size_rule(16, 128, 64, "lp"))]:
+        files = [f for f in (launch.COMPILE_REPORT, launch.H200_RUN) if f in choice.evidence]
+        assert files and all((ROOT / f).is_file() for f in files), (key, choice.evidence)
+    for key, (_, evidence) in launch.PRIVATE_DEFAULT.items():
+        assert launch.COMPILE_REPORT in evidence and (ROOT / launch.COMPILE_REPORT).is_file(), key
+
+
+def test_the_wide_defaults_do_not_spill_in_the_compile_report():
+    # the committed report compiles the table's wide entry at both paper scales (bf16, d_h = 128,
+    # H = 18 as 2 x 9 at r = 55 and H = 32 as 4 x 8 at r = 54), contiguous and paged at page 16
+    report = json.loads((ROOT / launch.COMPILE_REPORT).read_text())
+    for paged in (False, True):
+        entry = launch.LAUNCH_TABLE["sm_90", "wide", "none", paged]
+        shapes = [r["variant"] for r in report if r["kernel"] == "decode_split_kernel"
+                  and r["variant"]["private"] == "wide" and r["variant"]["dtype"] == "bfloat16"
+                  and not r["variant"]["rope_exact"] and r["variant"]["paged"] == paged
+                  and (r["variant"]["block_t"], r["variant"]["num_warps"]) == (entry.block_t, entry.num_warps)]
+        assert shapes, f"the compile report has no wide bf16 variant at the table's shape (paged={paged})"
+        for r in report:
+            if r.get("variant") in shapes:
+                assert r.get("stack", 0) == 0, r
