@@ -200,7 +200,8 @@ class TritonSteps:
 
         B, T = inputs["shared_k"].shape[:2]
         cfg = pick_launch(B=B, H=spec.n_heads, d_h=spec.head_dim, r=spec.rank, slots=T, dtype=inputs["q"].dtype,
-                          device=inputs["q"].device, rope_exact=self.variant == "rope", **self.launch)
+                          device=inputs["q"].device, rope_exact=self.variant == "rope", paged=self.variant == "paged",
+                          **self.launch)
         return asdict(cfg)
 
     def prepare(self, family: BenchFamily, spec, inputs: dict, device: str) -> Prepared:

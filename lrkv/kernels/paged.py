@@ -4,7 +4,7 @@ page table [B, max_pages] int32 mapping each sequence's logical pages to physica
 Like FlashAttention's kvcache tests, `paginate` scatters a contiguous cache into a random
 permutation of pages and leaves every slot no sequence owns as NaN, so a kernel that reads
 an unused slot or follows the wrong page shows up as NaN or as a wrong answer. (The harness
-pages a Case's draw with `lrkv.verify.levels_paged.paginate`, which also knows the Case's
+pages a Case's draw with `lrkv.verify.levels.paged.paginate`, which also knows the Case's
 garbage, page order and shared-prefix knobs; this one pages a FactoredCache that has no Case
 — the bench's paged rows and the paged-append tests. Gathering pages back is
 `lrkv.reference.paged.gather_pages`.)

@@ -24,8 +24,10 @@ from dataclasses import fields, replace
 import torch
 
 from ..spec import AttentionSpec
-from ..verify.cases import Case, make_kernel_inputs
-from ..verify.levels_paged import make_extend_inputs, make_paged_inputs
+from ..verify.case import Case
+from ..verify.levels.kernel import make_kernel_inputs
+from ..verify.levels.extend import make_extend_inputs
+from ..verify.levels.paged import make_paged_inputs
 from ..verify.runner import judge_outputs, prepare_inputs
 from ..verify.tolerance import load_policy
 from . import runtime

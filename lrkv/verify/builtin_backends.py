@@ -88,7 +88,7 @@ class InductorBackend(BaseBackend):
     ran. Inputs already on the backend's device stay there.
 
     On the CPU it claims float64/float32, as before (each half-precision shape family would
-    add a C++ compile to the grid's CPU budget, lrkv/verify/grid.py); on CUDA
+    add a C++ compile to the grid's CPU budget, lrkv/verify/grids.py); on CUDA
     float64/float32/bfloat16/float16 — inductor emits Triton for all four — all judged by
     the same rule (`judge_record`).
     """

@@ -16,7 +16,8 @@ from lrkv.reference import lrkv as L
 from lrkv.reference.cache import FactoredCache
 from lrkv.reference.paged import gather_cache
 from lrkv.spec import AttentionSpec
-from lrkv.verify.cases import Case, make_layer_inputs
+from lrkv.verify.case import Case
+from lrkv.verify.levels.layer import make_layer_inputs
 from lrkv.verify.runner import run
 
 pytestmark = pytest.mark.equivalence

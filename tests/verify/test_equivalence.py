@@ -8,7 +8,7 @@ them over LRKV_BACKENDS. A failing example prints the one-line replay,
 
 Backends: the built-ins (reference, materialized, eager, inductor, tiled) and the example
 user backend. Other registered backends (triton, onnxruntime, aoti, tensorrt) build engines
-that cost tens of seconds each and have their own suites (tests/test_triton_*.py,
+that cost tens of seconds each and have their own suites (tests/kernels/,
 tests/compiled/); add them here with LRKV_EQUIVALENCE_BACKENDS=all (or a comma list
 of names / module:attr paths), or run `pytest --lrkv-backend triton -m equivalence`.
 """
