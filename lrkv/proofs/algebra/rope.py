@@ -97,7 +97,7 @@ def invariant_instance():
 )
 def rope_commutation_condition(*, latent_map=least_squares_latent_map, mismatch=latent_mismatch,
                                complement=orthogonal_complement, instance=invariant_instance) -> Verdict:
-    """Four sub-checks, each of which a wrong input makes fail (tests/proofs/test_soundness.py):
+    """Four sub-checks, each of which a wrong input makes fail (tests/proofs/test_proofs.py):
 
     for_all_z   the mismatch z E B^T − z B^T R is z·M(E, B, R) (value and Jacobian in z), so it
                 vanishes for every latent iff M = 0;
