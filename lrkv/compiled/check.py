@@ -26,11 +26,10 @@ from pathlib import Path
 from ..verify.metrics import parse_float
 from ..verify.tolerance import Policy
 from ..verify.tolerance_report import summarize, validate_report
-from .config import ExportConfig
+from .config import ExportConfig, dynamic_ranges
 from .engine import engine_class, say, step
 from .export import embedded_weights, grid_cases, grid_name, length_grid, verify_engine, worst_ratio
 from .manifest import check_hashes, read_manifest, weights_sha256
-from .signature import dynamic_ranges
 
 
 def _same_machine(old: dict, new: dict) -> bool:

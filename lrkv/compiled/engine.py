@@ -24,9 +24,8 @@ from pathlib import Path
 import torch
 
 from ..reference.weights import LRKVWeights
-from .config import ExportConfig
+from .config import ExportConfig, check_call, output_sigs
 from .program import export_program
-from .signature import check_call, output_sigs
 
 QUIET = False  # tests and library callers may silence the progress lines
 

@@ -24,9 +24,8 @@ from ..reference.rope import ExactRope
 from ..reference.weights import LRKVWeights
 from ..spec import AttentionSpec
 from ..verify.protocol import BaseBackend
-from .config import ExportConfig
+from .config import ExportConfig, weight_sigs
 from .engine import Engine, engine_class
-from .signature import weight_sigs
 
 BACKEND_OF_ENGINE = {"onnx": "onnxruntime", "aoti": "aoti", "tensorrt": "tensorrt"}
 DEFAULT_T_MAX = 4096

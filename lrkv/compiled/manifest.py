@@ -31,8 +31,7 @@ from pathlib import Path
 from lrkv import __version__
 
 from ..reference.weights import LRKVWeights
-from .config import ExportConfig
-from .signature import dynamic_ranges, input_sigs, output_sigs
+from .config import ExportConfig, dynamic_ranges, input_sigs, output_sigs
 
 MANIFEST_SCHEMA = "lrkv.engine-manifest/1"
 

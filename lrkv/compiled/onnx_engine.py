@@ -20,10 +20,9 @@ from pathlib import Path
 import torch
 
 from ..reference.weights import LRKVWeights
-from .config import ExportConfig
+from .config import ExportConfig, input_sigs, output_sigs
 from .engine import Engine, step
 from .program import example_inputs
-from .signature import input_sigs, output_sigs
 
 
 class OnnxEngine(Engine):

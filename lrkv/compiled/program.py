@@ -4,7 +4,7 @@ Everything in the first three sections is traced by `torch.export` into one grap
 ONNX, AOTInductor and TensorRT all compile, so it obeys four rules:
 
 * no data-dependent Python (`if lengths.max() > T`, `.item()`, `.tolist()`): those checks
-  live in `lrkv.compiled.signature`, which runs *before* the engine;
+  live in `lrkv.compiled.config`, which runs *before* the engine;
 * masks are built with tensor ops (`arange(T) < lengths`, `lrkv.reference.masking`),
   never by slicing to a length;
 * garbage past `lengths[b]` (NaN in the tests) is removed with `torch.where`, never by
@@ -31,8 +31,7 @@ from ..reference.masking import NEG_INF, valid_mask, zero_garbage
 from ..reference.norms import joint_key_scale, rms_norm
 from ..reference.rope import apply_rope, rope_freqs
 from ..reference.weights import LRKVWeights, init_lrkv_weights
-from .config import NATIVE_OPSET, ExportConfig
-from .signature import input_sigs, weight_sigs
+from .config import NATIVE_OPSET, ExportConfig, input_sigs, weight_sigs
 
 
 # ----------------------------------------------------------------------------- decode math (Eqs. 6–7)

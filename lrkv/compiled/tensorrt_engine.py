@@ -29,10 +29,9 @@ from pathlib import Path
 import torch
 
 from ..reference.weights import LRKVWeights
-from .config import ExportConfig
+from .config import ExportConfig, input_sigs
 from .engine import Engine, step
 from .program import example_inputs
-from .signature import input_sigs
 
 NO_FLOAT64 = "TensorRT has no float64; a float64 engine would be float32 inside (truncate_double)"
 

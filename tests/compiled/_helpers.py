@@ -10,7 +10,7 @@ from lrkv.compiled.engine import engine_class
 from lrkv.compiled.engine_backends import DEFAULT_B_MAX, DEFAULT_T_MAX
 from lrkv.compiled.export import verify_cases
 from lrkv.compiled.program import example_inputs
-from lrkv.compiled.signature import input_sigs
+from lrkv.compiled.config import input_sigs
 from lrkv.spec import AttentionSpec
 from lrkv.verify.case import Case
 

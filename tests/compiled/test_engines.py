@@ -15,7 +15,7 @@ import torch
 from lrkv.compiled.config import ExportConfig
 from lrkv.compiled.engine_backends import EngineBackend, cached_engine
 from lrkv.compiled.export import grid_cases
-from lrkv.compiled.signature import input_sigs
+from lrkv.compiled.config import input_sigs
 from lrkv.reference.lrkv import layer_step
 from lrkv.spec import AttentionSpec
 from lrkv.verify.backend_registry import get_backend
