@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch.export import Dim
 
+from ..reference.lrkv import factored_logits
 from ..reference.masking import NEG_INF, valid_mask, zero_garbage
 from ..reference.norms import joint_key_scale, rms_norm
 from ..reference.rope import apply_rope, rope_freqs
@@ -35,15 +36,6 @@ from .config import NATIVE_OPSET, ExportConfig, input_sigs, weight_sigs
 
 
 # ----------------------------------------------------------------------------- decode math (Eqs. 6–7)
-def rotated_private_keys(latent_k: torch.Tensor, basis_k: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
-    """rope(z_j B_h^T, j) for every slot j (rope='exact', DESIGN §5); freqs [d_h/2] float64.  # [B, T, H, d_h]"""
-    # Second copy of reference.lrkv._private_keys_exact, taking the frequencies as a buffer (see the module docstring).
-    T = latent_k.shape[1]
-    k_priv = torch.einsum("bthr,hdr->bthd", latent_k, basis_k)
-    pos = torch.arange(T, device=latent_k.device)[None, :, None]  # [1, T, 1]
-    return apply_rope(k_priv, pos, freqs)
-
-
 def factored_decode(
     q: torch.Tensor,  # [B, H, d_h]
     shared_k: torch.Tensor,  # [B, T, d_h]
@@ -65,18 +57,11 @@ def factored_decode(
     is NaN; an empty sequence must give out 0 and lse −inf (DESIGN §4), so the max is
     clamped to 0 for empty rows first.
     """
-    # Second copy of reference.lrkv.decode_attention: masking.softmax_rows' logsumexp exports as NaN on empty rows.
+    # The softmax and Eq. 7 are a second copy of reference.lrkv.decode_attention's: masking.softmax_rows'
+    # logsumexp exports as NaN on empty rows. Eq. 6 is the reference's own function, its RoPE frequencies a buffer.
     T = shared_k.shape[1]
     valid = valid_mask(lengths, T)  # [B, T]
-    # Eq. 6: q_h S_K^T + (q_h B_h^K) R_h^{K T}, summed before ONE softmax.
-    logits = torch.einsum("bhd,btd->bht", q, shared_k)
-    if rope_freqs is None:
-        q_lat = torch.einsum("bhd,hdr->bhr", q, basis_k)  # [B, H, r]
-        logits = logits + torch.einsum("bhr,bthr->bht", q_lat, latent_k)
-    else:
-        logits = logits + torch.einsum("bhd,bthd->bht", q, rotated_private_keys(latent_k, basis_k, rope_freqs))
-    if key_scale is not None:
-        logits = logits * key_scale.permute(0, 2, 1)  # joint inverse RMS of each full key
+    logits = factored_logits(q, shared_k, latent_k, basis_k, key_scale=key_scale, freqs=rope_freqs)  # Eq. 6
     logits = torch.where(valid[:, None, :], logits * scale, NEG_INF)  # [B, H, T]
     m = logits.amax(dim=-1, keepdim=True)  # [B, H, 1]; −inf for an empty sequence
     m = torch.where(m > NEG_INF, m, 0.0)

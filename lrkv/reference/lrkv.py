@@ -51,13 +51,19 @@ def _check_lengths(lengths: torch.Tensor, batch: int, t: int) -> None:
         raise ValueError(f"lengths must lie in [0, {t}], got {lengths.tolist()}")
 
 
-def private_keys_exact(latent_k: torch.Tensor, basis_k: torch.Tensor, rope: ExactRope, start: int = 0) -> torch.Tensor:
+def exact_freqs(rope: ExactRope | None, d_h: int) -> torch.Tensor | None:
+    """The rotary frequencies a decode needs: those of exact RoPE, None without decode-time RoPE."""
+    return None if rope is None else rope_freqs(d_h, rope.theta)
+
+
+def private_keys_exact(latent_k: torch.Tensor, basis_k: torch.Tensor, freqs: torch.Tensor, start: int = 0) -> torch.Tensor:
     """rope(z_j B_h^T, j) for the slots j = start, start + 1, … of latent_k [B, t, H, r] — the
-    position-dependent contraction of `exact` RoPE (DESIGN §5).  # [B, t, H, d_h]"""
-    t, d_h = latent_k.shape[1], basis_k.shape[1]
+    position-dependent contraction of `exact` RoPE (DESIGN §5); freqs [d_h/2] are the rotary
+    frequencies (`rope_freqs(d_h, theta)`; an engine passes them as a buffer).  # [B, t, H, d_h]"""
+    t = latent_k.shape[1]
     k_priv = torch.einsum("bthr,hdr->bthd", latent_k, basis_k)
     pos = torch.arange(start, start + t, device=latent_k.device)[None, :, None]  # [1, t, 1]
-    return apply_rope(k_priv, pos, rope_freqs(d_h, rope.theta))
+    return apply_rope(k_priv, pos, freqs)
 
 
 def factored_logits(
@@ -67,21 +73,22 @@ def factored_logits(
     basis_k: torch.Tensor,  # [H, d_h, r]
     *,
     key_scale: torch.Tensor | None = None,  # [B, t, H]
-    rope: ExactRope | None = None,
+    freqs: torch.Tensor | None = None,  # [d_h/2] rotary frequencies of exact RoPE; None: no decode-time RoPE
     start: int = 0,
 ) -> torch.Tensor:
     """Eq. 6, unscaled: q_h S_K^T + (q_h B_h^K) R_h^{K T} — shared and private terms summed BEFORE
     the one softmax — times each key's joint inverse RMS under QK-RMSNorm.  # [B, H, t]
 
-    With exact RoPE the private key is rebuilt and rotated at its slot (`private_keys_exact`);
-    `start` is the first slot's position, so a tiled decode can call this tile by tile.
+    With exact RoPE (`freqs` given) the private key is rebuilt and rotated at its slot
+    (`private_keys_exact`); `start` is the first slot's position, so a tiled decode can call
+    this tile by tile. No Python branch depends on data: the exported engines trace it too.
     """
     shared = torch.einsum("bhd,btd->bht", q, shared_k)
-    if rope is None:
+    if freqs is None:
         q_lat = torch.einsum("bhd,hdr->bhr", q, basis_k)  # [B, H, r]
         private = torch.einsum("bhr,bthr->bht", q_lat, latent_k)
     else:
-        private = torch.einsum("bhd,bthd->bht", q, private_keys_exact(latent_k, basis_k, rope, start))
+        private = torch.einsum("bhd,bthd->bht", q, private_keys_exact(latent_k, basis_k, freqs, start))
     logits = shared + private  # one softmax over the SUM
     if key_scale is not None:
         logits = logits * key_scale.permute(0, 2, 1)  # joint inverse RMS of each full key
@@ -112,7 +119,7 @@ def decode_attention(
     latent_k = zero_garbage(latent_k, valid)
     acc = accumulation_dtype(q.dtype)
     q_, shared_k, latent_k, basis_k_ = q.to(acc), shared_k.to(acc), latent_k.to(acc), basis_k.to(acc)
-    logits = factored_logits(q_, shared_k, latent_k, basis_k_, rope=rope,  # Eq. 6
+    logits = factored_logits(q_, shared_k, latent_k, basis_k_, freqs=exact_freqs(rope, q.shape[-1]),  # Eq. 6
                              key_scale=None if key_scale is None else key_scale.to(acc))
     a, lse = softmax_rows(logits * scale, valid[:, None, :])  # [B, H, T]
     a = a.to(q.dtype)  # the value contraction runs at the input dtype, as a kernel's P·V does
@@ -138,7 +145,7 @@ def materialized_decode_attention(
     if rope is None:
         k_priv = torch.einsum("bthr,hdr->bthd", latent_k, basis_k)
     else:
-        k_priv = private_keys_exact(latent_k, basis_k, rope)
+        k_priv = private_keys_exact(latent_k, basis_k, exact_freqs(rope, q.shape[-1]))
     k = shared_k[:, :, None, :] + k_priv  # [B, T, H, d_h]  K_h, materialized at the input dtype
     latent_v = zero_garbage(latent_v, valid)  # the rebuild is a contraction too
     v = shared_v[:, :, None, :] + torch.einsum("bthr,hdr->bthd", latent_v, basis_v)  # V_h

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from ..reference.contract import validate_decode_inputs
-from ..reference.lrkv import accumulation_dtype, factored_logits, layer_step
+from ..reference.lrkv import accumulation_dtype, exact_freqs, factored_logits, layer_step
 from ..reference.masking import NEG_INF, valid_mask, zero_garbage
 from .protocol import BaseBackend
 
@@ -63,6 +63,7 @@ class TiledDecoder:
             t.to(cd) for t in (q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v))
         key_scale = None if key_scale is None else key_scale.to(cd)
         valid = valid_mask(lengths, T)  # [B, T]
+        freqs = exact_freqs(rope, d_h)
         chunk = max(1, math.ceil(T / self.splits))
         states = []
         for a in range(0, T, chunk):
@@ -71,16 +72,16 @@ class TiledDecoder:
             for j0 in range(a, min(a + chunk, T), self.tile):
                 j1 = min(j0 + self.tile, a + chunk, T)
                 self._tile(st, j0, j1, q, shared_k, shared_v, latent_k, latent_v, basis_k,
-                           key_scale, rope, valid, scale)
+                           key_scale, freqs, valid, scale)
             states.append(st)
         out, lse = self._merge(states, basis_v, B, H, d_h, cd)
         return out.to(out_dtype), lse
 
     def _tile(self, st, j0, j1, q, shared_k, shared_v, latent_k, latent_v, basis_k, key_scale,
-              rope, valid, scale) -> None:
+              freqs, valid, scale) -> None:
         v = valid[:, None, j0:j1]  # [B, 1, t]
         # Eq. 6 on this tile only (exact RoPE rebuilds and rotates just these slots' private keys)
-        logits = factored_logits(q, shared_k[:, j0:j1], latent_k[:, j0:j1], basis_k, rope=rope, start=j0,
+        logits = factored_logits(q, shared_k[:, j0:j1], latent_k[:, j0:j1], basis_k, freqs=freqs, start=j0,
                                  key_scale=None if key_scale is None else key_scale[:, j0:j1])
         logits = torch.where(v, logits * scale, NEG_INF)  # [B, H, t]; where, so NaN garbage cannot leak
         m_new = torch.maximum(st.m, logits.amax(-1))
