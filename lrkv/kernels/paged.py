@@ -6,8 +6,8 @@ permutation of pages and leaves every slot no sequence owns as NaN, so a kernel 
 an unused slot or follows the wrong page shows up as NaN or as a wrong answer. (The harness
 pages a Case's draw with `lrkv.verify.levels.paged.paginate`, which also knows the Case's
 garbage, page order and shared-prefix knobs; this one pages a FactoredCache that has no Case
-— the bench's paged rows and the paged-append tests. Gathering pages back is
-`lrkv.reference.paged.gather_pages`.)
+— the bench's paged rows and the paged-append tests. Both write the pages with
+`lrkv.reference.paged.scatter_pages`; `gather_pages` reads them back.)
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from ..reference.cache import FactoredCache
+from ..reference.paged import scatter_pages
 
 
 @dataclass
@@ -77,9 +78,6 @@ def paginate(
     page_table = perm.reshape(B, max_pages).to(torch.int32)
     out = {}
     for name, t in cache.tensors().items():
-        paged = torch.full((n_pages, page_size, *t.shape[2:]), fill, dtype=t.dtype, device=device)
-        padded = torch.full((B, max_pages * page_size, *t.shape[2:]), fill, dtype=t.dtype, device=device)
-        padded[:, :T] = t
-        paged[page_table.long()] = padded.reshape(B, max_pages, page_size, *t.shape[2:])
-        out[name] = paged
+        pool = torch.full((n_pages, page_size, *t.shape[2:]), fill, dtype=t.dtype, device=device)
+        out[name] = scatter_pages(t, page_table, pool)
     return PagedCache(page_table=page_table, lengths=cache.lengths.clone(), **out)

@@ -34,6 +34,23 @@ def gather_pages(page_table: torch.Tensor, lengths: torch.Tensor, pages: torch.T
     return torch.where(mask, gathered, torch.full_like(gathered, float("nan")))
 
 
+def scatter_pages(t: torch.Tensor, page_table: torch.Tensor, pool: torch.Tensor) -> torch.Tensor:
+    """The inverse of `gather_pages`: write a contiguous cache tensor t [B, T, ...] into the
+    pages pool [P, page, ...] the page table [B, max_pages] names, and return the pool.
+
+    Each sequence's slots are padded to whole pages with pool[0, 0] (the pool holds garbage
+    before the write, so the padding is garbage too). Sequence 0 writes last: a page that
+    two sequences share (a common prefix, whose tokens are the same) holds sequence 0's copy.
+    """
+    B, max_pages = page_table.shape
+    page, tail = pool.shape[1], t.shape[2:]
+    pad = pool[:1, :1].expand(B, max_pages * page - t.shape[1], *tail)
+    blocks = torch.cat([t, pad], dim=1).reshape(B, max_pages, page, *tail)
+    for b in reversed(range(B)):
+        pool[page_table[b].long()] = blocks[b]
+    return pool
+
+
 def gather_cache(page_table, lengths, shared_k, shared_v, latent_k, latent_v, key_scale=None):
     """All cache tensors of a paged call, gathered (see `gather_pages`)."""
     return [gather_pages(page_table, lengths, t) for t in (shared_k, shared_v, latent_k, latent_v, key_scale)]

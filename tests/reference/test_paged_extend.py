@@ -175,3 +175,22 @@ def test_paged_rejects_bad_page_table():
     nan_page["latent_k"][int(table[1, 0])] = float("nan")  # inside sequence 1's valid length
     with pytest.raises(ValueError, match="latent_k contains NaN"):
         paged_decode_attention(*split_kw(nan_page)[0], table, scale=0.3)
+
+
+def test_scatter_pages_is_the_inverse_of_gather_pages():
+    """scatter_pages writes what gather_pages reads back, shared pages holding sequence 0's
+    copy; a sequence's slots past its length come back NaN from the gather."""
+    from lrkv.reference.paged import scatter_pages
+
+    g = torch.Generator().manual_seed(3)
+    t = torch.randn(3, 10, 2, 4, generator=g, dtype=torch.float64)  # [B, T, H, r]
+    table = torch.tensor([[5, 0, 2], [5, 7, 3], [1, 6, 4]], dtype=torch.int32)  # page 5 shared by 0 and 1
+    pool = scatter_pages(t, table, torch.full((8, 4, 2, 4), float("nan"), dtype=torch.float64))
+    lengths = torch.tensor([10, 7, 0])
+    back = gather_pages(table, lengths, pool)
+    want = t.clone()
+    want[1, :4] = t[0, :4]  # the shared page holds sequence 0's copy
+    for b, n in enumerate(lengths.tolist()):
+        torch.testing.assert_close(back[b, :n], want[b, :n], rtol=0, atol=0)
+        assert back[b, n:].isnan().all()
+    assert pool[[2]].isnan().sum() == 2 * 2 * 4  # sequence 0's last page: slots 10, 11 are padding

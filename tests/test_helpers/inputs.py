@@ -6,6 +6,7 @@ import torch
 
 from lrkv.reference import lrkv as L
 from lrkv.reference.cache import allocate_cache
+from lrkv.reference.paged import scatter_pages
 from lrkv.reference.weights import init_lrkv_weights
 from lrkv.spec import AttentionSpec, dtype_name
 from lrkv.verify.case import Case
@@ -64,13 +65,8 @@ def paginate(inp: dict, page: int, *, seed: int = 0, share_prefix: int = 0) -> t
         t = inp.get(name)
         if t is None:
             continue
-        pages = torch.full((n_pages, page, *t.shape[2:]), float("nan"), dtype=t.dtype)
-        padded = torch.full((B, max_pages * page, *t.shape[2:]), float("nan"), dtype=t.dtype)
-        padded[:, :T] = t
-        blocks = padded.reshape(B, max_pages, page, *t.shape[2:])
-        for b in reversed(range(B)):  # sequence 0 writes last: shared pages hold its prefix
-            pages[table[b].long()] = blocks[b]
-        out[name] = pages
+        pool = torch.full((n_pages, page, *t.shape[2:]), float("nan"), dtype=t.dtype)
+        out[name] = scatter_pages(t, table, pool)
     needed = -(-inp["lengths"].long() // page)  # pages a sequence reads
     table = torch.where(torch.arange(max_pages)[None, :] < needed[:, None], table, -1).to(torch.int32)
     return out, table

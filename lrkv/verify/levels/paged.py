@@ -88,11 +88,7 @@ def paginate(case: Case, cache: dict[str, torch.Tensor]) -> tuple[dict[str, torc
         else:
             pool = FINITE_GARBAGE * torch.randn((n_pages, page, *tail), generator=generator(case, 41 + i),
                                                 dtype=t.dtype)
-        padded = torch.cat([t, pool[:1, :1].expand(B, max_pages * page - T, *tail)], dim=1)  # garbage to whole pages
-        blocks = padded.reshape(B, max_pages, page, *tail)
-        for b in reversed(range(B)):  # sequence 0 writes its (shared) pages last
-            pool[table[b].long()] = blocks[b]
-        pages[name] = pool
+        pages[name] = ref_paged.scatter_pages(t, table, pool)
     return pages, table
 
 
