@@ -16,10 +16,12 @@ the one the baseline pins (sha256), and RE-JUDGES every record from its evidence
               (+ regression_slack × bound, so that noise near zero does not count);
               or a baseline pass now reported as an expected difference
   MISSING     in the baseline as pass/xfail, absent (or skipped) now
+  UNCOVERED   a feature of a level the backend implements (coverage.py) that no passing
+              record exercises: required by the policy, or covered by the baseline
   ERROR       the backend raised or hung, the oracle was inconsistent, or the report was altered
   UNVERIFIED  a gated backend verified no case at all
 
-Exit 0 only when nothing is FAIL, REGRESSED, MISSING, ERROR or UNVERIFIED and at least one
+Exit 0 only when nothing is FAIL, REGRESSED, MISSING, UNCOVERED, ERROR or UNVERIFIED and at least one
 non-baseline backend verified a case; 4 when nothing was verified; 1 otherwise.
 (PyTorch's inductor accuracy CI gates on expected-results CSVs the same way.)
 """
@@ -32,14 +34,15 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from .coverage import coverage, covered_features, uncovered
 from .metrics import parse_float
 from .tolerance_report import SCHEMA as REPORT_SCHEMA
 from .tolerance_report import read_json, validate_file, write_atomic
 from .tolerance import Policy, judge_record
 
 BASELINE_SCHEMA = "lrkv.tolerance-baseline/1"
-CLASSES = ("PASS", "IMPROVED", "XFAIL", "SKIP", "FAIL", "REGRESSED", "MISSING", "ERROR", "UNVERIFIED")
-BLOCKING = frozenset({"FAIL", "REGRESSED", "MISSING", "ERROR", "UNVERIFIED"})
+CLASSES = ("PASS", "IMPROVED", "XFAIL", "SKIP", "FAIL", "REGRESSED", "MISSING", "UNCOVERED", "ERROR", "UNVERIFIED")
+BLOCKING = frozenset({"FAIL", "REGRESSED", "MISSING", "UNCOVERED", "ERROR", "UNVERIFIED"})
 BASELINE_DIGITS = 4  # significant digits kept in the baseline: enough to judge growth, stable in diffs
 EXIT_OK, EXIT_BLOCKED, EXIT_NOTHING = 0, 1, 4
 
@@ -79,10 +82,13 @@ def baseline_from_report(report: dict) -> dict:
             entries[r["key"]] = {"backend": r["backend"], "id": r["id"], "dtype": r["dtype"], "level": r["level"],
                                  "role": r.get("role", "verified"), "status": r["status"],
                                  "errors": {k: {"value": v, "bound": bd} for k, (v, bd) in _errors(r).items()}}
+    roles = [b["name"] for b in report.get("backends", []) if b.get("role") == "baseline"]
+    cov = coverage(((r, r["status"]) for r in report["records"]), report["policy"].get("coverage"), roles)
     return {"schema": BASELINE_SCHEMA, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "source": {"suite_version": report["suite_version"], "git": report["git"], "grid": report.get("grid"),
                        "device": report["environment"]["device"]},
             "policy": {"source": report["policy"]["source"], "sha256": report["policy"]["sha256"]},
+            "coverage": covered_features(cov),
             "entries": dict(sorted(entries.items()))}
 
 
@@ -120,7 +126,17 @@ def rejudge(rec: dict, policy: Policy) -> tuple[str, str]:
     st = rec["status"]
     try:
         case = Case.from_dict(rec["case"])
-        if case.id != rec["id"] or rec["key"] != f"{rec['backend']}::{case.id}" or case.expect != rec["expect"] \
+        want_id = case.id
+        if "twin" in rec:  # a twin's id is its declined case's, and the twin must be re-derivable from it
+            from .twins import check_twin
+
+            declined = Case.from_dict(rec["twin"]["case"])
+            why = check_twin(declined, rec["twin"]["changes"], case) or \
+                ("" if declined.id == rec["twin"]["of"] else "its declined case's id does not match")
+            if why:
+                return "error", f"report altered: twin {rec['id']}: {why}"
+            want_id = f"{declined.id}~{rec['twin']['changes']}"
+        if want_id != rec["id"] or rec["key"] != f"{rec['backend']}::{want_id}" or case.expect != rec["expect"] \
                 or case.dtype != rec["dtype"] or case.level != rec["level"]:
             return "error", "report altered: the record's id, key, level, dtype or expect does not match its case"
         if st in ("error", "skip"):
@@ -177,10 +193,12 @@ def classify(report: dict, baseline: dict, *, subset: bool = False, check_policy
                                  "accept a policy change on purpose with --update-baseline"))
     base = baseline["entries"]
     seen, verified = set(), Counter()
+    judged = []
     for r in report["records"]:
         key, b = r["key"], base.get(r["key"])
         seen.add(key)
         st, reason = rejudge(r, policy)
+        judged.append((r, st))
         if st == "error":
             klass, detail = "ERROR", reason
         elif st == "fail":
@@ -205,12 +223,49 @@ def classify(report: dict, baseline: dict, *, subset: bool = False, check_policy
             continue
         entries.append(GateEntry(key, b["backend"], b["id"], b["dtype"], "MISSING",
                                  "in the baseline, absent from the report"))
+    entries += coverage_entries(report, judged, policy, baseline, ran if subset else None)
     for name in sorted(ran):
         if not verified[name]:
             n = sum(1 for r in report["records"] if r["backend"] == name)
             entries.append(GateEntry(f"{name}::*", name, "*", "*", "UNVERIFIED",
                                      f"no case of {name} was verified ({n} records, none a pass)"))
     return entries
+
+
+def coverage_entries(report: dict, judged: list[tuple[dict, str]], policy: Policy, baseline: dict,
+                     ran: set[str] | None) -> list[GateEntry]:
+    """UNCOVERED entries: required features no re-judged pass exercises, and features the
+    baseline's report covered that this one does not (ran: limit the latter to these backends)."""
+    roles = [b["name"] for b in report.get("backends", []) if b.get("role") == "baseline"]
+    cov = coverage(judged, policy.coverage, roles)
+    now = covered_features(cov)
+    out: dict[str, GateEntry] = {}
+    for b, lv, name, reasons in uncovered(cov):
+        key = f"{b}::coverage:{lv}:{name}"
+        out[key] = GateEntry(key, b, f"coverage:{lv}:{name}", "*", "UNCOVERED",
+                             f"no passing record of {b} exercises {name!r} at level {lv}"
+                             + (f" ({'; '.join(reasons)})" if reasons else ""))
+    for b, levels in (baseline.get("coverage") or {}).items():
+        if ran is not None and b not in ran:
+            continue
+        for lv, names in levels.items():
+            mine = set(now.get(b, {}).get(lv, ()))
+            for name in names:
+                key = f"{b}::coverage:{lv}:{name}"
+                if name not in mine and key not in out:
+                    out[key] = GateEntry(key, b, f"coverage:{lv}:{name}", "*", "UNCOVERED",
+                                         f"covered by the baseline, not by this report: {name!r} at level {lv}")
+    return list(out.values())
+
+
+def coverage_dropped(old: dict, new: dict) -> list[str]:
+    """'backend · level · feature' for every feature the old baseline covered and the new one does not."""
+    lost = []
+    for b, levels in (old.get("coverage") or {}).items():
+        for lv, names in levels.items():
+            keep = set((new.get("coverage") or {}).get(b, {}).get(lv, ()))
+            lost += [f"{b} · {lv} · {n}" for n in names if n not in keep]
+    return lost
 
 
 def independently_verified(report: dict, entries: list[GateEntry]) -> list[str]:

@@ -12,17 +12,20 @@ from .gate import EXIT_BLOCKED, EXIT_OK
 EXIT_USAGE = 2  # bad input or usage, as every verb
 
 GATE_DOC = """Re-judge a report written by `lrkv verify` under the policy its baseline pins, and sort
-every case into PASS/FAIL/REGRESSED/MISSING/ERROR/IMPROVED/UNVERIFIED (+XFAIL/SKIP); print
+every case into PASS/FAIL/REGRESSED/MISSING/ERROR/IMPROVED/UNVERIFIED (+XFAIL/SKIP), and
+every feature a backend left uncovered into UNCOVERED (lrkv/verify/coverage.py); print
 the summary as Markdown (or JSON with --json). The first baseline is made on purpose:
   lrkv gate REPORT --baseline FILE --update-baseline
 With GITHUB_ACTIONS=true each blocking case is also an ::error annotation.
 """
 
 GATE_EXITS = """exit codes:
-  0    nothing is FAIL, REGRESSED, MISSING, ERROR or UNVERIFIED, and something was verified
-  1    blocked: a case is FAIL/REGRESSED/MISSING/ERROR, a gated backend verified nothing, the
+  0    nothing is FAIL, REGRESSED, MISSING, UNCOVERED, ERROR or UNVERIFIED, and something was verified
+  1    blocked: a case is FAIL/REGRESSED/MISSING/ERROR, a required or baseline feature is
+       UNCOVERED, a gated backend verified nothing, the
        report is incomplete or altered, or it was made under another policy than the baseline's;
-       with --update-baseline: the report has FAIL/ERROR records and the baseline is unchanged
+       with --update-baseline: the report has FAIL/ERROR records, or covers fewer features than
+       the baseline without --drop-coverage; the baseline is unchanged
   2    bad input or usage: unreadable or malformed report/baseline (the file and field are named)
   4    nothing verified (no non-baseline backend has a passing case); with --update-baseline:
        the baseline would be empty, so it is not written
@@ -39,6 +42,9 @@ def register(subparsers) -> None:
     g.add_argument("--update-baseline", action="store_true",
                    help="accept this report on purpose: (re)write the baseline from its pass/xfail records; "
                         "refused if any case fails or errors")
+    g.add_argument("--drop-coverage", action="store_true",
+                   help="with --update-baseline: accept a baseline that covers fewer features than the old one "
+                        "(the dropped features are listed); refused without it")
     g.add_argument("--markdown", metavar="PATH", type=arg_out_file(), help="also write the gate summary as Markdown")
     g.add_argument("--subset", action="store_true",
                    help="only judge baseline entries of backends that appear in the report")
@@ -97,6 +103,16 @@ def cmd_gate(args) -> int:
             print(f"lrkv gate: refusing to write an empty baseline to {baseline_path}: the report verified "
                   "nothing", file=sys.stderr)
             return GATE_NOTHING
+        from .gate import coverage_dropped
+
+        lost = coverage_dropped(baseline, new)
+        if lost and not args.drop_coverage:
+            print(f"lrkv gate: refusing to update {baseline_path}: the report covers {len(lost)} features the "
+                  f"baseline covered ({'; '.join(lost[:8])}{' …' if len(lost) > 8 else ''}); accept that on "
+                  "purpose with --drop-coverage", file=sys.stderr)
+            return EXIT_BLOCKED
+        if lost:
+            print(f"lrkv gate: dropping coverage of {len(lost)} features on purpose: {'; '.join(lost)}")
         write_baseline(new, baseline_path)
         c = counts(entries)
         print(f"baseline updated: {baseline_path} (accepted REGRESSED {c['REGRESSED']}, MISSING {c['MISSING']}, "

@@ -30,6 +30,8 @@ outside the CPU budget above, not yet measured on a GPU.
 
 from __future__ import annotations
 
+import functools
+
 from ..spec import PAPER_SCALES, AttentionSpec
 from .case import Case
 
@@ -92,6 +94,17 @@ def _kernel_cases() -> list[Case]:
         *k(EXACT_THETA, ("float32", "bfloat16"), (10, 33, 2), 40),
         *k(BASE, ("float64", "float32", "bfloat16"), (10, 33, 2), 40, layout="strided"),
         *k(QKN_EXACT, ("float32", "float16"), (10, 33, 2), 40, layout="strided"),
+        # long contexts with every RoPE mode and QK-norm: angles past 4K and key scales over many tiles
+        *k(EXACT, ("float32",), (4099, 130, 4097), 4099),
+        *k(QKN_EXACT, ("float32",), (4097, 4099, 101), 4099),
+        *k(ALIGNED_QKN, ("bfloat16",), (4099, 7, 4098), 4099),
+        *k(LATENT, ("float16",), (4099, 4096, 33), 4099),
+        # batches that change a kernel's split count (pick_launch): 16 and 64 sequences
+        *k(BASE, ("float32",), tuple((7 * i + 3) % 49 for i in range(16)), 48, seed=2),
+        *k(EXACT, ("bfloat16",), tuple((11 * i + 5) % 61 for i in range(64)), 60, seed=3),
+        # heads wider than 128 (another register tiling)
+        *k(AttentionSpec.lrkv(2, 256, 16, d_model=PAPER_KERNEL_D_MODEL), ("bfloat16",), (37, 100, 1), 100),
+        *k(AttentionSpec.lrkv(3, 192, 24, rope="exact", d_model=PAPER_KERNEL_D_MODEL), ("float16",), (9, 64), 64),
     ]
 
 
@@ -111,7 +124,7 @@ def _layer_cases() -> list[Case]:
 def _model_cases() -> list[Case]:
     m = lambda spec, dtypes, **kw: _cases("layer-model", spec, dtypes, (8, 8, 8), 8, **kw)  # noqa: E731
     return [
-        *m(BASE, ("float32", "bfloat16")),
+        *m(BASE, ("float32", "bfloat16", "float16")),
         *m(QKN_EXACT, ("float64", "bfloat16")),
         *m(ALIGNED_QKN, ("float32",)),
         *m(EXACT_THETA, ("float64", "bfloat16")),
@@ -120,30 +133,135 @@ def _model_cases() -> list[Case]:
     ]
 
 
+# ----------------------------------------------------------------------------- pairwise
+# Paged decode and extend cases come from an all-pairs covering array (allpairspy) over the
+# levels' features, under the contract's constraints (a Case that cannot exist is never
+# drawn): every pair of values — page size 7 with rope='none', a shared prefix with float16,
+# NaN pages with an in-order pool — meets in at least one case, so a kernel that declines one
+# value still faces every other. The hand-picked cases after each array keep their reason.
+PAGED_MODES = {"none": {}, "exact": {"rope": "exact"}, "aligned": {"rope": "aligned"}, "latent": {"rope": "latent"},
+               "qkn": {"qk_norm": True}, "qkn-exact": {"rope": "exact", "qk_norm": True},
+               "aligned-qkn": {"rope": "aligned", "qk_norm": True},
+               "exact-theta": {"rope": "exact", "rope_theta": LONG_THETA}}
+# (H, d_h, r): the BASE shape; odd heads, odd rank, d_h 64; one head, rank 1, d_h 16; d_h 256;
+# the paper's 2.5B-like head (H = 18, d_h = 128, r = 55)
+PAGED_SHAPES = ((4, 32, 6), (5, 64, 7), (1, 16, 1), (2, 256, 16), (18, 128, 55))
+PAGE_SIZES = (1, 5, 7, 16)  # one slot; primes not dividing T_max (no shift-and-mask); a whole tile
+PAGED_T = 48
+
+
+def _paged_spec(row: dict) -> AttentionSpec:
+    H, d_h, r = row["shape"]
+    return AttentionSpec.lrkv(H, d_h, r, d_model=max(H * d_h // 2, 16), **PAGED_MODES[row["mode"]])
+
+
+@functools.cache
+def _pairwise_rows(params: tuple[tuple[str, tuple], ...], make) -> tuple[Case, ...]:
+    """The all-pairs array (computed once per process: allpairspy takes seconds with constraints)."""
+    return tuple(_all_pairs(dict(params), make))
+
+
+def _pairwise(params: dict[str, tuple], make) -> list[Case]:
+    """One case per row of an all-pairs array over params; make(row) -> Case (ValueError: not a case)."""
+    return list(_pairwise_rows(tuple(params.items()), make))
+
+
+def _all_pairs(params: dict[str, tuple], make) -> list[Case]:
+    from allpairspy import AllPairs
+
+    names = list(params)
+
+    def valid(row) -> bool:
+        if len(row) < len(names):
+            return True
+        try:
+            make(dict(zip(names, row)))
+        except ValueError:
+            return False
+        return True
+
+    return [make(dict(zip(names, row))) for row in AllPairs([list(params[n]) for n in names], filter_func=valid)]
+
+
+def _paged_lengths(kind: str, page: int) -> tuple[int, ...]:
+    if kind == "boundary":  # ends exactly on pages, an empty sequence, one token
+        return (min(2 * page, PAGED_T), min(3 * page + 1, PAGED_T - 1), 1, 0)
+    if kind == "full":  # a sequence filling T_max
+        return (PAGED_T, 31, 17)
+    if kind == "single":
+        return (29,)
+    return tuple((7 * i + 3) % (PAGED_T + 1) for i in range(16))  # 16 sequences (split count changes)
+
+
+def _paged_case(row: dict) -> Case:
+    page, lengths = row["page"], _paged_lengths(row["lengths"], row["page"])
+    prefix = 0
+    if row["prefix"]:  # sequences 0 and 1 share whole pages: as many as both lengths allow, at least one
+        prefix = (min(lengths[:2]) // page) * page
+        if prefix < page:
+            raise ValueError("no whole page to share")
+        prefix = min(prefix, 2 * page) if page > 1 else min(prefix, 9)
+    adv = row["adversarial"]
+    return Case("kernel-paged", _paged_spec(row), row["dtype"], lengths, PAGED_T, page_size=page,
+                shared_prefix=prefix, page_shuffle=row["shuffle"], nan_garbage=row["garbage"] == "nan",
+                q_scale=100.0 if adv == "q100" else 1.0, near_cancel=adv == "cancel",
+                splits=5 if adv == "splits5" else 0, seed=sum(map(ord, row["mode"])) % 7)
+
+
 def _paged_cases() -> list[Case]:
-    p = lambda *a, **kw: _cases("kernel-paged", *a, **kw)  # noqa: E731
-    return [
-        # lengths at page and tile boundaries (16, 32 + 1), an empty sequence, one token
-        *p(BASE, ("float64", "bfloat16"), (16, 33, 1, 0), 40, page_size=16, tile=16, splits=2),
-        *p(QKN_EXACT, ("float32", "float16"), (40, 17, 9), 41, page_size=1, shared_prefix=9),
-        # a page size that divides nothing, sequences 0 and 1 sharing two pages
-        *p(EXACT, ("float64", "bfloat16"), (37, 21, 14), 40, page_size=7, shared_prefix=14),
-        *p(ALIGNED_QKN, ("float32",), (32, 31, 48), 48, page_size=16, page_shuffle=False, nan_garbage=False),
+    cases = _pairwise({"mode": tuple(PAGED_MODES), "shape": PAGED_SHAPES, "dtype": ALL, "page": PAGE_SIZES,
+                       "lengths": ("boundary", "full", "batch16", "single"), "prefix": (True, False),
+                       "shuffle": (True, False), "garbage": ("nan", "finite"),
+                       "adversarial": ("none", "q100", "cancel", "splits5")}, _paged_case)
+    return cases + [
+        # a long paged context with exact RoPE and QK-norm (every page table entry of a 4K sequence)
+        Case("kernel-paged", QKN_EXACT, "float32", (4099, 130, 4097), 4099, page_size=16, shared_prefix=128),
+        # rank 0 (pure shared) and r = d_h, which the array's shapes leave out
+        Case("kernel-paged", AttentionSpec.lrkv(4, 32, 0), "bfloat16", (16, 33, 1, 0), 40, page_size=16, shared_prefix=16),
+        Case("kernel-paged", AttentionSpec.lrkv(2, 16, 16, rope="exact"), "float32", (9, 40, 23), 40, page_size=5),
+        # a page size that divides nothing, sequences 0 and 1 sharing two pages (the original hand-picked case)
+        *_cases("kernel-paged", EXACT, ("float64", "bfloat16"), (37, 21, 14), 40, page_size=7, shared_prefix=14),
     ]
 
 
+EXTEND_LENGTHS = {  # valid lengths (the new tokens included) per kind and page size
+    "ragged": (33, 16, 1, 12, 0), "batch16": tuple(3 + (5 * i) % 29 for i in range(16)), "single": (26,)}
+EXTEND_NEW = {  # new tokens per sequence before clipping to its length
+    "mixed": (12, 1, 1, 5, 0), "decode": (1,) * 16, "prefill": (99,) * 16, "spec": (3, 7, 2, 8, 4) * 4}
+
+
+def _extend_case(row: dict) -> Case:
+    page, lengths = row["page"], EXTEND_LENGTHS[row["lengths"]]
+    n_new = tuple(min(n, L) for n, L in zip(EXTEND_NEW[row["n_new"]], lengths))  # prefill: n_b = length
+    prefix = 0
+    if row["prefix"]:
+        if page == 0 or len(lengths) < 2:
+            raise ValueError("a shared prefix needs pages and two sequences")
+        prefix = (min(n - k for n, k in zip(lengths[:2], n_new[:2])) // page) * page  # shared: cached, not new
+        if prefix < page:
+            raise ValueError("no whole cached page to share")
+    if page == 0 and not row["shuffle"]:
+        raise ValueError("a contiguous cache has no page order")
+    return Case("kernel-extend", _paged_spec(row), row["dtype"], lengths, 40, n_new=n_new, page_size=page,
+                shared_prefix=prefix, page_shuffle=row["shuffle"] or page == 0,
+                nan_garbage=row["garbage"] == "nan", seed=sum(map(ord, row["mode"])) % 5)
+
+
 def _extend_cases() -> list[Case]:
+    cases = _pairwise({"mode": tuple(PAGED_MODES), "shape": PAGED_SHAPES, "dtype": ALL, "page": (0, 1, 5, 16),
+                       "n_new": ("mixed", "decode", "prefill", "spec"), "lengths": tuple(EXTEND_LENGTHS),
+                       "prefix": (True, False), "shuffle": (True, False), "garbage": ("nan", "finite")},
+                      _extend_case)
     e = lambda *a, **kw: _cases("kernel-extend", *a, **kw)  # noqa: E731
-    return [
-        # one ragged batch: chunked prefill (66 tokens), speculative (5), decode (1), idle (0);
-        # the long chunk once, without the per-tile RoPE of 'exact' (the Triton interpreter
-        # runs one program per query token); exact RoPE gets a 20-token chunk in float64
+    return cases + [
+        # one ragged batch with a 66-token chunked-prefill chunk; without the per-tile RoPE of
+        # 'exact' (the Triton interpreter runs one program per query token)
         *e(ALIGNED_QKN, ("bfloat16",), (70, 9, 5, 12), 72, n_new=(66, 1, 5, 0)),
+        # rank 0 (pure shared) and r = d_h, which the array's shapes leave out
+        *e(AttentionSpec.lrkv(4, 32, 0), ("float16",), (17, 40, 1), 41, n_new=(3, 7, 1), page_size=5),
+        *e(AttentionSpec.lrkv(2, 16, 16, qk_norm=True), ("float32",), (9, 12), 12, n_new=(4, 8)),
+        # exact RoPE with a 20-token chunk in float64
         *e(QKN_EXACT, ("float64",), (24, 9, 5, 12), 24, n_new=(20, 1, 5, 0)),
-        # paged, lengths at page boundaries, a shared 16-token prefix
-        *e(EXACT, ("float32", "float16"), (33, 16, 8, 3), 40, n_new=(8, 2, 1, 0), page_size=16, shared_prefix=16),
-        *e(ALIGNED_QKN, ("float32",), (17, 40, 1), 41, n_new=(3, 7, 1), page_size=5),
-        *e(BASE, ("bfloat16",), (9, 12), 12, n_new=(4, 8), page_size=1),
     ]
 
 
@@ -159,6 +277,8 @@ def quick_grid() -> list[Case]:
         Case("kernel", BASE, "float32", (7, 40, 19), 40, q_scale=100.0),
         Case("kernel", BASE, "bfloat16", (0, 1, 2, 3, 17, 31, 64, 63), 64, seed=1),
         Case("kernel", EXACT, "float16", (10, 33, 2), 40),
+        # past 100 tokens with RoPE and QK-norm: a kernel's long-context path must not escape the smoke run
+        Case("kernel", QKN_EXACT, "float32", (130, 7, 101), 160),
         Case("layer", BASE, "float32", (1, 6, 11), 12),
         Case("layer-model", LATENT, "float64", (8, 8, 8), 8, expect="differ"),
     ]

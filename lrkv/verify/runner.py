@@ -14,7 +14,9 @@ input's device, the contract's shapes and dtypes); measure; record the evidence;
 
 Every (case, backend) pair yields a record: a case the backend does not implement, at a
 dtype it does not support, or while it is unavailable is a skip with its reason, never
-dropped; anything the backend raises (SystemExit included) is an ERROR record; a backend
+dropped; a case the backend declines (supports() false, or its dtype) is also run at its
+twin — the nearest variant the backend supports, every non-capability feature kept
+(twins.py) — recorded beside the skip; anything the backend raises (SystemExit included) is an ERROR record; a backend
 that hangs gets an ERROR record and is not called again in this run.
 """
 
@@ -37,6 +39,8 @@ from .case import Case, case_shapes
 from .levels import get_level
 from .metrics import ErrorMetrics, error_metrics, json_float, worst_of
 from .tolerance import Policy, Tolerance, fa3_atol, judge_record, make_bound, ulp
+from .coverage import declined
+from .twins import changes_text, find_twin, twin_id
 
 REASON_CHARS = 600  # keep reasons readable in a PR comment
 ORACLE_TOLERANCE_KEY = "oracle"  # the policy is resolved for this pseudo-backend for the oracle's own checks
@@ -316,12 +320,56 @@ def total_steps(cases: Iterable[Case], backends: list[tuple[str, object]]) -> in
     return len(list(cases)) * len(backends)
 
 
-def run(cases: Iterable[Case], backends: list[tuple[str, object]], policy: Policy,
-        on_step: Callable[[str], None] | None = None, records: list[dict] | None = None) -> list[dict]:
-    """One record per (case, backend). on_step(description) is called after each — for a progress bar.
+def _accepts(b, tol: Tolerance) -> Callable[[Case], bool]:
+    """Whether backend b would run a case: its dtype is claimed and supports() says yes."""
+    def accepts(case: Case) -> bool:
+        if as_dtype(case.dtype) not in tuple(b.dtypes):
+            return False
+        if not hasattr(b, "supports"):
+            return True
+        try:
+            ok, _ = call_with_timeout(lambda: b.supports(case), tol.case_timeout)
+        except (Exception, SystemExit):  # noqa: BLE001 — a supports() that fails accepts nothing
+            return False
+        return bool(ok)
+    return accepts
 
-    Records are appended to `records` as they are made (pass a list to keep a partial result
-    when the run is interrupted)."""
+
+def twin_record(rec: dict, declined_case: Case, changes: dict) -> dict:
+    """A twin's record: the twin case's record, keyed by the declined case's id (twins.py)."""
+    rec = dict(rec)
+    rec["id"] = twin_id(declined_case, changes)
+    rec["key"] = f"{rec['backend']}::{rec['id']}"
+    rec["twin"] = {"of": declined_case.id, "changes": changes_text(changes), "case": declined_case.to_dict()}
+    return rec
+
+
+def _run_prepared(case: Case, todo: list, policy: Policy, records: list[dict], hung: dict[str, str],
+                  wrap: Callable[[dict], dict] | None = None) -> None:
+    """Prepare the case once and run every (label, backend, tol) of todo on it."""
+    try:
+        prep = prepare(case, policy)
+    except Exception as e:  # noqa: BLE001 — the oracle itself failed: nothing can be judged
+        for label, b, _ in todo:
+            rec = error_record(case, b, label, f"oracle failed: {_describe(e)}", traceback.format_exc())
+            records.append(wrap(rec) if wrap else rec)
+        return
+    for label, b, tol in todo:
+        rec = run_case(prep, b, label, tol)
+        if rec["status"] == "error" and rec["reason"].startswith("timeout:"):
+            hung[label] = case.id
+        records.append(wrap(rec) if wrap else rec)
+
+
+def run(cases: Iterable[Case], backends: list[tuple[str, object]], policy: Policy,
+        on_step: Callable[[str], None] | None = None, records: list[dict] | None = None,
+        twins: bool = True) -> list[dict]:
+    """One record per (case, backend), plus a twin record per declined case (twins.py).
+
+    on_step(description) is called after each case and backend — for a progress bar. Records
+    are appended to `records` as they are made (pass a list to keep a partial result when the
+    run is interrupted). twins=False records declined cases as skips only; baseline paths
+    (role 'baseline') never get twins — they are the oracle's own algorithms."""
     records = [] if records is None else records
     avail, broken = {}, {}
     for label, b in backends:
@@ -331,7 +379,7 @@ def run(cases: Iterable[Case], backends: list[tuple[str, object]], policy: Polic
             avail[label], broken[label] = (False, str(e)), str(e)
     hung: dict[str, str] = {}
     for case in cases:
-        todo = []
+        todo, declined_by = [], []
         for label, b in backends:
             tol = policy.resolve(b.name, case.dtype)
             if label in broken:
@@ -339,36 +387,42 @@ def run(cases: Iterable[Case], backends: list[tuple[str, object]], policy: Polic
                 continue
             ok, why = avail[label]
             reason = (f"backend unavailable: {why}" if not ok else not_applicable(b, case))
-            if reason:
-                records.append(skip_record(case, b, label, reason))
-                continue
-            if label in hung:
+            if not reason and label in hung:
                 records.append(error_record(case, b, label, f"not run: the backend hung earlier ({hung[label]})"))
                 continue
-            if hasattr(b, "supports"):
+            if not reason and hasattr(b, "supports"):
                 try:
                     res = call_with_timeout(lambda: b.supports(case), tol.case_timeout)
                     sup, why = res
                 except (Exception, SystemExit) as e:  # noqa: BLE001 — incl. a non-tuple result
                     records.append(error_record(case, b, label, f"supports() failed: {_describe(e)}"))
                     continue
-                if not sup:
-                    records.append(skip_record(case, b, label, f"unsupported: {why}"))
-                    continue
+                reason = "" if sup else f"unsupported: {why}"
+            if reason:
+                rec = skip_record(case, b, label, reason)
+                records.append(rec)
+                if twins and declined(rec) and role_of(b) != "baseline" and label not in hung:
+                    declined_by.append((label, b, tol))
+                continue
             todo.append((label, b, tol))
         if todo:
-            try:
-                prep = prepare(case, policy)
-            except Exception as e:  # noqa: BLE001 — the oracle itself failed: nothing can be judged
-                for label, b, _ in todo:
-                    records.append(error_record(case, b, label, f"oracle failed: {_describe(e)}",
-                                                traceback.format_exc()))
-                todo = []
-            for label, b, tol in todo:
-                rec = run_case(prep, b, label, tol)
-                if rec["status"] == "error" and rec["reason"].startswith("timeout:"):
-                    hung[label] = case.id
-                records.append(rec)
+            _run_prepared(case, todo, policy, records, hung)
+        groups: list[tuple[Case, dict, list]] = []  # one prepare per distinct twin case
+        for label, b, tol in declined_by:
+            found = find_twin(case, _accepts(b, tol))
+            if found is None:
+                continue
+            twin, changes = found
+            ttol = policy.resolve(b.name, twin.dtype)
+            for t, ch, members in groups:
+                if t == twin and ch == changes:
+                    members.append((label, b, ttol))
+                    break
+            else:
+                groups.append((twin, changes, [(label, b, ttol)]))
+        for twin, changes, members in groups:
+            _run_prepared(twin, members, policy, records, hung,
+                          wrap=lambda rec, ch=changes: twin_record(rec, case, ch))
         if on_step is not None:
             for label, b in backends:
                 on_step(f"{b.name} {case.id}")

@@ -35,7 +35,7 @@ import hashlib
 import json
 import math
 import tomllib
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from importlib import resources
 from pathlib import Path
 
@@ -53,7 +53,7 @@ FA3_FACTOR = 2.0
 ATOL_ULPS = 4.0  # floor of atol: this many ulps of the output's dtype at its largest magnitude
 ATOL_PROBES = 1024  # extra points spanning [−max|y|, max|y|]: a 2-element output must not get atol 0 by luck
 PROBE_STEP = 0.7548776662466927  # an irrational step (plastic-number based) so the probes are generic
-TABLES = ("defaults", "dtype", "backend")
+TABLES = ("defaults", "dtype", "backend", "coverage")
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,9 @@ class Policy:
     dtype: dict
     backend: dict
     source: str = "built-in defaults"
+    # [coverage]: features no backend must cover (optional = [...]), and per backend
+    # ([coverage.backend.<name>] optional = [...]); names from lrkv/verify/features.py
+    coverage: dict = field(default_factory=dict)
 
     def resolve(self, backend: str, dtype) -> Tolerance:
         """backend.<name>.<dtype> > backend.<name> > dtype.<dtype> > defaults > built-in."""
@@ -95,8 +98,11 @@ class Policy:
 
     def tables(self) -> dict:
         """What the policy says — the content its sha256 covers (comments and order do not count)."""
-        return {"builtin": asdict(Tolerance()), "defaults": self.defaults, "dtype": self.dtype,
-                "backend": self.backend}
+        tables = {"builtin": asdict(Tolerance()), "defaults": self.defaults, "dtype": self.dtype,
+                  "backend": self.backend}
+        if self.coverage:  # absent when empty: policies without one keep their sha256
+            tables["coverage"] = self.coverage
+        return tables
 
     @property
     def sha256(self) -> str:
@@ -109,7 +115,7 @@ class Policy:
     def from_dict(cls, data: dict, source: str = "report") -> Policy:
         """A policy recorded in a report; its sha256, when present, must match its content."""
         pol = _validated(data.get("defaults", {}), data.get("dtype", {}), data.get("backend", {}),
-                         data.get("source", source))
+                         data.get("source", source), data.get("coverage", {}))
         sha = data.get("sha256")
         if sha is not None and sha != pol.sha256:
             raise ValueError(f"policy: sha256 {sha[:12]}… does not match its content ({pol.sha256[:12]}…): "
@@ -130,7 +136,33 @@ def _check_knobs(table: dict, where: str) -> dict:
     return out
 
 
-def _validated(defaults: dict, dtypes: dict, backends: dict, source: str) -> Policy:
+def _check_coverage(table) -> dict:
+    """[coverage]: optional = [feature, ...] and backend.<name>.optional = [feature, ...]."""
+    from .features import check_feature_names
+
+    if not isinstance(table, dict):
+        raise ValueError(f"coverage must be a table, got {type(table).__name__}")
+    unknown = set(table) - {"optional", "backend"}
+    if unknown:
+        raise ValueError(f"coverage: unknown keys {sorted(unknown)}; expected optional, backend")
+    out = {}
+    if "optional" in table:
+        out["optional"] = sorted(set(check_feature_names(table["optional"], "coverage.optional")))
+    backends = table.get("backend", {})
+    if not isinstance(backends, dict):
+        raise ValueError("coverage.backend must be a table of backend names")
+    per = {}
+    for name, t in backends.items():
+        if not isinstance(t, dict) or set(t) - {"optional"}:
+            raise ValueError(f"coverage.backend.{name} must be a table with one key, optional")
+        per[name] = {"optional": sorted(set(check_feature_names(t.get("optional", []),
+                                                                f"coverage.backend.{name}.optional")))}
+    if per:
+        out["backend"] = per
+    return out
+
+
+def _validated(defaults: dict, dtypes: dict, backends: dict, source: str, coverage: dict | None = None) -> Policy:
     d = _check_knobs(defaults, "defaults")
     if not isinstance(dtypes, dict) or not isinstance(backends, dict):
         raise ValueError("policy: 'dtype' and 'backend' must be tables")
@@ -150,7 +182,7 @@ def _validated(defaults: dict, dtypes: dict, backends: dict, source: str) -> Pol
         for dname, t in per_dtype.items():
             entry[dtype_name(dname)] = _check_knobs(t, f"backend.{name}.{dname}")
         bk[name] = entry
-    return Policy(d, dt, bk, source)
+    return Policy(d, dt, bk, source, _check_coverage(coverage or {}))
 
 
 def _read_toml(path: Path) -> dict:
@@ -165,7 +197,8 @@ def _from_tables(data: dict, source: str) -> Policy:
     unknown = set(data) - set(TABLES)
     if unknown:
         raise ValueError(f"{source}: unknown policy tables {sorted(unknown)}; expected {', '.join(TABLES)}")
-    return _validated(data.get("defaults", {}), data.get("dtype", {}), data.get("backend", {}), source)
+    return _validated(data.get("defaults", {}), data.get("dtype", {}), data.get("backend", {}), source,
+                      data.get("coverage", {}))
 
 
 def packaged_policy() -> Policy:

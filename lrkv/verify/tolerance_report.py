@@ -94,8 +94,17 @@ def build_report(records: list[dict], policy, backends: list[dict], *, grid: str
         "policy": policy.to_dict(),
         "backends": backends,
         "summary": summarize(records),
+        "coverage": report_coverage(records, policy, backends),
         "records": records,
     }
+
+
+def report_coverage(records: list[dict], policy, backends: list[dict]) -> dict:
+    """The coverage table of every backend and level (coverage.py), from the records as judged."""
+    from .coverage import coverage
+
+    roles = [b["name"] for b in backends if b.get("role") == "baseline"]
+    return coverage(((r, r["status"]) for r in records), policy.coverage, roles)
 
 
 @dataclass(frozen=True)
@@ -226,6 +235,36 @@ def write_report(report: dict, out_dir: str | Path) -> tuple[Path, Path]:
 
 
 # ----------------------------------------------------------------------------- Markdown
+def _names(table: dict, status: str) -> list[str]:
+    return [n for n, e in table["features"].items() if e["status"] == status]
+
+
+def coverage_markdown(cov: dict) -> list[str]:
+    """A compact coverage table: per backend and level, covered/of and the features left out."""
+    if not cov:
+        return []
+    rows = []
+    for b, levels in cov.items():
+        for lv, t in levels.items():
+            unc = _names(t, "uncovered")
+            rows.append([b + ("" if t.get("required", True) else " (baseline path)"), lv, f"{t['covered']}/{t['of']}",
+                         ", ".join(unc) or "—", ", ".join(_names(t, "not supported")) or "—",
+                         ", ".join(_names(t, "optional")) or "—"])
+    lines = ["", "### Coverage", "",
+             "_A feature is covered when a passing record (a twin included) exercises it; an uncovered "
+             "one blocks the gate (UNCOVERED)._", ""]
+    lines += _table(["backend", "level", "covered", "uncovered", "not supported by the backend", "optional (policy)"],
+                    rows, limit=4 * MARKDOWN_MAX_ROWS)
+    why = [(b, lv, n, e.get("reasons", [])) for b, levels in cov.items() for lv, t in levels.items()
+           for n, e in t["features"].items() if e["status"] == "uncovered"]
+    if why:
+        lines += ["", f"<details><summary>Why each uncovered feature was not exercised ({len(why)})</summary>", ""]
+        lines += [f"- {b} · {lv} · **{n}**: {'; '.join(rs) or 'no record carries it'}"
+                  for b, lv, n, rs in why[:MARKDOWN_MAX_ROWS]] + ["</details>"]
+    return lines
+
+
+
 def _g(x) -> str:
     v = parse_float(x) if x is not None else None
     return "—" if v is None else f"{v:.3g}"
@@ -303,6 +342,7 @@ def render_markdown(report: dict) -> str:
                         [[r["backend"], f"`{r['id']}`", _g(r["metrics"]["max_abs"]), _g(r["bound"]["max_abs"]),
                           _g(r["ratio"])] for r in xfail])
         lines += ["</details>"]
+    lines += coverage_markdown(report.get("coverage") or {})
     skipped = [r for r in recs if r["status"] == "skip"]
     if skipped:
         reasons = Counter(f"{r['backend']}: {r['reason']}" for r in skipped)

@@ -55,6 +55,9 @@ def register(subparsers) -> None:
     v.add_argument("--allow-empty", action="store_true",
                    help="exit 0 even if a backend verified nothing (skips, unavailable, only baselines)")
     v.add_argument("--no-progress", action="store_true", help="no progress bar")
+    v.add_argument("--no-twins", action="store_true",
+                   help="record a declined case as a skip only; do not run its nearest supported variant "
+                        "(its features then go uncovered)")
     v.add_argument("--tp", type=arg_int(minimum=1, maximum=64), metavar="P",
                    help="tensor parallelism: decode the `tp` grid (instead of --grid) on P gloo ranks and judge the "
                         "gathered output and each rank's cache bytes (default backends: reference, eager)")
@@ -154,7 +157,7 @@ def cmd_verify(args) -> int:
             _say(console, f"lrkv verify: decoding on tensor-parallel ranks ({len(cases)} cases x {len(backends)} "
                           "backends, one spawn per P)")
             tp_level.prefetch(cases, backends)
-        _run_with_progress(cases, backends, policy, console, not args.no_progress, records)
+        _run_with_progress(cases, backends, policy, console, not args.no_progress, records, not args.no_twins)
     except KeyboardInterrupt:
         report = build_report(records, policy, infos, grid=grid, argv=sys.argv[1:],
                               seconds=time.perf_counter() - t0, complete=False)
@@ -170,6 +173,7 @@ def cmd_verify(args) -> int:
         console.print(summary_table(report))
     _say(console, f"{len(cases)} cases, {len(records)} records in {seconds:.1f}s: "
          + ", ".join(f"{n} {s}" for s, n in tot.items() if n))
+    _print_coverage(console, report.get("coverage") or {})
     annotate_records(records)
     if getattr(args, "verbosity", 0) >= 1:  # -v: every other record too, with its reason
         for r in records:
@@ -193,15 +197,37 @@ def cmd_verify(args) -> int:
     return EXIT_OK
 
 
-def _run_with_progress(cases, backends, policy, console, show: bool, records: list[dict]):
+def _print_coverage(console, cov: dict) -> None:
+    """One line per backend and level (covered/of), then every uncovered required feature."""
+    from .coverage import uncovered
+
+    if not cov:
+        return
+    parts = [f"{b} {lv} {t['covered']}/{t['of']}" + (f" ({t['not_supported']} not supported)"
+                                                       if t.get("not_supported") else "")
+             for b, levels in cov.items() for lv, t in levels.items() if t.get("required", True)]
+    if parts:
+        _say(console, "coverage (features covered/of): " + ", ".join(parts))
+    missing = uncovered(cov)
+    if missing:
+        _say(console, f"uncovered features ({len(missing)}; the gate blocks them as UNCOVERED, report.md says why):",
+             "yellow")
+        by: dict[tuple[str, str], list[str]] = {}
+        for b, lv, name, _ in missing:
+            by.setdefault((b, lv), []).append(name)
+        for (b, lv), names in by.items():
+            _say(console, f"  {b} · {lv}: {', '.join(names)}", "yellow")
+
+
+def _run_with_progress(cases, backends, policy, console, show: bool, records: list[dict], twins: bool = True):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .runner import run, total_steps
 
     if not show:
-        return run(cases, backends, policy, records=records)
+        return run(cases, backends, policy, records=records, twins=twins)
     with Progress(TextColumn("verify"), BarColumn(bar_width=24), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.description}", markup=False), console=console, transient=True) as progress:
         task = progress.add_task("", total=total_steps(cases, backends))
-        return run(cases, backends, policy, records=records,  # description: the step just finished
+        return run(cases, backends, policy, records=records, twins=twins,  # description: the step just finished
                    on_step=lambda what: progress.update(task, advance=1, description=what[:PROGRESS_CHARS]))

@@ -583,7 +583,7 @@ def test_the_grid_exercises_rope_theta_and_strided_layouts():
     from lrkv.verify.grids import default_grid
     from lrkv.verify.levels.kernel import make_kernel_inputs
     grid = default_grid()
-    assert {c.level for c in grid if c.spec.rope_theta != 10000.0} == {"kernel", "layer", "layer-model"}
+    assert {c.level for c in grid if c.spec.rope_theta != 10000.0} >= {"kernel", "layer", "layer-model"}
     strided = [c for c in grid if c.layout == "strided"]
     assert strided
     inp = make_kernel_inputs(strided[0])

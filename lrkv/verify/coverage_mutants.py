@@ -1,0 +1,118 @@
+"""Broken backends that only a feature reaches: coverage, not a tolerance, must catch them.
+
+Each is correct on most of the grid and wrong only where one feature is exercised — a page
+size that is not a power of two, a page shared by two sequences, RoPE or QK-norm past 100
+tokens, a batch of 16 or more, heads wider than 128 — the code paths real kernels switch on.
+The two paged ones also decline exact RoPE and QK-norm, as a first paged kernel would: the
+grid's twins (twins.py) must still bring every paging feature to them
+(tests/verify/test_coverage.py rejects each through `lrkv verify` + `lrkv gate`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..reference.contract import validate_paged_inputs
+from ..reference.lrkv import decode_attention
+from .decode_mutants import Mutant
+from .paged_mutants import PagedMutant
+
+DRIFT = 1.05  # the decode mutants' outputs are 5 % off where their feature is exercised
+LONG_TOKENS = 100
+BIG_BATCH = 16
+WIDE_HEAD = 128
+
+
+class _NoExactRopeNoQkNorm:
+    """A first paged kernel: rope='none' only (aligned/latent reach it as cache values), no QK-norm."""
+
+    def supports(self, case) -> tuple[bool, str]:
+        if case.spec.rope == "exact" or case.spec.qk_norm:
+            return False, "exact RoPE and QK-norm are not implemented"
+        return True, ""
+
+
+class PowerOfTwoPages(_NoExactRopeNoQkNorm, PagedMutant):
+    name = "mutant-power-of-two-pages"
+    bug = "page and row computed with a shift and a mask, as if the page size were a power of two"
+
+    def rows(self, page_table, lengths, page, capacity):
+        shift = int(math.log2(page))  # floor: page 7 is treated as 4
+        j = torch.arange(capacity, device=page_table.device)
+        pages = (j >> shift) % page_table.shape[1]  # past the table: somewhere else in the allocation
+        return page_table[:, pages].long() * page + (j & ((1 << shift) - 1))
+
+
+class SharedPageFirstOwner(_NoExactRopeNoQkNorm, PagedMutant):
+    name = "mutant-shared-page-first-owner"
+    bug = "a physical page in several sequences' page tables is attended only by the first sequence using it"
+
+    def paged_decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
+                               page_table, *, scale, key_scale=None, rope=None):
+        validate_paged_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table,
+                              scale=scale, key_scale=key_scale, rope=rope)
+        P, page = shared_k.shape[:2]
+        capacity = page_table.shape[1] * page
+        owned: set[int] = set()
+        rows, kept = [], []
+        for b in range(page_table.shape[0]):
+            n = int(lengths[b])
+            mine = [int(page_table[b, i]) for i in range(-(-n // page))]
+            slots = [p * page + o for i, p in enumerate(mine) for o in range(page)
+                     if i * page + o < n and p not in owned]  # a page seen earlier is skipped
+            owned.update(mine)
+            kept.append(len(slots))
+            rows.append(slots + [0] * (capacity - len(slots)))
+        rows_t = torch.tensor(rows, dtype=torch.long)  # [B, capacity]
+        pool = lambda t: None if t is None else t.reshape(P * page, *t.shape[2:])[rows_t]  # noqa: E731
+        return decode_attention(q, pool(shared_k), pool(shared_v), pool(latent_k), pool(latent_v), basis_k,
+                                basis_v, torch.tensor(kept, dtype=lengths.dtype), scale=scale,
+                                key_scale=pool(key_scale), rope=rope, check=False)
+
+
+class _Drift(Mutant):
+    """Correct decode, with out ×DRIFT where `drifts` says so (a second code path gone wrong)."""
+
+    dtypes = (torch.float64, torch.float32)
+
+    def drifts(self, q, shared_k, lengths, key_scale, rope) -> bool:
+        raise NotImplementedError
+
+    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
+                         scale, key_scale=None, rope=None):
+        out, lse = super().decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
+                                            scale=scale, key_scale=key_scale, rope=rope)
+        if self.drifts(q, shared_k, lengths, key_scale, rope):
+            out = out * DRIFT
+        return out, lse
+
+
+class LongRopeDrift(_Drift):
+    name = "mutant-long-rope-drift"
+    bug = f"5 % off with RoPE or QK-norm past {LONG_TOKENS} tokens (a long-context path with its own scaling)"
+
+    def drifts(self, q, shared_k, lengths, key_scale, rope):
+        return (rope is not None or key_scale is not None) and int(lengths.max()) > LONG_TOKENS
+
+
+class BigBatchDrift(_Drift):
+    name = "mutant-big-batch-drift"
+    bug = f"5 % off at batch >= {BIG_BATCH} (the launch path without split-K)"
+
+    def drifts(self, q, shared_k, lengths, key_scale, rope):
+        return q.shape[0] >= BIG_BATCH
+
+
+class WideHeadDrift(_Drift):
+    name = "mutant-wide-head-drift"
+    bug = f"5 % off at head_dim > {WIDE_HEAD} (a second register tiling)"
+
+    def drifts(self, q, shared_k, lengths, key_scale, rope):
+        return q.shape[-1] > WIDE_HEAD
+
+
+PAGED_COVERAGE_MUTANTS = (PowerOfTwoPages, SharedPageFirstOwner)
+DECODE_COVERAGE_MUTANTS = (LongRopeDrift, BigBatchDrift, WideHeadDrift)
+COVERAGE_MUTANTS = PAGED_COVERAGE_MUTANTS + DECODE_COVERAGE_MUTANTS
