@@ -2,15 +2,19 @@
 
 A tolerance rule that rejects a correct backend is as wrong as one that passes a broken
 one — a gate that cries wolf gets ignored. This draws cases with the hypothesis strategies
-(every level and dtype the backend claims, adversarial inputs included), runs the correct
-built-in backends through the harness exactly as `lrkv verify` does, and counts every
-record that is not a pass (or, for rope='latent' at layer-model level, an expected
-difference). It never shrinks or stops at the first failure: it measures a rate.
+at every kernel and layer level (kernel, kernel-paged, kernel-extend, layer, layer-model),
+at every dtype the hunted backends claim, adversarial inputs included, and runs them through
+the harness's `runner.run` exactly as `lrkv verify` does. Every record that is not a pass —
+a skip (the backend declined) and, for rope='latent' at layer-model level, an expected
+difference aside — is a false failure. It never shrinks or stops at the first failure: it
+measures a rate.
 
     python3 -m lrkv.verify.hunt --examples 2500 --out reports/hunt.json
     python3 -m lrkv.verify.hunt --backend tiled --level layer --examples 500 --seed 7
+    TRITON_INTERPRET=1 python3 -m lrkv.verify.hunt --backend triton --level kernel-extend --examples 60
 
-Exit 0 when no false failure was found, 1 otherwise (each is listed with its replay command).
+Exit 0 when no false failure was found, 1 otherwise (each is listed with its replay command),
+2 on a usage error (an unknown or unavailable backend, a level no hunted backend declares).
 """
 
 from __future__ import annotations
@@ -21,18 +25,26 @@ import sys
 import time
 from collections import Counter
 
-from hypothesis import HealthCheck, Phase, given, seed as hypothesis_seed, settings
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from ..checks import arg_int, arg_out_file
+from ..spec import dtype_name
 from .backend_registry import get_backend
-from .runner import not_applicable, prepare, run_case
-from .strategies import cases, lrkv_specs
+from .case import DTYPES, Case
+from .levels import get_level
+from .protocol import check_available
+from .runner import not_applicable, run
+from .strategies import PAGED_LEVELS, cases, lrkv_specs
 from .tolerance import load_policy
 
-CORRECT = ("reference", "materialized", "eager", "tiled", "examples.my_backend:backend")
-LEVELS = ("kernel", "layer", "layer-model")
-MAX_T = {"kernel": 24, "layer": 24, "layer-model": 10}  # layer-model costs one decode step per token
+CORRECT = ("reference", "materialized", "eager", "tiled", "examples.my_backend:backend",
+           "examples.my_paged_backend:backend", "examples.my_extend_backend:backend")
+# new levels go last: a level's hypothesis stream is seeded by its index, so old seeds replay
+LEVELS = ("kernel", "layer", "layer-model", "kernel-paged", "kernel-extend")
+# layer-model costs one decode step per token; paged / extend need room for several pages and chunks
+MAX_T = {"kernel": 24, "layer": 24, "layer-model": 10, "kernel-paged": 32, "kernel-extend": 32}
 THETAS = (10000.0, 10000.0, 500000.0, 17.0)  # the default base, Llama-3's, and an unusual small one
 
 
@@ -42,43 +54,157 @@ def _specs(level: str):
         lambda sv: sv[0].replace(rope_theta=sv[1]) if sv[0].rope != "none" else sv[0])
 
 
-def hunt(labels, levels, examples: int, seed: int, progress=None) -> dict:
-    """Draw `examples` cases per level; run every applicable backend; collect non-passes."""
+def declares(backend, level: str) -> bool:
+    return get_level(level).needs in backend.levels
+
+
+def claimed_dtypes(backends, level: str) -> tuple[str, ...]:
+    """Every dtype some hunted backend that declares `level` claims (in DTYPES order)."""
+    claimed = {dtype_name(d) for _, b in backends if declares(b, level) for d in b.dtypes}
+    return tuple(d for d in DTYPES if d in claimed)
+
+
+def draw_cases(level: str, dtypes: tuple[str, ...], examples: int, seed: int) -> list[Case]:
+    """`examples` cases of `level`, reproducibly from `seed` (a different stream per level)."""
+    drawn: list[Case] = []
+
+    @hypothesis_seed(seed * 7919 + LEVELS.index(level))
+    @settings(max_examples=examples, database=None, deadline=None, derandomize=False,
+              phases=(Phase.generate,), suppress_health_check=list(HealthCheck))
+    @given(case=cases(level=level, dtypes=dtypes, specs=_specs(level), max_t=MAX_T[level]),
+           layout=st.sampled_from(("contiguous", "contiguous", "strided")))
+    def one(case, layout):
+        drawn.append(case.replace(layout=layout) if level == "kernel" else case)
+
+    one()
+    return drawn
+
+
+def coverage(level: str, drawn: list[Case]) -> dict:
+    """What the drawn cases of one level exercised (so a log shows the features were hit)."""
+    c: dict[str, Counter] = {k: Counter() for k in ("dtype", "rope", "batch", "lengths", "garbage")}
+    for case in drawn:
+        s = case.spec
+        c["dtype"][case.dtype] += 1
+        c["rope"][s.rope + ("+qk_norm" if s.qk_norm else "")] += 1
+        c["batch"]["1" if case.batch == 1 else "2-3" if case.batch <= 3 else "4-9" if case.batch < 10 else ">=10"] += 1
+        c["garbage"]["nan" if case.nan_garbage else "finite"] += 1
+        for n in case.lengths:
+            c["lengths"]["0" if n == 0 else "1" if n == 1 else "t_max" if n == case.t_max
+                         else "page boundary" if case.page_size and n % case.page_size == 0 else "other"] += 1
+        if len(set(case.lengths)) > 1:
+            c["lengths"]["varlen batches"] += 1
+    if level == "kernel":
+        c["layout"] = Counter(case.layout for case in drawn)
+    if level in PAGED_LEVELS:
+        c["page_size"] = Counter(str(case.page_size) for case in drawn)
+        paged = [case for case in drawn if case.page_size]
+        c["pages"] = Counter()
+        for case in paged:
+            c["pages"]["shuffled" if case.page_shuffle else "in order"] += 1
+            c["pages"]["page size not dividing t_max"] += bool(case.t_max % case.page_size)
+            c["pages"]["shared prefix"] += bool(case.shared_prefix)
+    if level == "kernel-extend":
+        c["n_new"] = Counter()
+        for case in drawn:
+            for n in case.n_new:
+                c["n_new"]["0" if n == 0 else "1" if n == 1 else "2-8" if n <= 8 else ">8"] += 1
+            c["n_new"]["idle batches (all 0)"] += not sum(case.n_new)
+    out = {"cases": len(drawn), "max_batch": max((case.batch for case in drawn), default=0),
+           "max_t": max((case.t_max for case in drawn), default=0)}
+    out.update({k: dict(sorted((str(a), b) for a, b in v.items() if b)) for k, v in c.items()})
+    return out
+
+
+def is_false_failure(rec: dict) -> bool:
+    """A record a correct backend must not produce: anything but a pass or a skip (declined),
+    except an expected difference (rope='latent' at layer-model level, expect='differ')."""
+    status = rec["status"]
+    return not (status in ("pass", "skip") or (status == "xfail" and rec.get("expect") == "differ"))
+
+
+def hunt(labels, levels, examples: int, seed: int, progress=None, *, strict: bool = False) -> dict:
+    """Draw `examples` cases per level; run them through `runner.run`; collect non-passes.
+
+    strict: a level that no hunted backend declares is an error (else it is left out)."""
     policy = load_policy()
     backends = [(label, get_backend(label)) for label in labels]
-    dtypes = ("float64", "float32", "bfloat16", "float16")
-    stats = Counter()
-    failures = []
+    for label, b in backends:
+        ok, why = check_available(b, label)
+        if not ok:
+            raise ValueError(f"backend {label!r} is unavailable: {why}")
+    stats: Counter = Counter()
+    by_level: dict[str, dict[str, Counter]] = {}
+    drawn_coverage: dict[str, dict] = {}
+    failures: list[dict] = []
+    run_levels = []
     for level in levels:
-        @hypothesis_seed(seed * 7919 + LEVELS.index(level))  # a different, reproducible stream per run
-        @settings(max_examples=examples, database=None, deadline=None, derandomize=False,
-                  phases=(Phase.generate,), suppress_health_check=list(HealthCheck))
-        @given(case=cases(level=level, dtypes=dtypes, specs=_specs(level), max_t=MAX_T[level]),
-               layout=st.sampled_from(("contiguous", "contiguous", "strided")))
-        def one(case, layout):
-            if level == "kernel":
-                case = case.replace(layout=layout)
-            users = [(lb, b) for lb, b in backends if not not_applicable(b, case)]
-            if not users:
-                return
-            prep = prepare(case, policy)
-            stats["cases"] += 1
-            for label, b in users:
-                rec = run_case(prep, b, label, policy.resolve(b.name, case.dtype))
-                stats["records"] += 1
+        users = [(lb, b) for lb, b in backends if declares(b, level)]
+        if not users:
+            if strict:
+                raise ValueError(f"no hunted backend declares level {level!r} "
+                                 f"({', '.join(b.name for _, b in backends)})")
+            continue
+        run_levels.append(level)
+        user_names = {b.name for _, b in users}
+        drawn = draw_cases(level, claimed_dtypes(users, level), examples, seed)
+        drawn_coverage[level] = coverage(level, drawn)
+        claimed = [any(not not_applicable(b, case) for _, b in users) for case in drawn]
+        counts = by_level.setdefault(level, {b.name: Counter() for _, b in users})
+        records: list[dict] = []  # runner.run appends here; tally empties it as it goes
+        steps = [0]
+
+        def tally(_step: str, level=level, records=records, steps=steps, claimed=claimed, counts=counts,
+                  user_names=user_names):
+            steps[0] += bool(_step)
+            if _step and steps[0] % len(backends) == 0:  # runner.run reports every backend of a case, then the next
+                stats["cases"] += claimed[steps[0] // len(backends) - 1]
+            for rec in records:
+                twin = "twin_of" in rec
+                if rec["status"] == "skip" and not twin and rec["backend"] not in user_names:
+                    continue  # a backend without this level: no evidence either way
+                per = counts.setdefault(rec["backend"], Counter())
+                per[rec["status"]] += 1
                 stats[rec["status"]] += 1
-                ok = rec["status"] == "pass" or (rec["status"] == "xfail" and case.expect == "differ")
-                if not ok:
-                    failures.append({"backend": b.name, "id": case.id, "status": rec["status"],
-                                     "reason": rec["reason"], "repro": rec["repro"]})
-                    print(f"FALSE FAILURE {rec['status']} {b.name} {case.id}: {rec['reason'][:300]}\n"
+                if rec["status"] != "skip":
+                    stats["records"] += 1
+                if twin:
+                    per["twins"] += 1
+                    stats["twins"] += 1
+                if is_false_failure(rec):
+                    f = {"level": level, "backend": rec["backend"], "id": rec["id"], "status": rec["status"],
+                         "reason": rec["reason"], "repro": rec["repro"]}
+                    if twin:
+                        f["twin_of"] = rec["twin_of"]
+                    failures.append(f)
+                    print(f"FALSE FAILURE {rec['status']} {rec['backend']} {rec['id']}: {rec['reason'][:300]}\n"
                           f"  {rec['repro']}", file=sys.stderr, flush=True)
+            records.clear()
             if progress is not None:
                 progress(level, stats, failures)
 
-        one()
-    return {"examples_per_level": examples, "levels": list(levels), "backends": [b.name for _, b in backends],
-            "seed": seed, "stats": dict(stats), "false_failures": failures}
+        # every hunted backend goes in: runner.run decides what each claims, and may add a
+        # record for the nearest variant a declining backend supports (`twin_of`)
+        run(drawn, backends, policy, on_step=tally, records=records)
+        tally("")  # any record made after the last on_step
+    return {"examples_per_level": examples, "levels": run_levels, "backends": [b.name for _, b in backends],
+            "seed": seed, "stats": dict(stats),
+            "by_level": {lv: {name: dict(sorted(c.items())) for name, c in per.items()}
+                         for lv, per in by_level.items()},
+            "coverage": drawn_coverage, "false_failures": failures}
+
+
+def summary_lines(result: dict) -> list[str]:
+    """One line per level: each backend's record counts by status."""
+    lines = []
+    for level, per in result["by_level"].items():
+        parts = []
+        for name, c in per.items():
+            counts = ", ".join(f"{n} {s}" for s, n in c.items() if s != "twins")
+            twins = f" ({c['twins']} twin)" if c.get("twins") else ""
+            parts.append(f"{name} {counts or 'no records'}{twins}")
+        lines.append(f"  {level} ({result['coverage'][level]['cases']} drawn): {'; '.join(parts)}")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{len(failures)} false failures", file=sys.stderr, flush=True)
 
     try:
-        result = hunt(args.backend or CORRECT, args.level or LEVELS, args.examples, args.seed, progress)
+        result = hunt(args.backend or CORRECT, args.level or LEVELS, args.examples, args.seed, progress,
+                      strict=bool(args.level))
     except (ValueError, TypeError) as e:
         print(f"hunt: {e}", file=sys.stderr)
         return 2
@@ -108,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     s = result["stats"]
     print(f"{s.get('cases', 0)} cases, {s.get('records', 0)} records in {result['seconds']}s: "
           f"{len(result['false_failures'])} false failures")
+    print("\n".join(summary_lines(result)))
     for f in result["false_failures"][:20]:
         print(f"  {f['status'].upper()} {f['backend']} {f['id']}: {f['reason'][:200]}\n    {f['repro']}")
     if args.out:
