@@ -160,7 +160,7 @@ def hunt(labels, levels, examples: int, seed: int, progress=None, *, strict: boo
             if _step and steps[0] % len(backends) == 0:  # runner.run reports every backend of a case, then the next
                 stats["cases"] += claimed[steps[0] // len(backends) - 1]
             for rec in records:
-                twin = "twin_of" in rec
+                twin = "twin" in rec
                 if rec["status"] == "skip" and not twin and rec["backend"] not in user_names:
                     continue  # a backend without this level: no evidence either way
                 per = counts.setdefault(rec["backend"], Counter())
@@ -175,7 +175,7 @@ def hunt(labels, levels, examples: int, seed: int, progress=None, *, strict: boo
                     f = {"level": level, "backend": rec["backend"], "id": rec["id"], "status": rec["status"],
                          "reason": rec["reason"], "repro": rec["repro"]}
                     if twin:
-                        f["twin_of"] = rec["twin_of"]
+                        f["twin_of"] = rec["twin"]["of"]
                     failures.append(f)
                     print(f"FALSE FAILURE {rec['status']} {rec['backend']} {rec['id']}: {rec['reason'][:300]}\n"
                           f"  {rec['repro']}", file=sys.stderr, flush=True)
@@ -184,7 +184,7 @@ def hunt(labels, levels, examples: int, seed: int, progress=None, *, strict: boo
                 progress(level, stats, failures)
 
         # every hunted backend goes in: runner.run decides what each claims, and may add a
-        # record for the nearest variant a declining backend supports (`twin_of`)
+        # twin record for the nearest variant a declining backend supports (`twin`, twins.py)
         run(drawn, backends, policy, on_step=tally, records=records)
         tally("")  # any record made after the last on_step
     return {"examples_per_level": examples, "levels": run_levels, "backends": [b.name for _, b in backends],
