@@ -113,8 +113,12 @@ def _kernel_features() -> list[Feature]:
         Feature("near_cancel", ALL_KERNEL[:2], lambda c: c.near_cancel, "shared and private keys nearly cancelling"),
         Feature("splits not dividing T", ALL_KERNEL[:2], lambda c: c.splits > 0 and c.t_max % c.splits != 0,
                 "a split-K count that does not divide the cache"),
-        Feature("rope_theta≠10000", EVERY, lambda c: c.spec.rope != "none" and c.spec.rope_theta != 10000.0,
-                "a non-default RoPE base (a backend that ignores it fails)",
+        # a non-default RoPE base reaches a kernel only through exact RoPE (aligned/latent are
+        # the cache's values); a layer applies every mode itself
+        Feature("exact rope_theta≠10000", ALL_KERNEL, lambda c: c.spec.rope == "exact" and c.spec.rope_theta != 10000.0,
+                "a non-default RoPE base (a kernel that ignores it fails)", needs=("rope=exact",)),
+        Feature("rope_theta≠10000", LAYERS, lambda c: c.spec.rope != "none" and c.spec.rope_theta != 10000.0,
+                "a non-default RoPE base (a layer that ignores it fails)",
                 needs=("rope=exact", "rope=aligned", "rope=latent")),
     ]
     for mode, levels in (("exact", ALL_KERNEL[:2]), ("aligned", ("kernel",)), ("latent", ("kernel",))):
