@@ -12,13 +12,25 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..checks import check_choice
+from ..checks import check_bool, check_choice
 from ..spec import dtype_name
 from ..verify.case import CASE_LEVELS, DTYPES, Case
 from .report_view import Report
 from .target import Target, resolve
 
 GRIDS = ("default", "quick", "mutants")
+
+
+class NotVerified(ValueError):
+    """`check_case` (or a property check) did not judge the case: the backend is unavailable
+    here, does not implement its level or dtype, or its `supports()` declined it. Raised, not
+    returned, so that a test which verified nothing cannot pass; `.record` is the skip record
+    (None from a property check) and `.reason` why."""
+
+    def __init__(self, message: str, reason: str, record: dict | None = None):
+        super().__init__(message)
+        self.reason = reason
+        self.record = record
 
 
 def grid_cases(grid: str | Iterable[Case] = "default") -> list[Case]:
@@ -82,9 +94,12 @@ def cases_for(backend: Any, grid: str | Iterable[Case] = "default", *, levels=No
 
 
 def check_case(backend: Any, case: Case, *, policy=None, backend_ref: str | None = None) -> dict:
-    """Run one case through the harness; return its record (status pass, xfail or skip —
-    a skip carries its reason), raise AssertionError (with the replay command) if it fails
-    or errors."""
+    """Run one case through the harness and return its record (status pass or xfail).
+
+    Raises AssertionError (with the replay command) if the case fails or errors, and
+    NotVerified (a ValueError) if it was not judged at all — the backend is unavailable here,
+    does not implement the case's level or dtype, or its `supports()` declines the case — so
+    that a test calling it can never pass on a case that was not checked."""
     from ..verify.runner import run
 
     if not isinstance(case, Case):
@@ -94,6 +109,9 @@ def check_case(backend: Any, case: Case, *, policy=None, backend_ref: str | None
     if rec["status"] in ("fail", "error"):
         raise AssertionError(f"{rec['status'].upper()} {rec['backend']} {rec['id']}: {rec['reason']}\n"
                              f"  replay: {rec['repro']}{_note(target)}")
+    if rec["status"] == "skip":
+        raise NotVerified(f"NOT VERIFIED {rec['backend']} {rec['id']}: {rec['reason']}\n"
+                          f"  replay: {rec['repro']}", rec["reason"], rec)
     return rec
 
 
@@ -114,6 +132,7 @@ def check_backend(backend: Any, *, grid: str | Iterable[Case] = "default", level
     from ..verify.tolerance_report import build_report
     from ..verify.runner import backend_info, run
 
+    check_bool("raise_on_failure", raise_on_failure)
     target = resolve(backend, backend_ref)
     cases = _filter(grid_cases(grid), levels, dtypes)
     pol = _policy(policy)
