@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..checks import parse_json
 from ..verify.metrics import parse_float
 from ..verify.tolerance import Policy
 from ..verify.tolerance_report import summarize, validate_report
@@ -67,7 +68,7 @@ def _read_report(path: Path) -> dict:
     import jsonschema
 
     try:
-        report = json.loads(path.read_text())
+        report = parse_json(path.name, path.read_text())
         validate_report(report)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path.name}: not valid JSON ({e})") from None

@@ -13,7 +13,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ..checks import arg_in_file, arg_int, arg_out_dir
+from ..checks import arg_in_file, arg_int, arg_out_dir, parse_json
 from ..spec import AttentionSpec, preset
 from . import engine
 from .config import DEFAULT_OPSET, ENGINES, LEVELS, MAX_LENGTH, WEIGHT_MODES, ExportConfig
@@ -80,7 +80,7 @@ def parse_spec(text: str | None, preset_label: str | None) -> AttentionSpec:
             raise ValueError(f"--spec {text}: cannot read the file ({e.strerror})") from None
     if text.lstrip().startswith("{"):
         try:
-            data = json.loads(text)
+            data = parse_json("--spec", text)
         except json.JSONDecodeError as e:
             raise ValueError(f"--spec: not valid JSON ({e})") from None
         if not isinstance(data, dict):

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from lrkv import __version__
 
+from ..checks import parse_json
 from ..reference.weights import LRKVWeights
 from .config import ExportConfig, dynamic_ranges, input_sigs, output_sigs
 
@@ -66,7 +67,7 @@ def read_manifest(artifact: Path) -> dict:
     if not path.exists():
         raise FileNotFoundError(f"no manifest beside {artifact} (expected {path.name})")
     try:
-        data = json.loads(path.read_text())
+        data = parse_json(path.name, path.read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"{path.name}: not valid JSON ({e})") from None
     schema = data.get("schema") if isinstance(data, dict) else None

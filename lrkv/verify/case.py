@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, fields, replace
 
 import torch
 
-from ..checks import check_bool, check_choice, check_float, check_int
+from ..checks import check_bool, check_choice, check_float, check_int, parse_json
 from ..spec import AttentionSpec, as_dtype, dtype_name
 
 DEFAULT_ROPE_THETA = 10000.0
@@ -210,7 +210,7 @@ class Case:
     @classmethod
     def from_json(cls, text: str) -> Case:
         try:
-            data = json.loads(text)
+            data = parse_json("--case", text)  # nested too deeply: a ValueError naming --case
         except json.JSONDecodeError as e:
             raise ValueError(f"--case is not valid JSON: {e}") from None
         return cls.from_dict(data)
