@@ -407,3 +407,86 @@ def test_a_case_timeout_past_one_day_is_refused_at_load(value, tmp_path):
     p.write_text("[backend.tiled]\ncase_timeout = 86400.0\n")
     assert load_policy(p).resolve("tiled", "float32").case_timeout == 86400.0
 
+
+# ----------------------------------------------------------------------------- export --check: hand-edited manifests
+def _fake_release(tmp_path, report_text: str = "{}", **change) -> Path:
+    """An artifact, its report and a manifest whose hashes match (no engine is built: each edit
+    below must be refused before one would load)."""
+    import json
+
+    from lrkv.compiled.manifest import MANIFEST_SCHEMA, manifest_path, sha256_file
+
+    artifact = tmp_path / "lrkv-kernel.onnx"
+    artifact.write_bytes(b"onnx bytes")
+    report = tmp_path / "lrkv-kernel.onnx.report.json"
+    report.write_text(report_text)
+    config = ExportConfig(SPEC, level="kernel", t_max=8)
+    m = {"schema": MANIFEST_SCHEMA, "engine": "onnx", "config": config.to_dict(),
+         "dynamic_ranges": {"B": {"min": 1, "max": 16}, "T_max": {"min": 1, "max": 8}},
+         "weights": {"mode": "inputs (kernel level: basis_k/v)"}, "tools": {"lrkv": "0"},
+         "artifact": {"files": [{"name": artifact.name, "sha256": sha256_file(artifact), "bytes": 10}]},
+         "verification": {"report": report.name, "report_sha256": sha256_file(report), "summary": {},
+                          "grid": {"T_max": [1, 8], "seeds": [0]}}}
+    for key, value in change.items():
+        *parents, last = key.split("__")
+        d = m
+        for p in parents:
+            d = d[p]
+        d[last] = value
+    manifest_path(artifact).write_text(json.dumps(m))
+    return artifact
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(engine="aoti"), "field engine: 'aoti' artifacts are .pt2 files, not lrkv-kernel.onnx"),
+    (dict(engine="tensorrt"), "field engine: 'tensorrt' artifacts are .ep files"),
+    (dict(engine="bogus"), "field engine: 'bogus' is not one of onnx, aoti, tensorrt"),
+    (dict(weights__seed=3), "field weights.seed: a kernel-level artifact with weights 'inputs' embeds no weights"),
+    (dict(weights__sha256="ab"), "field weights.sha256"),
+])
+def test_export_check_of_a_hand_edited_manifest_is_exit_2(change, words, tmp_path, capsys):
+    """`weights.seed` on a kernel artifact used to be an AttributeError after the engine loaded;
+    another `engine` handed the ONNX bytes to another loader."""
+    artifact = _fake_release(tmp_path, **change)
+    code, out = _cli_exit(["export", "--check", str(artifact), "--quiet"], capsys)
+    assert code == 2 and "lrkv-kernel.onnx.manifest.json" in out and words in out, out
+    assert "Traceback" not in out
+
+
+def test_export_check_of_embedded_weights_without_a_seed_is_exit_2(tmp_path, capsys):
+    layer = ExportConfig(SPEC, level="layer", t_max=8, weights="embedded").to_dict()
+    for seed in (None, -1, True, 2**64):
+        weights = {"mode": "embedded", "sha256": "ab", **({} if seed is None else {"seed": seed})}
+        artifact = _fake_release(tmp_path, config=layer, weights=weights)
+        code, out = _cli_exit(["export", "--check", str(artifact), "--quiet"], capsys)
+        assert code == 2 and "field weights.seed: embedded weights record their seed" in out, (seed, out)
+
+
+def test_export_check_with_a_manifest_that_is_a_directory_is_exit_2(tmp_path, capsys):
+    from lrkv.compiled.manifest import manifest_path
+
+    artifact = tmp_path / "lrkv-kernel.onnx"
+    artifact.write_bytes(b"onnx bytes")
+    manifest_path(artifact).mkdir()
+    code, out = _cli_exit(["export", "--check", str(artifact), "--quiet"], capsys)
+    assert code == 2 and "lrkv-kernel.onnx.manifest.json: the manifest beside lrkv-kernel.onnx is not a file" in out
+
+
+def test_export_check_of_a_deeply_nested_report_is_exit_2(tmp_path, capsys):
+    artifact = _fake_release(tmp_path, report_text=DEEP_JSON)
+    code, out = _cli_exit(["export", "--check", str(artifact), "--quiet"], capsys)
+    assert code == 2 and "lrkv-kernel.onnx.report.json: nested too deeply" in out, out
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--engine", "aoti"], "--engine aoti: lrkv-kernel.onnx.manifest.json records a 'onnx' engine"),
+    (["--out", "{tmp}/o"], "--out does not apply to --check"),
+    (["--spec", "H=2,d_h=8,r=2"], "--spec does not apply to --check"),
+])
+def test_export_check_does_not_ignore_other_options(extra, words, tmp_path, capsys):
+    """--engine was silently ignored by --check: it is now the engine the manifest must record."""
+    artifact = _fake_release(tmp_path)
+    code, out = _cli_exit(["export", "--check", str(artifact), "--quiet", *[a.format(tmp=tmp_path) for a in extra]],
+                          capsys)
+    assert code == 2 and words in out, out
+    assert not (tmp_path / "o").exists()
