@@ -40,20 +40,28 @@ def grid_cases(grid: str | Iterable[Case] = "default") -> list[Case]:
     if isinstance(grid, str):
         check_choice("grid", grid, GRIDS)
         return {"default": grids.default_grid, "quick": grids.quick_grid, "mutants": grids.mutant_grid}[grid]()
-    cases = list(grid)
+    cases = list(_iterable("grid", grid, f"a grid name {GRIDS} or an iterable of Case"))
     for c in cases:
         if not isinstance(c, Case):
             raise TypeError(f"grid must be a grid name {GRIDS} or an iterable of Case, got a {type(c).__name__}")
     return cases
 
 
+def _iterable(name: str, value, what: str):
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r}")
+    return value
+
+
 def _filter(cases: list[Case], levels, dtypes) -> list[Case]:
     if levels is not None:
-        levels = {check_choice("levels", lv, CASE_LEVELS) for lv in ([levels] if isinstance(levels, str) else levels)}
+        levels = {check_choice("levels", lv, CASE_LEVELS)
+                  for lv in ([levels] if isinstance(levels, str) else _iterable("levels", levels, "a level or levels"))}
         cases = [c for c in cases if c.level in levels]
     if dtypes is not None:
         names = set()
-        for d in [dtypes] if isinstance(dtypes, str) else dtypes:
+        one = isinstance(dtypes, str) or not hasattr(dtypes, "__iter__")  # a name or a torch.dtype
+        for d in [dtypes] if one else dtypes:
             try:
                 names.add(check_choice("dtypes", dtype_name(d), DTYPES))
             except TypeError:

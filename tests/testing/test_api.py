@@ -85,6 +85,8 @@ def test_nothing_verified_is_not_a_pass():
     (dict(grid="nope"), ValueError, "grid"), (dict(levels=["model"]), ValueError, "levels"),
     (dict(dtypes=["int8"]), ValueError, "dtype"), (dict(policy=3), TypeError, "policy"),
     (dict(grid=[1, 2]), TypeError, "grid"), (dict(backend_ref=5), TypeError, "backend_ref"),
+    (dict(grid=3), TypeError, "grid must be"), (dict(grid=None), TypeError, "grid must be"),
+    (dict(levels=3), TypeError, "levels must be"), (dict(dtypes=3), ValueError, "dtypes must be"),
 ])
 def test_bad_arguments_name_the_field(kw, err, field):
     with pytest.raises(err, match=field):
