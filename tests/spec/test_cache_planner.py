@@ -137,7 +137,8 @@ def test_a_rank_past_break_even_is_planned_with_a_visible_warning(json_out, caps
     p = plan(S25, n_layers=18, batch=1, seq_len=8, rank=121)  # break-even rank of 2.5B: 120 (d_h(1 − 1/H) = 120.9)
     assert len(p.warnings) == 1 and "past the break-even rank 120" in p.warnings[0] and "no smaller" in p.warnings[0]
     assert not plan(S25, n_layers=18, batch=1, seq_len=8, rank=120).warnings
-    assert main(["cache", "--preset", "2.5B", "--seq-len", "8K", "--rank", "121", *(["--json"] if json_out else [])]) == 0
+    json_flag = ["--json"] if json_out else []
+    assert main(["cache", "--preset", "2.5B", "--seq-len", "8K", "--rank", "121", *json_flag]) == 0
     out = capsys.readouterr()
     assert "warning: lrkv lrkv-H18-dh128-r121" in out.err and "break-even rank 120" in out.err
     if json_out:
