@@ -14,6 +14,7 @@ command-line value exits 2 with the option named (DESIGN §7 exit codes).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import numbers
 import operator
@@ -23,8 +24,11 @@ from typing import Any
 
 __all__ = [
     "check_bool", "check_int", "check_float", "check_choice", "check_out_dir", "check_out_file",
-    "check_in_file", "arg_int", "arg_float", "arg_out_dir", "arg_out_file", "arg_in_file",
+    "check_in_file", "check_nesting", "parse_json", "parse_toml", "arg_int", "arg_float", "arg_out_dir",
+    "arg_out_file", "arg_in_file",
 ]
+
+MAX_NESTING = 100  # levels of arrays/objects/tables in a JSON or TOML file (lrkv's own are < 10 deep)
 
 
 def check_bool(name: str, value: Any) -> bool:
@@ -114,6 +118,50 @@ def check_in_file(name: str, value: Any) -> Path:
     if not path.is_file():
         raise ValueError(f"{name}: {path} is not a file")
     return path
+
+
+# ----------------------------------------------------------------------------- JSON and TOML text
+def _too_deep(where: Any) -> ValueError:
+    return ValueError(f"{where}: nested too deeply (more than {MAX_NESTING} levels of arrays/objects)")
+
+
+def check_nesting(where: Any, data: Any) -> Any:
+    """`data` (parsed JSON/TOML) unless its arrays and objects nest deeper than MAX_NESTING.
+
+    Checked without recursion, so that no later recursive walk (schema validation, json.dumps,
+    a merge) can meet a RecursionError on a file that parsed."""
+    stack = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list, tuple)):
+            if depth > MAX_NESTING:
+                raise _too_deep(where)
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return data
+
+
+def parse_json(where: Any, text: str | bytes) -> Any:
+    """json.loads, refusing a document nested too deeply with a ValueError naming `where` (the
+    file or option): Python's parser raises RecursionError about 1000 levels down. A malformed
+    document still raises json.JSONDecodeError (a ValueError), for the caller's own message."""
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise _too_deep(where) from None
+    return check_nesting(where, data)
+
+
+def parse_toml(where: Any, text: str) -> dict:
+    """tomllib.loads, with a ValueError naming `where` when the text is not TOML or nests too deeply."""
+    import tomllib
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ValueError(f"{where}: not valid TOML: {e}") from None
+    except RecursionError:
+        raise _too_deep(where) from None
+    return check_nesting(where, data)
 
 
 # ----------------------------------------------------------------------------- argparse types

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
@@ -306,3 +307,186 @@ def test_ctrl_c_is_exit_130_without_a_traceback(argv, target, tmp_path, monkeypa
     monkeypatch.setattr(target, _interrupt)
     code, out = _cli_exit([a.format(tmp=tmp_path) for a in argv], capsys)
     assert code == 130 and "interrupted" in out and "Traceback" not in out
+
+
+# ----------------------------------------------------------------------------- deeply nested files
+DEEP = 100_000  # levels: Python's JSON and TOML parsers raise RecursionError about 1000 levels down
+DEEP_JSON = '{"n_heads": ' + "[" * DEEP + "]" * DEEP + "}"
+DEEP_TOML = "a = " + "[" * DEEP + "]" * DEEP + "\n"
+
+
+@pytest.fixture(scope="module")
+def good_report(tmp_path_factory):
+    """A real tolerance report (one tiny kernel case on the tiled backend)."""
+    from lrkv.testing import check_backend
+    from lrkv.verify.case import Case
+
+    case = Case("kernel", AttentionSpec.lrkv(2, 8, 2), "float32", (3, 1), 3)
+    jpath, _ = check_backend("tiled", grid=[case]).write(tmp_path_factory.mktemp("report"))
+    return jpath
+
+
+def _deep_manifest(tmp_path) -> Path:
+    artifact = tmp_path / "lrkv.onnx"
+    artifact.write_bytes(b"not an engine")
+    (tmp_path / "lrkv.onnx.manifest.json").write_text(DEEP_JSON)
+    return artifact
+
+
+@pytest.mark.parametrize("what", ["report", "baseline", "case", "policy", "lrkv.toml", "pyproject.toml",
+                                  "spec", "spec-file", "manifest", "bench"])
+def test_a_deeply_nested_file_is_exit_2_naming_it(what, tmp_path, good_report, monkeypatch, capsys):
+    """[[[[…]]]] 100000 deep used to end every verb in a RecursionError traceback."""
+    deep = tmp_path / ("deep.toml" if what == "policy" else "deep.json")
+    deep.write_text(DEEP_TOML if what in ("policy", "lrkv.toml", "pyproject.toml") else DEEP_JSON)
+    out = str(tmp_path / "out")
+    verify = ["verify", "--backend", "tiled", "--grid", "quick", "--out", out, "--no-progress"]
+    argv, named = {
+        "report": (["gate", str(deep), "--baseline", str(tmp_path / "b.json")], "deep.json"),
+        "baseline": (["gate", str(good_report), "--baseline", str(deep)], "deep.json"),
+        "case": (["verify", "--backend", "tiled", "--case", DEEP_JSON, "--out", out, "--no-progress"], "--case"),
+        "policy": ([*verify, "--policy", str(deep)], "deep.toml"),
+        "lrkv.toml": (verify, "lrkv.toml"),
+        "pyproject.toml": (verify, "pyproject.toml"),
+        "spec": (["export", "--engine", "onnx", "--out", out, "--spec", DEEP_JSON], "--spec"),
+        "spec-file": (["export", "--engine", "onnx", "--out", out, "--spec", f"@{deep}"], "--spec"),
+        "manifest": (["export", "--check", str(_deep_manifest(tmp_path))], "lrkv.onnx.manifest.json"),
+        "bench": (["bench", "--from-json", str(deep), "--out", out, "--no-plot"], "deep.json"),
+    }[what]
+    if what in ("lrkv.toml", "pyproject.toml"):
+        (tmp_path / what).write_text(DEEP_TOML)
+        monkeypatch.chdir(tmp_path)
+    code, text = _cli_exit(argv, capsys)
+    assert code == 2, text[-2000:]
+    assert "nested too deeply" in text and named in text and "Traceback" not in text
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("*.json"))  # nothing written
+
+
+def test_nesting_just_under_the_parser_limit_is_refused_too():
+    """900 levels parse, then a recursive walk (schema validation, json.dumps) could still overflow."""
+    from lrkv.checks import MAX_NESTING, parse_json, parse_toml
+
+    with pytest.raises(ValueError, match="x.json: nested too deeply"):
+        parse_json("x.json", "[" * 900 + "]" * 900)
+    assert parse_json("x.json", "[" * MAX_NESTING + "]" * MAX_NESTING)
+    with pytest.raises(ValueError, match="x.toml: nested too deeply"):
+        parse_toml("x.toml", "a = " + "[" * 500 + "]" * 500)
+    with pytest.raises(ValueError, match="x.toml: not valid TOML"):
+        parse_toml("x.toml", "a = [")
+
+
+# ----------------------------------------------------------------------------- the project's policy files
+@pytest.mark.parametrize("file, text, words", [
+    ("pyproject.toml", "tool = 3\n", "pyproject.toml: field tool must be a table, got int 3"),
+    ("pyproject.toml", "[tool]\nlrkv = 3\n", "pyproject.toml: field tool.lrkv must be a table, got int 3"),
+    ("pyproject.toml", "[tool.lrkv]\npolicy = 3\n", "pyproject.toml [tool.lrkv.policy]: the policy must be a table"),
+    ("pyproject.toml", '[tool.lrkv.policy]\ndefaults = "x"\n', "defaults must be a table"),
+    ("lrkv.toml", "policy = 3\n", "lrkv.toml: the policy must be a table"),
+    ("lrkv.toml", "[policy.defaults]\ncase_timeout = 1e300\n", "defaults.case_timeout must be <= 86400"),
+])
+def test_a_malformed_project_policy_is_exit_2_naming_file_and_field(file, text, words, tmp_path, monkeypatch,
+                                                                     capsys):
+    """`tool = 3` in pyproject.toml used to be an AttributeError on every `lrkv verify`."""
+    (tmp_path / file).write_text(text)
+    monkeypatch.chdir(tmp_path)
+    code, out = _cli_exit(["verify", "--backend", "tiled", "--grid", "quick", "--out", "out", "--no-progress"],
+                          capsys)
+    assert code == 2 and words in out and "Traceback" not in out, out
+    assert not (tmp_path / "out" / "report.json").exists()
+
+
+@pytest.mark.parametrize("value", ["1e300", "86401.0"])
+def test_a_case_timeout_past_one_day_is_refused_at_load(value, tmp_path):
+    """case_timeout = 1e300 was accepted, then every case was an ERROR (OverflowError in the timer)."""
+    from lrkv.verify.tolerance import load_policy
+
+    p = tmp_path / "p.toml"
+    p.write_text(f"[backend.tiled]\ncase_timeout = {value}\n")
+    with pytest.raises(ValueError, match=r"backend.tiled.case_timeout must be <= 86400"):
+        load_policy(p)
+    p.write_text("[backend.tiled]\ncase_timeout = 86400.0\n")
+    assert load_policy(p).resolve("tiled", "float32").case_timeout == 86400.0
+
+
+# ----------------------------------------------------------------------------- export --check: hand-edited manifests
+def _fake_release(tmp_path, report_text: str = "{}", **change) -> Path:
+    """An artifact, its report and a manifest whose hashes match (no engine is built: each edit
+    below must be refused before one would load)."""
+    import json
+
+    from lrkv.compiled.manifest import MANIFEST_SCHEMA, manifest_path, sha256_file
+
+    artifact = tmp_path / "lrkv-kernel.onnx"
+    artifact.write_bytes(b"onnx bytes")
+    report = tmp_path / "lrkv-kernel.onnx.report.json"
+    report.write_text(report_text)
+    config = ExportConfig(SPEC, level="kernel", t_max=8)
+    m = {"schema": MANIFEST_SCHEMA, "engine": "onnx", "config": config.to_dict(),
+         "dynamic_ranges": {"B": {"min": 1, "max": 16}, "T_max": {"min": 1, "max": 8}},
+         "weights": {"mode": "inputs (kernel level: basis_k/v)"}, "tools": {"lrkv": "0"},
+         "artifact": {"files": [{"name": artifact.name, "sha256": sha256_file(artifact), "bytes": 10}]},
+         "verification": {"report": report.name, "report_sha256": sha256_file(report), "summary": {},
+                          "grid": {"T_max": [1, 8], "seeds": [0]}}}
+    for key, value in change.items():
+        *parents, last = key.split("__")
+        d = m
+        for p in parents:
+            d = d[p]
+        d[last] = value
+    manifest_path(artifact).write_text(json.dumps(m))
+    return artifact
+
+
+@pytest.mark.parametrize("change, words", [
+    (dict(engine="aoti"), "field engine: 'aoti' artifacts are .pt2 files, not lrkv-kernel.onnx"),
+    (dict(engine="tensorrt"), "field engine: 'tensorrt' artifacts are .ep files"),
+    (dict(engine="bogus"), "field engine: 'bogus' is not one of onnx, aoti, tensorrt"),
+    (dict(weights__seed=3), "field weights.seed: a kernel-level artifact with weights 'inputs' embeds no weights"),
+    (dict(weights__sha256="ab"), "field weights.sha256"),
+])
+def test_export_check_of_a_hand_edited_manifest_is_exit_2(change, words, tmp_path, capsys):
+    """`weights.seed` on a kernel artifact used to be an AttributeError after the engine loaded;
+    another `engine` handed the ONNX bytes to another loader."""
+    artifact = _fake_release(tmp_path, **change)
+    code, out = _cli_exit(["export", "--check", str(artifact), "--quiet"], capsys)
+    assert code == 2 and "lrkv-kernel.onnx.manifest.json" in out and words in out, out
+    assert "Traceback" not in out
+
+
+def test_export_check_of_embedded_weights_without_a_seed_is_exit_2(tmp_path, capsys):
+    layer = ExportConfig(SPEC, level="layer", t_max=8, weights="embedded").to_dict()
+    for seed in (None, -1, True, 2**64):
+        weights = {"mode": "embedded", "sha256": "ab", **({} if seed is None else {"seed": seed})}
+        artifact = _fake_release(tmp_path, config=layer, weights=weights)
+        code, out = _cli_exit(["export", "--check", str(artifact), "--quiet"], capsys)
+        assert code == 2 and "field weights.seed: embedded weights record their seed" in out, (seed, out)
+
+
+def test_export_check_with_a_manifest_that_is_a_directory_is_exit_2(tmp_path, capsys):
+    from lrkv.compiled.manifest import manifest_path
+
+    artifact = tmp_path / "lrkv-kernel.onnx"
+    artifact.write_bytes(b"onnx bytes")
+    manifest_path(artifact).mkdir()
+    code, out = _cli_exit(["export", "--check", str(artifact), "--quiet"], capsys)
+    assert code == 2 and "lrkv-kernel.onnx.manifest.json: the manifest beside lrkv-kernel.onnx is not a file" in out
+
+
+def test_export_check_of_a_deeply_nested_report_is_exit_2(tmp_path, capsys):
+    artifact = _fake_release(tmp_path, report_text=DEEP_JSON)
+    code, out = _cli_exit(["export", "--check", str(artifact), "--quiet"], capsys)
+    assert code == 2 and "lrkv-kernel.onnx.report.json: nested too deeply" in out, out
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--engine", "aoti"], "--engine aoti: lrkv-kernel.onnx.manifest.json records a 'onnx' engine"),
+    (["--out", "{tmp}/o"], "--out does not apply to --check"),
+    (["--spec", "H=2,d_h=8,r=2"], "--spec does not apply to --check"),
+])
+def test_export_check_does_not_ignore_other_options(extra, words, tmp_path, capsys):
+    """--engine was silently ignored by --check: it is now the engine the manifest must record."""
+    artifact = _fake_release(tmp_path)
+    code, out = _cli_exit(["export", "--check", str(artifact), "--quiet", *[a.format(tmp=tmp_path) for a in extra]],
+                          capsys)
+    assert code == 2 and words in out, out
+    assert not (tmp_path / "o").exists()

@@ -12,6 +12,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from ..checks import parse_json
 from .machine import Machine
 
 SCHEMA = "lrkv.bench/1"
@@ -106,4 +107,4 @@ class BenchResult:
 
     @classmethod
     def read_json(cls, path: str | Path) -> BenchResult:
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        return cls.from_dict(parse_json(path, Path(path).read_text()))  # nested too deeply: a ValueError

@@ -23,13 +23,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..checks import parse_json
 from ..verify.metrics import parse_float
 from ..verify.tolerance import Policy
 from ..verify.tolerance_report import summarize, validate_report
 from .config import ExportConfig, dynamic_ranges
-from .engine import engine_class, say, step
+from .engine import EngineUnavailable, engine_class, say, step
 from .export import embedded_weights, grid_cases, grid_name, length_grid, verify_engine, worst_ratio
-from .manifest import check_hashes, read_manifest, weights_sha256
+from .manifest import check_hashes, manifest_path, read_manifest, weights_sha256
 
 
 def _same_machine(old: dict, new: dict) -> bool:
@@ -67,7 +68,7 @@ def _read_report(path: Path) -> dict:
     import jsonschema
 
     try:
-        report = json.loads(path.read_text())
+        report = parse_json(path.name, path.read_text())
         validate_report(report)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path.name}: not valid JSON ({e})") from None
@@ -110,15 +111,22 @@ def range_problems(manifest: dict, report: dict) -> tuple[ExportConfig | None, l
     return config, problems
 
 
-def check_artifact(artifact: str | Path, policy_path: str | None = None) -> tuple[bool, list[str]]:
+def check_artifact(artifact: str | Path, policy_path: str | None = None,
+                   engine: str | None = None) -> tuple[bool, list[str]]:
     """(ok, problems). The re-run uses the policy recorded in the report unless `policy_path`
     says otherwise: the numbers are re-checked against the rule they were verified under.
+    `engine`, when given (`--engine` with `--check`), is the kind the manifest must record.
 
-    A manifest that is not JSON, has another schema or lacks a field is a ValueError naming
-    the file and the field (bad input); everything else that does not hold is a problem
-    (check failed)."""
+    A manifest that is not JSON, has another schema, lacks a field or contradicts itself (an
+    engine that is not the artifact's, a weights seed on an artifact without embedded
+    weights), or a file that does not load as the engine it names, is a ValueError naming the
+    file and the field (bad input); everything else that does not hold is a problem (check
+    failed)."""
     artifact = Path(artifact)
     manifest = read_manifest(artifact)
+    if engine is not None and engine != manifest["engine"]:
+        raise ValueError(f"--engine {engine}: {manifest_path(artifact).name} records a {manifest['engine']!r} "
+                         f"engine (field engine)")
     problems = check_hashes(artifact, manifest)
     if problems:
         return False, problems  # never load a file whose bytes are not the verified ones
@@ -132,7 +140,13 @@ def check_artifact(artifact: str | Path, policy_path: str | None = None) -> tupl
     if summarize(report["records"]) != report["summary"]:
         problems.append("report's summary does not match its own records")
     kind = manifest["engine"]
-    eng = engine_class(kind).load(config, artifact)
+    try:
+        eng = engine_class(kind).load(config, artifact)
+    except EngineUnavailable:
+        raise
+    except Exception as e:  # noqa: BLE001 — e.g. ONNX bytes handed to the AOTInductor loader
+        raise ValueError(f"{manifest_path(artifact).name}: field engine: {artifact.name} does not load with "
+                         f"the {kind!r} engine's loader ({type(e).__name__}: {str(e)[:200]})") from None
     weights = None
     if manifest["weights"].get("seed") is not None:
         weights = embedded_weights(config, manifest["weights"]["seed"])

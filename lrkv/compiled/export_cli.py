@@ -3,7 +3,7 @@
     lrkv export --engine onnx|aoti|tensorrt [--spec ...|--preset ...] [--level layer|kernel]
                 [--dtype float32|float64] [--t-min N] [--t-max N] [--b-max N] [--opset 18]
                 [--weights inputs|embedded] [--weights-seed N] [--external-data] --out DIR
-    lrkv export --check ARTIFACT
+    lrkv export --check ARTIFACT [--engine onnx|aoti|tensorrt] [--policy FILE]
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ..checks import arg_in_file, arg_int, arg_out_dir
+from ..checks import arg_in_file, arg_int, arg_out_dir, parse_json
 from ..spec import AttentionSpec, preset
 from . import engine
 from .config import DEFAULT_OPSET, ENGINES, LEVELS, MAX_LENGTH, WEIGHT_MODES, ExportConfig
@@ -80,7 +80,7 @@ def parse_spec(text: str | None, preset_label: str | None) -> AttentionSpec:
             raise ValueError(f"--spec {text}: cannot read the file ({e.strerror})") from None
     if text.lstrip().startswith("{"):
         try:
-            data = json.loads(text)
+            data = parse_json("--spec", text)
         except json.JSONDecodeError as e:
             raise ValueError(f"--spec: not valid JSON ({e})") from None
         if not isinstance(data, dict):
@@ -116,7 +116,8 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("export", help="export a verified ONNX / AOTInductor / TensorRT engine",
                               description=__doc__, epilog=EXIT_CODES,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--engine", choices=ENGINES, help="engine to build")
+    p.add_argument("--engine", choices=ENGINES,
+                   help="engine to build (with --check: the engine the artifact's manifest must record)")
     p.add_argument("--check", metavar="ARTIFACT", type=arg_in_file(),
                    help="re-verify an exported artifact against its manifest")
     p.add_argument("--spec", help="LRKV spec: JSON, @file.json, or 'H=4,d_h=32,r=8,rope=exact,qk_norm=on' "
@@ -153,7 +154,13 @@ def run(args: argparse.Namespace) -> int:
     engine.QUIET = bool(args.quiet)
     try:
         if args.check:
-            ok, problems = check_artifact(args.check, args.policy)
+            given = [opt for opt, value in (("--spec", args.spec), ("--preset", args.preset), ("--out", args.out))
+                     if value is not None]
+            if given:  # the manifest says what the artifact is; an option that would be ignored is refused
+                print(f"lrkv export: {given[0]} does not apply to --check (the manifest records the artifact's "
+                      "config); --engine is checked against the manifest")
+                return 2
+            ok, problems = check_artifact(args.check, args.policy, engine=args.engine)
             for line in problems:
                 print(f"CHECK FAIL: {line}")
             print(f"{'OK' if ok else 'FAILED'}: {args.check}")
@@ -169,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     except engine.EngineUnavailable as e:
         print(f"lrkv export: {e}")
         return 3
-    except (ValueError, TypeError, FileNotFoundError) as e:
+    except (ValueError, TypeError, OSError) as e:  # OSError: a file named by a manifest that cannot be read
         print(f"lrkv export: {e}")
         return 2
     except KeyboardInterrupt:

@@ -30,10 +30,12 @@ from pathlib import Path
 
 from lrkv import __version__
 
+from ..checks import parse_json
 from ..reference.weights import LRKVWeights
-from .config import ExportConfig, dynamic_ranges, input_sigs, output_sigs
+from .config import ENGINES, ExportConfig, dynamic_ranges, input_sigs, output_sigs
 
 MANIFEST_SCHEMA = "lrkv.engine-manifest/1"
+MAX_WEIGHTS_SEED = 2**63 - 1  # torch.Generator.manual_seed takes a signed 64-bit seed
 
 
 def sha256_file(path: Path) -> str:
@@ -65,10 +67,14 @@ def read_manifest(artifact: Path) -> dict:
     path = manifest_path(artifact)
     if not path.exists():
         raise FileNotFoundError(f"no manifest beside {artifact} (expected {path.name})")
+    if not path.is_file():
+        raise ValueError(f"{path.name}: the manifest beside {artifact.name} is not a file")
     try:
-        data = json.loads(path.read_text())
+        data = parse_json(path.name, path.read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"{path.name}: not valid JSON ({e})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path.name}: cannot read the manifest ({e})") from None
     schema = data.get("schema") if isinstance(data, dict) else None
     if schema != MANIFEST_SCHEMA:
         raise ValueError(f"{path.name}: schema {schema!r} is not {MANIFEST_SCHEMA!r}")
@@ -81,7 +87,36 @@ def read_manifest(artifact: Path) -> dict:
     if not all(isinstance(f, dict) and isinstance(f.get("name"), str) and isinstance(f.get("sha256"), str)
                for f in data["artifact"]["files"]):
         raise ValueError(f"{path.name}: field artifact.files must list objects with a name and a sha256")
+    _check_engine_and_weights(artifact, path, data)
     return data
+
+
+def _check_engine_and_weights(artifact: Path, path: Path, data: dict) -> None:
+    """The fields `--check` acts on agree with each other and with the artifact given: the
+    engine that loads it, and the embedded weights it re-initialises (a hand-edited manifest is
+    bad input, exit 2 — never a traceback from loading the wrong engine)."""
+    from .engine import engine_class
+
+    kind = data["engine"]
+    if kind not in ENGINES:
+        raise ValueError(f"{path.name}: field engine: {kind!r} is not one of {', '.join(ENGINES)}")
+    suffix = engine_class(kind).suffix
+    if artifact.suffix != suffix:
+        raise ValueError(f"{path.name}: field engine: {kind!r} artifacts are {suffix} files, not {artifact.name}")
+    config, weights = data["config"], data["weights"]
+    level, mode = config.get("level"), config.get("weights", "inputs")
+    if level == "layer" and mode == "embedded":
+        seed = weights.get("seed")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_WEIGHTS_SEED:
+            raise ValueError(f"{path.name}: field weights.seed: embedded weights record their seed "
+                             f"(an integer in [0, {MAX_WEIGHTS_SEED}]), got {seed!r}")
+        if not isinstance(weights.get("sha256"), str):
+            raise ValueError(f"{path.name}: field weights.sha256: embedded weights record their sha256")
+    else:
+        for field in ("seed", "sha256"):
+            if field in weights:
+                raise ValueError(f"{path.name}: field weights.{field}: a {level}-level artifact with weights "
+                                 f"{mode!r} embeds no weights, so it records no weights {field}")
 
 
 # What `lrkv export --check` reads from a manifest, and the JSON type each must have.

@@ -3,8 +3,9 @@ key_scale go to slot positions[b] of a contiguous or paged cache — bit for bit
 `lrkv.reference.lrkv.append` writes for the same projected entries.
 
 The kernel copies raw bits (tensors are viewed as same-width integers), so the result is
-bit-exact whatever the float dtype, NaN payloads included; the one rounding step, entries
-→ cache dtype, is done by torch's `.to()` exactly as the reference does it.
+bit-exact whatever the float dtype. The entries must already have the cache's dtype (and be
+finite, key_scale >= 0): append never rounds — float64 entries handed to a bfloat16 cache are
+refused (`lrkv.reference.contract.check_append_entries`), as by the reference's append.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..reference.cache import FactoredCache
+from ..reference.contract import check_append_entries
 from ..reference.lrkv import append as reference_append
 from . import runtime
 from .paged import PagedCache
@@ -22,25 +24,9 @@ _ORDER = ("shared_k", "shared_v", "latent_k", "latent_v", "key_scale")
 
 
 def _check_entries(entries: dict, cache_tensors: dict, B: int, H: int, r: int, d_h: int) -> dict:
-    expected = dict(shared_k=(B, d_h), shared_v=(B, d_h), latent_k=(B, H, r), latent_v=(B, H, r),
-                    key_scale=(B, H))
-    if not isinstance(entries, dict):
-        raise TypeError(f"entries must be a dict of tensors, got {type(entries).__name__}")
-    out = {}
-    for name, t in cache_tensors.items():
-        if name not in entries:
-            raise ValueError(f"entries lacks {name!r}, which the cache holds")
-        e = entries[name]
-        if not isinstance(e, torch.Tensor):
-            raise TypeError(f"entries[{name!r}] must be a torch.Tensor, got {type(e).__name__}")
-        if tuple(e.shape) != expected[name]:
-            raise ValueError(f"entries[{name!r}] must have shape {list(expected[name])}, got {list(e.shape)}")
-        if not e.is_floating_point():
-            raise TypeError(f"entries[{name!r}] must be floating point, got {e.dtype}")
-        if e.device != t.device:
-            raise ValueError(f"entries[{name!r}] is on {e.device}, the cache on {t.device}")
-        out[name] = e.to(t.dtype)  # the reference's rounding, done by torch
-    return out
+    """The reference contract's check (shape, the cache's dtype, device, finite, key_scale >= 0)."""
+    check_append_entries(entries, cache_tensors, B=B)
+    return {name: entries[name] for name in cache_tensors}
 
 
 def _check_positions(positions, lengths, B: int, capacity: int) -> None:

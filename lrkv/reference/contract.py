@@ -7,6 +7,8 @@ that names the problem *before* a kernel launches, so an out-of-bounds access ca
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .rope import ExactRope
@@ -44,9 +46,19 @@ def check_dtypes_and_device(named: dict) -> None:
         raise ValueError(f"all inputs must be on one device, got {sorted(map(str, devices))}")
 
 
+def check_sizes(H: int, d_h: int) -> None:
+    """At least one head of at least one channel: H = 0 or d_h = 0 is no attention layer."""
+    if H < 1:
+        raise ValueError(f"H (q.shape[1]) must be >= 1, got {H}")
+    if d_h < 1:
+        raise ValueError(f"d_h (q.shape[2]) must be >= 1, got {d_h}")
+
+
 def check_scale_and_rope(scale, rope, d_h: int) -> None:
     if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not (scale > 0):
         raise ValueError(f"scale must be a positive float (1/sqrt(d_h)), got {scale!r}")
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be finite (1/sqrt(d_h)), got {scale!r}")
     if rope is not None:
         if not isinstance(rope, ExactRope):
             raise TypeError(f"rope must be None or ExactRope, got {type(rope).__name__}")
@@ -95,6 +107,7 @@ def validate_decode_inputs(
         raise ValueError(
             f"lengths must lie in [0, T_max={T}], got min {int(lengths.min())}, max {int(lengths.max())}"
         )
+    check_sizes(H, d_h)
     check_scale_and_rope(scale, rope, d_h)
     if check_finite:
         check_finite_query_and_bases(named)
@@ -106,7 +119,18 @@ def validate_decode_inputs(
             m = valid.reshape(B, T, *([1] * (t.dim() - 2)))
             if not torch.isfinite(torch.where(m, t, 0)).all():
                 raise ValueError(f"{name} contains NaN or Inf inside the valid length of some sequence")
+        if key_scale is not None:
+            check_key_scale_sign(torch.where(valid[:, :, None], key_scale, 0))
     return B, T, H, d_h, r
+
+
+def check_key_scale_sign(valid_key_scale: torch.Tensor) -> None:
+    """key_scale is an inverse RMS (DESIGN §3): never negative in a slot that is read."""
+    neg = valid_key_scale < 0
+    if neg.any():
+        at = [int(i) for i in neg.nonzero()[0]]
+        raise ValueError(f"key_scale must be >= 0 (an inverse RMS) in every slot that is read, got "
+                         f"{float(valid_key_scale[tuple(at)]):g} at {at}")
 
 
 # ----------------------------------------------------------------------------- paged layout
@@ -127,7 +151,24 @@ def check_page_table(page_table, lengths, *, num_pages: int, page: int) -> int:
             b, i = (int(x) for x in bad.nonzero()[0])
             raise ValueError(f"page_table[{b}, {i}] = {int(page_table[b, i])} is outside [0, num_pages="
                              f"{num_pages}) but sequence {b} (length {int(lengths[b])}) reads that page")
+        check_distinct_pages(page_table, used, num_pages)
     return capacity
+
+
+def check_distinct_pages(page_table: torch.Tensor, used: torch.Tensor, num_pages: int) -> None:
+    """No page twice among the pages one sequence reads: its slots would alias (two logical
+    positions, one physical row), and an append would overwrite a token it still attends to.
+    Sequences may share pages with each other (a common prefix)."""
+    b_idx, i_idx = used.nonzero(as_tuple=True)
+    key = b_idx * num_pages + page_table[b_idx, i_idx].long()
+    if torch.unique(key).numel() == key.numel():
+        return
+    first: dict[int, int] = {}
+    for k, (b, i) in enumerate(zip(b_idx.tolist(), i_idx.tolist())):
+        j = first.setdefault(int(key[k]), i)
+        if j != i:
+            raise ValueError(f"page_table[{b}, {i}] = {int(page_table[b, i])} repeats page_table[{b}, {j}]: "
+                             f"sequence {b} lists one page twice (its slots would alias)")
 
 
 def valid_physical_slots(page_table: torch.Tensor, lengths: torch.Tensor, page: int):
@@ -185,6 +226,8 @@ def check_finite_cache(named: dict, lengths: torch.Tensor, page_table=None) -> N
         t = named.get(name)
         if t is not None and not torch.isfinite(pick(t)).all():
             raise ValueError(f"{name} contains NaN or Inf inside the valid length of some sequence")
+    if named.get("key_scale") is not None:
+        check_key_scale_sign(pick(named["key_scale"]))
 
 
 def _named(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, key_scale, **more) -> dict:
@@ -220,11 +263,44 @@ def validate_paged_inputs(
     check_shape("page_table", page_table, (B, page_table.shape[1]))
     check_dtypes_and_device(named)
     check_page_table(page_table, lengths, num_pages=P, page=page)
+    check_sizes(H, d_h)
     check_scale_and_rope(scale, rope, d_h)
     if check_finite:
         check_finite_query_and_bases(named)
         check_finite_cache(named, lengths, page_table)
     return B, H, d_h, latent_k.shape[3], P, page, page_table.shape[1]
+
+
+# ----------------------------------------------------------------------------- append
+def check_append_entries(entries, cache_tensors: dict, *, B: int) -> None:
+    """The projected token `append` writes into a cache of any family: for each cache tensor
+    ([B, T, ...] or pages [P, page, ...]) an entry of shape [B, ...], in the cache's own dtype
+    (append never rounds: float64 entries for a bfloat16 cache are the caller's rounding to
+    do), on its device, finite (the slot becomes valid and is read), and a key_scale >= 0 (an
+    inverse RMS)."""
+    expected = {name: (B, *t.shape[2:]) for name, t in cache_tensors.items()}
+    if not isinstance(entries, dict):
+        raise TypeError(f"entries must be a dict of tensors, got {type(entries).__name__}")
+    for name, t in cache_tensors.items():
+        if name not in entries:
+            raise ValueError(f"entries lacks {name!r}, which the cache holds")
+        e = entries[name]
+        if not isinstance(e, torch.Tensor):
+            raise TypeError(f"entries[{name!r}] must be a torch.Tensor, got {type(e).__name__}")
+        if tuple(e.shape) != expected[name]:
+            raise ValueError(f"entries[{name!r}] must have shape {list(expected[name])}, got {list(e.shape)}")
+        if not e.is_floating_point():
+            raise TypeError(f"entries[{name!r}] must be floating point, got {e.dtype}")
+        if e.dtype != t.dtype:
+            raise TypeError(f"entries[{name!r}] has dtype {e.dtype} but the cache holds {t.dtype}: round the "
+                            "entries to the cache dtype first (append writes them as given)")
+        if e.device != t.device:
+            raise ValueError(f"entries[{name!r}] is on {e.device}, the cache on {t.device}")
+        if not torch.isfinite(e).all():
+            raise ValueError(f"entries[{name!r}] contains NaN or Inf: the slot it fills is read by every "
+                             "later decode")
+    if "key_scale" in cache_tensors:
+        check_key_scale_sign(entries["key_scale"])
 
 
 # ----------------------------------------------------------------------------- extend
@@ -285,6 +361,7 @@ def validate_extend_inputs(
         check_shape("page_table", page_table, (B, page_table.shape[1]))
         check_page_table(page_table, lengths, num_pages=rows, page=T)
     check_cu_seqlens(cu_seqlens_q, lengths, N)
+    check_sizes(H, d_h)
     check_scale_and_rope(scale, rope, d_h)
     if check_finite:
         check_finite_query_and_bases(named)

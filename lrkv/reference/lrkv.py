@@ -22,7 +22,7 @@ import torch
 
 from ..spec import AttentionSpec
 from .cache import FactoredCache, allocate_cache
-from .contract import validate_decode_inputs
+from .contract import check_append_entries, validate_decode_inputs
 from .masking import causal_attention, softmax_rows, valid_mask, zero_garbage
 from .norms import joint_key_scale, rms_norm
 from .rope import ExactRope, apply_rope, rope_freqs
@@ -192,7 +192,8 @@ def project_token(weights: LRKVWeights, x: torch.Tensor, positions: torch.Tensor
 
 
 def append(cache: FactoredCache, entries: dict[str, torch.Tensor], positions: torch.Tensor) -> FactoredCache:
-    """Write one token per sequence at slot positions[b]; lengths become positions + 1."""
+    """Write one token per sequence at slot positions[b]; lengths become positions + 1. Any
+    family's cache; the entries must have the cache's dtype and be finite (never rounded here)."""
     B = cache.batch
     if positions.shape != (B,):
         raise ValueError(f"positions must have shape [{B}], got {list(positions.shape)}")
@@ -204,10 +205,11 @@ def append(cache: FactoredCache, entries: dict[str, torch.Tensor], positions: to
         )
     if int(positions.max()) >= cache.t_max:
         raise ValueError(f"cache is full: position {int(positions.max())} >= T_max {cache.t_max}")
+    check_append_entries(entries, cache.tensors(), B=B)
     rows = torch.arange(B, device=positions.device)
     pos = positions.long()
     for name, t in cache.tensors().items():
-        t[rows, pos] = entries[name].to(t.dtype)
+        t[rows, pos] = entries[name]
     cache.lengths = (cache.lengths + 1).to(cache.lengths.dtype)
     return cache
 

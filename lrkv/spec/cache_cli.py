@@ -12,6 +12,10 @@ width is padded to --align. Also: the largest LRKV rank within --target of MHA's
 32K means 32,768 (K = 1024, M = 1024²). Presets are the paper's scales (Tables 5 and 7);
 --layers is required where Table 5 gives no layer count (128M, 6.3B).
 
+A --rank past d_h is refused; a rank past the break-even rank d_h(1 − 1/H) (LRKV's cache no
+smaller than MHA's), or a --target whose ceiling passes d_h (capped there) or the break-even
+rank, is planned with a warning on stderr (and in the JSON's "warnings").
+
 Exit status: 0 ok · 2 bad input (the message names the option) · 130 interrupted.
 (1 a check failed, 3 a toolchain missing and 4 nothing verified do not arise: the planner
 only computes.)
@@ -61,7 +65,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("cache", help="size a deployment: KV cache of LRKV and its peers side by side",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", required=True, choices=sorted(PAPER_SCALES), help="the paper's scale (Table 7)")
-    p.add_argument("--rank", type=arg_int(minimum=0), help="LRKV rank r (default: Table 7's for the preset)")
+    p.add_argument("--rank", type=arg_int(minimum=0),
+                   help="LRKV rank r, at most d_h (default: Table 7's for the preset); past the break-even "
+                        "rank d_h(1 - 1/H) a warning says its cache is no smaller than MHA's")
     p.add_argument("--layers", type=arg_int(minimum=1), help="layer count N (default: Table 5's, where it has one)")
     p.add_argument("--seq-len", type=_count, required=True, help="cached tokens per sequence, e.g. 32K")
     p.add_argument("--batch", type=_count, default=1, help="concurrent sequences (default 1)")
@@ -105,6 +111,8 @@ def run_cli(args: argparse.Namespace) -> int:
     except (TypeError, ValueError) as e:
         err.print(f"[red]{e}[/]")
         return 2
+    for w in result.warnings:  # valid, but the plan saves nothing: said on stderr, in JSON mode too
+        err.print(f"warning: {w}", style="yellow", markup=False, highlight=False, soft_wrap=True)
     if args.json:
         sys.stdout.write(json.dumps(result.to_dict(), indent=1) + "\n")
         return 0
@@ -128,6 +136,7 @@ def run_cli(args: argparse.Namespace) -> int:
         out.print(f"budget: {args.budget_gib:g} GiB of cache per device")
     c = float(result.target_fraction)
     out.print(f"LRKV rank ceiling for ≤ {c:.2%} of MHA: "
-              + (f"r ≤ {result.rank_ceiling} (floor(d_h(c − 1/H)), Eq. 9)" if result.rank_ceiling is not None
+              + (f"r ≤ {result.rank_ceiling} (= d_h: every rank fits)" if result.rank_ceiling_capped
+                 else f"r ≤ {result.rank_ceiling} (floor(d_h(c − 1/H)), Eq. 9)" if result.rank_ceiling is not None
                  else f"none (below the shared-block floor 1/H = {1 / scale.n_heads:.2%})"))
     return 0

@@ -22,7 +22,7 @@ from fractions import Fraction
 from lrkv.checks import check_choice, check_int
 
 from .accounting import (
-    cache_elements, mha_cache_elements, padded_rank, per_device_cache_elements, rank_ceiling,
+    break_even_rank, cache_elements, mha_cache_elements, padded_rank, per_device_cache_elements, rank_ceiling,
 )
 from .attention import AttentionSpec
 from .dtypes import dtype_bytes, dtype_name
@@ -119,9 +119,11 @@ class Plan:
     tp: int
     budget_bytes: int | None
     target_fraction: Fraction
-    rank_ceiling: int | None  # largest LRKV rank within target_fraction of MHA; None below 1/H
+    rank_ceiling: int | None  # largest LRKV rank within target_fraction of MHA (at most d_h); None below 1/H
     align: int
     rows: tuple[PlanRow, ...]
+    warnings: tuple[str, ...] = ()  # a plan that is valid but saves nothing (the CLI prints each)
+    rank_ceiling_capped: bool = False  # the formula's ceiling passed d_h; rank_ceiling is d_h
 
     def to_dict(self) -> dict:
         return {
@@ -129,7 +131,8 @@ class Plan:
             "batch": self.batch, "seq_len": self.seq_len, "tokens": self.batch * self.seq_len,
             "dtype": self.dtype, "tp": self.tp, "budget_bytes": self.budget_bytes,
             "target_fraction": float(self.target_fraction), "rank_ceiling": self.rank_ceiling,
-            "align": self.align, "rows": [r.to_dict() for r in self.rows],
+            "align": self.align, "rows": [r.to_dict() for r in self.rows], "warnings": list(self.warnings),
+            "rank_ceiling_capped": self.rank_ceiling_capped,
         }
 
 
@@ -146,6 +149,9 @@ def plan(scale: PaperScale, *, n_layers: int, batch: int, seq_len: int, dtype="b
         check_int("budget_bytes", budget_bytes, minimum=1)
     if rank is not None:
         check_int("rank", rank, minimum=0)
+        if rank > scale.head_dim:
+            raise ValueError(f"rank ({rank}) must be <= d_h ({scale.head_dim}) of {scale.label}: U_h B_h^T of a "
+                             f"{scale.head_dim}-wide head has rank at most d_h")
     for f in families:
         check_choice("family", f, PEERS)
     if scale.n_heads % tp:
@@ -172,6 +178,32 @@ def plan(scale: PaperScale, *, n_layers: int, batch: int, seq_len: int, dtype="b
         ceiling = rank_ceiling(scale.n_heads, scale.head_dim, target_fraction)
     except ValueError:
         ceiling = None
+    formula = ceiling
+    ceiling, warnings = _saves_nothing(scale, rows, ceiling, Fraction(target_fraction))
     return Plan(preset=scale.label, n_layers=n_layers, batch=batch, seq_len=seq_len, dtype=dtype_name(dtype),
                 tp=tp, budget_bytes=budget_bytes, target_fraction=Fraction(target_fraction),
-                rank_ceiling=ceiling, align=align, rows=tuple(rows))
+                rank_ceiling=ceiling, align=align, rows=tuple(rows), warnings=tuple(warnings),
+                rank_ceiling_capped=formula != ceiling)
+
+
+def _saves_nothing(scale: PaperScale, rows: list[PlanRow], ceiling: int | None,
+                   target: Fraction) -> tuple[int | None, list[str]]:
+    """(the rank ceiling capped at d_h, warnings): an LRKV rank past the break-even rank
+    d_h(1 − 1/H), where its cache is no smaller than MHA's, and a target whose ceiling would
+    pass d_h or the break-even rank."""
+    H, d_h = scale.n_heads, scale.head_dim
+    even = break_even_rank(H, d_h)
+    warnings = []
+    for r in rows:
+        if r.family == "lrkv" and r.fraction_of_mha >= 1:
+            warnings.append(f"lrkv {r.spec}: rank past the break-even rank {even} of {scale.label} "
+                            f"(r < d_h(1 - 1/H) = {float(d_h * (1 - Fraction(1, H))):.4g}): its cache is "
+                            f"{float(r.fraction_of_mha):.2%} of MHA's, no smaller")
+    if ceiling is not None and ceiling > d_h:
+        warnings.append(f"--target {float(target):g}: the rank ceiling floor(d_h(c - 1/H)) = {ceiling} exceeds "
+                        f"d_h = {d_h}; every rank fits, so the ceiling shown is d_h")
+        ceiling = d_h
+    if ceiling is not None and ceiling > even:
+        warnings.append(f"--target {float(target):g} is at or above MHA's cache: ranks above the break-even rank "
+                        f"{even} (up to the ceiling {ceiling}) give an LRKV cache no smaller than MHA's")
+    return ceiling, warnings

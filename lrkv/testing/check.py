@@ -12,13 +12,25 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..checks import check_choice
+from ..checks import check_bool, check_choice
 from ..spec import dtype_name
 from ..verify.case import CASE_LEVELS, DTYPES, Case
 from .report_view import Report
 from .target import Target, resolve
 
 GRIDS = ("default", "quick", "mutants")
+
+
+class NotVerified(ValueError):
+    """`check_case` (or a property check) did not judge the case: the backend is unavailable
+    here, does not implement its level or dtype, or its `supports()` declined it. Raised, not
+    returned, so that a test which verified nothing cannot pass; `.record` is the skip record
+    (None from a property check) and `.reason` why."""
+
+    def __init__(self, message: str, reason: str, record: dict | None = None):
+        super().__init__(message)
+        self.reason = reason
+        self.record = record
 
 
 def grid_cases(grid: str | Iterable[Case] = "default") -> list[Case]:
@@ -28,20 +40,28 @@ def grid_cases(grid: str | Iterable[Case] = "default") -> list[Case]:
     if isinstance(grid, str):
         check_choice("grid", grid, GRIDS)
         return {"default": grids.default_grid, "quick": grids.quick_grid, "mutants": grids.mutant_grid}[grid]()
-    cases = list(grid)
+    cases = list(_iterable("grid", grid, f"a grid name {GRIDS} or an iterable of Case"))
     for c in cases:
         if not isinstance(c, Case):
             raise TypeError(f"grid must be a grid name {GRIDS} or an iterable of Case, got a {type(c).__name__}")
     return cases
 
 
+def _iterable(name: str, value, what: str):
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__} {value!r}")
+    return value
+
+
 def _filter(cases: list[Case], levels, dtypes) -> list[Case]:
     if levels is not None:
-        levels = {check_choice("levels", lv, CASE_LEVELS) for lv in ([levels] if isinstance(levels, str) else levels)}
+        levels = {check_choice("levels", lv, CASE_LEVELS)
+                  for lv in ([levels] if isinstance(levels, str) else _iterable("levels", levels, "a level or levels"))}
         cases = [c for c in cases if c.level in levels]
     if dtypes is not None:
         names = set()
-        for d in [dtypes] if isinstance(dtypes, str) else dtypes:
+        one = isinstance(dtypes, str) or not hasattr(dtypes, "__iter__")  # a name or a torch.dtype
+        for d in [dtypes] if one else dtypes:
             try:
                 names.add(check_choice("dtypes", dtype_name(d), DTYPES))
             except TypeError:
@@ -82,9 +102,12 @@ def cases_for(backend: Any, grid: str | Iterable[Case] = "default", *, levels=No
 
 
 def check_case(backend: Any, case: Case, *, policy=None, backend_ref: str | None = None) -> dict:
-    """Run one case through the harness; return its record (status pass, xfail or skip —
-    a skip carries its reason), raise AssertionError (with the replay command) if it fails
-    or errors."""
+    """Run one case through the harness and return its record (status pass or xfail).
+
+    Raises AssertionError (with the replay command) if the case fails or errors, and
+    NotVerified (a ValueError) if it was not judged at all — the backend is unavailable here,
+    does not implement the case's level or dtype, or its `supports()` declines the case — so
+    that a test calling it can never pass on a case that was not checked."""
     from ..verify.runner import run
 
     if not isinstance(case, Case):
@@ -94,6 +117,9 @@ def check_case(backend: Any, case: Case, *, policy=None, backend_ref: str | None
     if rec["status"] in ("fail", "error"):
         raise AssertionError(f"{rec['status'].upper()} {rec['backend']} {rec['id']}: {rec['reason']}\n"
                              f"  replay: {rec['repro']}{_note(target)}")
+    if rec["status"] == "skip":
+        raise NotVerified(f"NOT VERIFIED {rec['backend']} {rec['id']}: {rec['reason']}\n"
+                          f"  replay: {rec['repro']}", rec["reason"], rec)
     return rec
 
 
@@ -114,6 +140,7 @@ def check_backend(backend: Any, *, grid: str | Iterable[Case] = "default", level
     from ..verify.tolerance_report import build_report
     from ..verify.runner import backend_info, run
 
+    check_bool("raise_on_failure", raise_on_failure)
     target = resolve(backend, backend_ref)
     cases = _filter(grid_cases(grid), levels, dtypes)
     pol = _policy(policy)

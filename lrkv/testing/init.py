@@ -9,12 +9,23 @@ Writes, from the templates packaged in lrkv/testing/templates/:
 
 then prints how to create the first baseline. Existing files are never overwritten without
 --force (exit 2 naming the file).
+
+All or nothing: every target is checked first — an existing file without --force, a
+directory or other non-file where a file goes, a file where a directory is needed (say a
+`.github` file), a symbolic link at a target or at a folder inside the project (init never
+writes through a link, not even with --force) — and any of them is exit 2 naming the path
+before anything is written. The files are then written into a temporary folder inside the
+project and moved into place; if one cannot be written (permissions, a full disk), the ones
+already moved are taken back, overwritten ones restored, and the error names the path.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
+import tempfile
 from importlib import resources
 from pathlib import Path
 
@@ -35,7 +46,8 @@ FILES = {
 def register(subparsers) -> None:
     p = subparsers.add_parser(
         "init", help="set up lrkv verification in your own repository",
-        description=__doc__ + "\nexit codes: 0 written · 2 a file exists (use --force) or bad input · 130 interrupted "
+        description=__doc__ + "\nexit codes: 0 written · 2 a file exists (use --force), a target that cannot be "
+                    "written (nothing is) or bad input · 130 interrupted "
                     "(1, 3 and 4 do not arise: init only writes files)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dir", nargs="?", default=".", type=arg_out_dir(), help="the project directory (default: .)")
@@ -59,16 +71,104 @@ def plan(directory: Path) -> dict[Path, str]:
     return {directory / dest: render(src, **values) for src, dest in FILES.items()}
 
 
+class InitError(ValueError):
+    """A target of `lrkv init` that cannot be written as asked; the message names the path."""
+
+
+def _folders(path: Path, directory: Path) -> list[Path]:
+    """The folders between `directory` (excluded) and `path` (excluded), outermost first."""
+    rel = path.relative_to(directory)
+    return [directory.joinpath(*rel.parts[:i]) for i in range(1, len(rel.parts))]
+
+
+def check_targets(directory: Path, files: dict[Path, str], *, force: bool = False) -> None:
+    """Raise InitError (or FileExistsError, without --force) naming the first target that
+    cannot be written; nothing is touched."""
+    if directory.is_symlink() and not directory.is_dir():
+        raise InitError(f"{directory} is a broken symbolic link")
+    if directory.exists() and not directory.is_dir():
+        raise InitError(f"{directory} exists and is not a directory")
+    for path in files:
+        for folder in _folders(path, directory):
+            if folder.is_symlink():
+                raise InitError(f"{folder} is a symbolic link; lrkv init does not write through links")
+            if folder.exists() and not folder.is_dir():
+                raise InitError(f"{folder} is a file, not a directory (needed for {path.relative_to(directory)})")
+        if path.is_symlink():
+            raise InitError(f"{path} is a symbolic link; lrkv init does not write through links")
+        if path.exists() and not path.is_file():
+            raise InitError(f"{path} exists and is not a regular file")
+        if path.exists() and not force:
+            raise FileExistsError(f"{path} exists; use --force to overwrite it")
+
+
+def _oserror(e: OSError, fallback: Path) -> InitError:
+    return InitError(f"cannot write {e.filename or fallback}: {e.strerror or e}")
+
+
+def _undo(placed: list[Path], backups: dict[Path, Path], made: list[Path]) -> None:
+    """Take back a write that failed midway: remove the files moved into place, put back the
+    ones they replaced, remove the folders made. Best effort — each step is tried even if an
+    earlier one failed (a folder someone else filled meanwhile stays)."""
+    for path in reversed(placed):
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            pass
+    for path, old in backups.items():
+        try:
+            os.replace(old, path)
+        except OSError:
+            pass
+    for folder in reversed(made):
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
+
+
 def init_project(directory: str | Path, *, force: bool = False) -> list[Path]:
-    """Write the starter files; raise FileExistsError naming the first existing one unless force."""
-    files = plan(Path(directory))
-    if not force:
-        for path in files:
-            if path.exists():
-                raise FileExistsError(f"{path} exists; use --force to overwrite it")
-    for path, text in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+    """Write the starter files, all or nothing (see the module doc); raise FileExistsError
+    naming the first existing one unless force, InitError naming a path that cannot be written."""
+    directory = Path(directory)
+    files = plan(directory)
+    check_targets(directory, files, force=force)
+    made: list[Path] = []  # folders this call created, outermost first
+    placed: list[Path] = []
+    backups: dict[Path, Path] = {}
+    staging = None
+    try:
+        for folder in [*reversed(directory.parents), directory]:
+            if not folder.exists():
+                folder.mkdir()
+                made.append(folder)
+        staging = Path(tempfile.mkdtemp(prefix=".lrkv-init-", dir=directory))
+        staged = {}
+        for i, (path, text) in enumerate(files.items()):
+            staged[path] = staging / f"{i}.new"
+            try:
+                staged[path].write_text(text, encoding="utf-8")
+            except OSError as e:
+                raise _oserror(e, path) from None
+        for i, (path, tmp) in enumerate(staged.items()):
+            try:
+                for folder in _folders(path, directory):
+                    if not folder.exists():
+                        folder.mkdir()
+                        made.append(folder)
+                if path.exists():  # --force: kept until every file is in place
+                    backups[path] = staging / f"{i}.old"
+                    os.replace(path, backups[path])
+                os.replace(tmp, path)  # replaces a name, never writes through a link
+                placed.append(path)
+            except OSError as e:
+                raise _oserror(e, path) from None
+    except BaseException:
+        _undo(placed, backups, made)
+        raise
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
     return list(files)
 
 
@@ -85,8 +185,12 @@ def next_steps(directory: Path) -> str:
 def cmd_init(args) -> int:
     try:
         written = init_project(args.dir, force=args.force)
-    except FileExistsError as e:
-        print(f"lrkv init: {e}", file=sys.stderr)
+    except (FileExistsError, InitError) as e:
+        print(f"lrkv init: {e} (nothing written)", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as e:  # e.g. the project folder cannot be created
+        print(f"lrkv init: cannot write {e.filename or args.dir}: {e.strerror or e} (nothing written)",
+              file=sys.stderr)
         return EXIT_USAGE
     for path in written:
         print(f"wrote {path}")

@@ -8,6 +8,11 @@ the hypothesis properties — to the collected tests, parametrized over the give
 A test module may instead name its own backends in `LRKV_BACKENDS` and import the suite's
 tests (this repository's tests/verify/test_equivalence.py does). Loading the plugin imports
 nothing heavy: torch and the harness load only when a suite test is collected.
+
+A session is never green on nothing: at its end the plugin prints how many cases each
+`--lrkv-backend` verified (grid cases and drawn examples that met the rule), and a backend
+that verified none — unavailable here, every case skipped or declined, or every test
+deselected — fails the session, naming why, unless `--lrkv-allow-empty` is given.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+from .tally import TALLIES, Tally, tally
 
 GRIDS = ("default", "quick", "mutants")
 DEFAULT_GRID = "quick"
@@ -27,10 +34,21 @@ def pytest_addoption(parser) -> None:
                          "a registered name or package.module:attribute (repeatable)")
     group.addoption("--lrkv-grid", choices=GRIDS, default=None,
                     help=f"the case grid test_grid_case runs (default: {DEFAULT_GRID})")
+    group.addoption("--lrkv-allow-empty", action="store_true", default=False,
+                    help="do not fail the session when a --lrkv-backend verified no case "
+                         "(unavailable here, every case skipped or deselected)")
 
 
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "equivalence: equivalence of decode paths against the float64 oracle")
+    TALLIES.append(Tally())
+    config._lrkv_tally = TALLIES[-1]
+
+
+def pytest_unconfigure(config) -> None:
+    t = getattr(config, "_lrkv_tally", None)
+    if t is not None and t in TALLIES:
+        TALLIES.remove(t)
 
 
 def _labels(metafunc) -> list[str]:
@@ -83,4 +101,70 @@ def pytest_collection_modifyitems(session, config, items) -> None:
         return  # collected already (its path was given on the command line)
     module = pytest.Module.from_parent(session, path=path)
     items.extend(session.genitems(module))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session) -> None:
+    t = getattr(session.config, "_lrkv_tally", None)
+    if t is None:
+        return
+    for item in session.items:
+        label = getattr(getattr(item, "callspec", None), "params", {}).get("lrkv_target")
+        if isinstance(label, str):
+            t.labels[item.nodeid] = label
+
+
+def pytest_runtest_logreport(report) -> None:
+    t = tally()
+    if t is None or not report.skipped or report.nodeid not in t.labels:
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    t.skipped(t.labels[report.nodeid], reason.removeprefix("Skipped: "))
+
+
+def _empty(config) -> dict[str, str]:
+    """--lrkv-backend label -> why it verified nothing, for each that verified no case."""
+    t = getattr(config, "_lrkv_tally", None)
+    if t is None or config.getoption("collectonly", False):
+        return {}
+    out = {}
+    for label in dict.fromkeys(config.getoption("lrkv_backend")):
+        if t.verified[label]:
+            continue
+        if label in t.unavailable:
+            why = f"unavailable here: {t.unavailable[label]}"
+        elif t.skips.get(label):
+            n = sum(t.skips[label].values())
+            top = "; ".join(f"{r} ({c})" for r, c in t.skips[label].most_common(3))
+            why = f"{n} skipped: {top}"
+        else:
+            why = "no suite test ran for it (deselected, or it failed before verifying a case)"
+        out[label] = why
+    return out
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    if session.config.getoption("lrkv_allow_empty"):
+        return
+    if _empty(session.config) and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    t = getattr(config, "_lrkv_tally", None)
+    labels = list(dict.fromkeys(config.getoption("lrkv_backend")))
+    if t is None or config.getoption("collectonly", False) or not (labels or t.verified):
+        return
+    terminalreporter.write_sep("=", "lrkv")
+    for label in dict.fromkeys([*labels, *t.verified]):
+        terminalreporter.write_line(f"lrkv: {label}: {t.verified[label]} cases verified")
+    allow = config.getoption("lrkv_allow_empty")
+    for label, why in _empty(config).items():
+        if allow:
+            terminalreporter.write_line(f"lrkv: --lrkv-backend {label} verified no case ({why}); "
+                                        "accepted by --lrkv-allow-empty", yellow=True)
+        else:
+            terminalreporter.write_line(f"lrkv: FAILED: --lrkv-backend {label} verified no case: {why} "
+                                        "(a run that verified nothing is not a pass; --lrkv-allow-empty "
+                                        "accepts it)", red=True, bold=True)
 

@@ -31,7 +31,8 @@ from ..verify.levels.model import decode_sequence, make_model_inputs
 from ..verify.metrics import error_metrics
 from ..verify.runner import Prepared, float64_bounds, judge_outputs, prepare, prepare_inputs, repro_command
 from ..verify.tolerance import fa3_atol, judge, make_bound
-from .check import _policy, check_case
+from ..verify.protocol import check_available
+from .check import NotVerified, _policy, check_case
 from .target import Target, resolve
 
 SHIFT = 40.0  # common logit offset (after scaling) for the shift-invariance property
@@ -44,7 +45,11 @@ __all__ = ["matches_reference", "factored_equals_materialized", "split_tile_inva
 class _Ctx:
     """The backend, its replay label and the tolerance for one case."""
 
-    def __init__(self, backend: Any, case: Case, policy, backend_ref: str | None):
+    def __init__(self, backend: Any, case: Case, policy, backend_ref: str | None, level: str):
+        if not isinstance(case, Case):
+            raise TypeError(f"case must be a lrkv.verify.case.Case, got {type(case).__name__}")
+        if case.level != level:
+            raise ValueError(f"case: this property checks a {level!r} case, got level {case.level!r} ({case.id})")
         self.target = backend if isinstance(backend, Target) else resolve(backend, backend_ref)
         self.b, self.case = self.target.backend, case
         self.policy = _policy(policy)
@@ -88,12 +93,20 @@ class _Ctx:
                 raise self.fail(f"{what}: {name} max|diff| {m.max_abs:.3g} > 2·bound {2 * bounds[name]:.3g}", case)
 
     def need(self, level: str) -> None:
+        """The backend runs this case here, or NotVerified (a ValueError) says why not."""
+        def refuse(why: str) -> NotVerified:
+            return NotVerified(f"NOT VERIFIED {self.b.name} {self.case.id}: {why}\n  replay: {self.replay()}", why)
         if level not in self.b.levels:
-            raise ValueError(f"backend {self.b.name!r} has no {level} level (levels {sorted(self.b.levels)})")
+            raise refuse(f"backend {self.b.name!r} has no {level} level (levels {sorted(self.b.levels)})")
+        ok, why = check_available(self.b, self.target.label)
+        if not ok:
+            raise refuse(f"backend unavailable: {why}")
+        if as_dtype(self.case.dtype) not in tuple(self.b.dtypes):
+            raise refuse(f"dtype {self.case.dtype} not supported by backend {self.b.name!r}")
         if hasattr(self.b, "supports"):
             ok, why = self.b.supports(self.case)
             if not ok:
-                raise ValueError(f"backend {self.b.name!r} does not support {self.case.id}: {why}")
+                raise refuse(f"backend {self.b.name!r} does not support {self.case.id}: {why}")
 
 
 def oracle_bounds(case: Case, inp64: KernelInputs, c: float) -> dict[str, float]:
@@ -112,7 +125,7 @@ def factored_equals_materialized(backend: Any, case: Case, *, policy=None, backe
     """Eqs. 6–7: the factored oracle and the explicit K_h = S + Z B_h^T, V_h oracle agree at
     float64 within the rounding bound (out and lse values), and the backend's out and lse
     meet the rule against *each* of them."""
-    ctx = _Ctx(backend, case, policy, backend_ref)
+    ctx = _Ctx(backend, case, policy, backend_ref, "kernel")
     ctx.need("kernel")
     prep = ctx.prepare()
     x64 = prep.inputs.to(torch.float64)
@@ -134,7 +147,7 @@ def factored_equals_materialized(backend: Any, case: Case, *, policy=None, backe
 def split_tile_invariance(backend: Any, case: Case, *, policy=None, backend_ref: str | None = None) -> None:
     """The answer does not depend on the schedule: the case's tile/split hints (counts that
     need not divide T) vs one tile over the whole cache, within twice the rule's bound."""
-    ctx = _Ctx(backend, case, policy, backend_ref)
+    ctx = _Ctx(backend, case, policy, backend_ref, "kernel")
     ctx.need("kernel")
     whole = case.replace(tile=max(1, case.t_max), splits=1)
     prep = ctx.prepare()
@@ -162,7 +175,7 @@ def _permute(inp: KernelInputs, batch: torch.Tensor | None, heads: torch.Tensor 
 
 def permutation_equivariance(backend: Any, case: Case, *, policy=None, backend_ref: str | None = None) -> None:
     """Permuting the batch (or the heads with their B_h and latents) permutes out and lse."""
-    ctx = _Ctx(backend, case, policy, backend_ref)
+    ctx = _Ctx(backend, case, policy, backend_ref, "kernel")
     ctx.need("kernel")
     prep = ctx.prepare()
     outs = ctx.run(prep.inputs)
@@ -178,7 +191,7 @@ def permutation_equivariance(backend: Any, case: Case, *, policy=None, backend_r
 
 def garbage_invariance(backend: Any, case: Case, *, policy=None, backend_ref: str | None = None) -> None:
     """NaN garbage and huge finite garbage past lengths give the same out and lse."""
-    ctx = _Ctx(backend, case, policy, backend_ref)
+    ctx = _Ctx(backend, case, policy, backend_ref, "kernel")
     ctx.need("kernel")
     nan_case, fin_case = case.replace(nan_garbage=True), case.replace(nan_garbage=False)
     prep_nan, prep_fin = ctx.prepare(nan_case), ctx.prepare(fin_case)
@@ -203,7 +216,7 @@ def softmax_shift_invariance(backend: Any, case: Case, *, policy=None, backend_r
     offset and changes nothing else; the backend meets the rule on the shifted inputs (a
     kernel without max-subtraction overflows exp here). Cases with QK-norm are not
     applicable (key_scale multiplies each slot's logit: no offset is common)."""
-    ctx = _Ctx(backend, case, policy, backend_ref)
+    ctx = _Ctx(backend, case, policy, backend_ref, "kernel")
     ctx.need("kernel")
     if case.spec.qk_norm:
         raise ValueError("softmax_shift_invariance: no common logit offset exists with qk_norm")
@@ -232,10 +245,8 @@ def append_then_decode_equals_prefill(backend: Any, case: Case, *, policy=None,
     """Appending T tokens one layer_step at a time leaves the same cache (valid slots) as
     `prefill` of the whole prompt, at the rule's tolerance. Needs the layer level and a
     layer-model case (every length = t_max)."""
-    ctx = _Ctx(backend, case, policy, backend_ref)
+    ctx = _Ctx(backend, case, policy, backend_ref, "layer-model")
     ctx.need("layer")
-    if case.level != "layer-model":
-        raise ValueError(f"append_then_decode_equals_prefill needs a layer-model case, got {case.level!r}")
     tau = as_dtype(case.dtype)
     inp = make_model_inputs(case)
     caches = []

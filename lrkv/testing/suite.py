@@ -10,6 +10,8 @@ tests/verify/test_equivalence.py runs the same tests on its built-in backends):
   test_<property>               hypothesis: the checks of lrkv.testing.properties
 
 A failure prints the one-line replay, `lrkv verify --backend <label> --case '<json>'`.
+Each case that met the rule is counted for the plugin's end-of-session summary: a
+`--lrkv-backend` that verified none fails the session (lrkv.testing.plugin).
 Hypothesis settings come from the `ci` (default) or `dev` profile of lrkv.verify.strategies,
 selected by HYPOTHESIS_PROFILE, whatever the surrounding project's own profiles are.
 """
@@ -28,7 +30,8 @@ from ..verify.case import Case
 from ..verify.runner import repro_command
 from ..verify.strategies import PROFILES, cases, lrkv_specs
 from . import properties
-from .check import check_case
+from .check import NotVerified, check_case
+from .tally import record_unavailable, record_verified
 from .target import Target, resolve
 
 pytestmark = pytest.mark.equivalence
@@ -52,6 +55,7 @@ def load(label: str) -> Target:
     target = _TARGETS[label]
     ok, why = target.backend.available()
     if not ok:
+        record_unavailable(label, why)  # the plugin fails a session that verified nothing, naming why
         pytest.skip(f"{label}: unavailable ({why})")
     return target
 
@@ -108,6 +112,7 @@ def check(target: Target, strategy, cap: int | None, body) -> None:
             assume(target.backend.supports(case)[0])
         note(f"replay: {repro_command(target.label, case)}")
         body(case)
+        record_verified(target.label)  # this example met the rule (a failing one raised)
     prop()
 
 
@@ -115,7 +120,11 @@ def check(target: Target, strategy, cap: int | None, body) -> None:
 def test_grid_case(lrkv_target: str, lrkv_case: Case) -> None:
     """One case of the grid under the rule (DESIGN §6), as `lrkv verify` judges it."""
     target = load(lrkv_target)
-    check_case(target, lrkv_case)
+    try:
+        check_case(target, lrkv_case)
+    except NotVerified as e:  # declined by supports(): a skip with its reason, never a pass
+        pytest.skip(f"{target.label}: {e.reason}")
+    record_verified(target.label)
 
 
 # ----------------------------------------------------------------------------- drawn cases

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, fields, replace
 
 import torch
 
-from ..checks import check_bool, check_choice, check_float, check_int
+from ..checks import check_bool, check_choice, check_float, check_int, parse_json
 from ..spec import AttentionSpec, as_dtype, dtype_name
 
 DEFAULT_ROPE_THETA = 10000.0
@@ -98,6 +98,9 @@ class Case:
         check_int("tp", self.tp, minimum=1, maximum=MAX_TP)
         if (self.tp != 1) and self.level != "tp":
             raise ValueError(f"tp applies to level 'tp' only, got tp={self.tp} at level {self.level!r}")
+        if self.tp > self.spec.n_heads:  # the split rule of lrkv.distributed.partition
+            raise ValueError(f"tp ({self.tp}) must be <= spec.n_heads ({self.spec.n_heads}): every rank needs a "
+                             "query head")
         if self.level in ("layer-model", "tp") and set(self.lengths) != {self.t_max}:
             raise ValueError(f"{self.level} cases run whole sequences: every length must equal t_max")
         if self.level not in KERNEL_LEVELS and (self.q_scale != 1.0 or self.near_cancel):
@@ -210,7 +213,7 @@ class Case:
     @classmethod
     def from_json(cls, text: str) -> Case:
         try:
-            data = json.loads(text)
+            data = parse_json("--case", text)  # nested too deeply: a ValueError naming --case
         except json.JSONDecodeError as e:
             raise ValueError(f"--case is not valid JSON: {e}") from None
         return cls.from_dict(data)

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import torch
 
-from ..checks import check_float
+from ..checks import check_float, parse_toml
 from ..spec import as_dtype, dtype_name
 from .metrics import ErrorMetrics, json_float, parse_float
 
@@ -54,6 +54,7 @@ ATOL_ULPS = 4.0  # floor of atol: this many ulps of the output's dtype at its la
 ATOL_PROBES = 1024  # extra points spanning [−max|y|, max|y|]: a 2-element output must not get atol 0 by luck
 PROBE_STEP = 0.7548776662466927  # an irrational step (plastic-number based) so the probes are generic
 TABLES = ("defaults", "dtype", "backend", "coverage")
+MAX_CASE_TIMEOUT = 86400.0  # one day: a timer past threading.TIMEOUT_MAX raises OverflowError in every case
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,9 @@ def _check_knobs(table: dict, where: str) -> dict:
     for k, v in table.items():
         if k not in _KNOBS:
             raise ValueError(f"{where}: unknown tolerance key {k!r}; known: {sorted(_KNOBS)}")
-        out[k] = check_float(f"{where}.{k}", v, minimum=0.0, exclusive_minimum=(k == "case_timeout"))
+        timeout = k == "case_timeout"
+        out[k] = check_float(f"{where}.{k}", v, minimum=0.0, exclusive_minimum=timeout,
+                             maximum=MAX_CASE_TIMEOUT if timeout else None)
     return out
 
 
@@ -187,10 +190,24 @@ def _validated(defaults: dict, dtypes: dict, backends: dict, source: str, covera
 
 def _read_toml(path: Path) -> dict:
     try:
-        with path.open("rb") as f:
-            return tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
-        raise ValueError(f"{path}: not valid TOML: {e}") from None
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not valid TOML: not UTF-8 ({e.reason} at byte {e.start})") from None
+    except OSError as e:
+        raise ValueError(f"{path}: cannot read: {e.strerror or e}") from None
+    return parse_toml(path, text)  # malformed or nested too deeply: a ValueError naming the file
+
+
+def _subtable(data: dict, keys: tuple[str, ...], where: Path):
+    """data[k0][k1]… or None where a key is absent; a key that holds no table is an error."""
+    for i, key in enumerate(keys[:-1]):
+        data = data.get(key)
+        if data is None:
+            return None
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: field {'.'.join(keys[:i + 1])} must be a table, got "
+                             f"{type(data).__name__} {data!r}")
+    return data.get(keys[-1])
 
 
 def _from_tables(data: dict, source: str) -> Policy:
@@ -222,7 +239,7 @@ def project_policy_tables(directory: str | Path = ".") -> tuple[dict, str] | Non
         if "policy" in data:
             return data["policy"], str(d / PROJECT_FILE)
     if (d / PYPROJECT).is_file():
-        pol = _read_toml(d / PYPROJECT).get("tool", {}).get("lrkv", {}).get("policy")
+        pol = _subtable(_read_toml(d / PYPROJECT), ("tool", "lrkv", "policy"), d / PYPROJECT)
         if pol is not None:
             return pol, f"{d / PYPROJECT} [tool.lrkv.policy]"
     return None

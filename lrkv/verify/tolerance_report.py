@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from .. import __version__
+from ..checks import parse_json
 from .metrics import parse_float
 
 SCHEMA = "lrkv.tolerance-report/1"
@@ -185,7 +186,7 @@ def read_json(path) -> dict:
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: cannot read: {e}") from None
     try:
-        data = json.loads(text)
+        data = parse_json(path, text)  # too deeply nested: ValueError naming the file
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON: {e}") from None
     if not isinstance(data, dict):

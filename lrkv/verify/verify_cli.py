@@ -71,6 +71,12 @@ def _cases(args):
 
     if args.case:
         cases = [Case.from_json(text) for text in args.case]
+        if args.tp:  # never silently ignored: every given case must be a tp case on exactly P ranks
+            for c in cases:
+                if c.level != "tp" or c.tp != args.tp:
+                    what = f"runs on {c.tp} ranks" if c.level == "tp" else f"is a {c.level!r} case"
+                    raise ValueError(f"--tp {args.tp}: --case {c.id} {what}; a case carries its own tp, so give "
+                                     "--tp only to agree with it (or leave it out)")
     elif args.tp:
         from .grids import tp_grid
         cases = tp_grid(args.tp)

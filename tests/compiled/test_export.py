@@ -306,3 +306,19 @@ def test_tensorrt_refuses_without_toolchain(tmp_path, capsys):
     assert backend.available() == (False, reason)
     (rec,) = run_cases(backend, [Case("kernel", SPEC, "float32", (3,), 4)])
     assert rec["status"] == "skip" and reason in rec["reason"]  # never a fake pass
+
+
+def test_check_of_an_artifact_that_is_not_the_manifests_engine_is_exit_2(released, tmp_path, capsys):
+    """ONNX bytes renamed to .pt2 and the manifest edited to say aoti throughout (hashes and
+    ranges still hold): the AOTInductor loader fails on them — exit 2 naming the field, not a
+    traceback from inside the loader."""
+    skip_unless_available("aoti")
+    artifact = _copy_release(released, tmp_path)
+    m = json.loads(manifest_path(artifact).read_text())
+    pt2 = artifact.with_suffix(".pt2")
+    artifact.rename(pt2)
+    m["engine"], m["artifact"]["files"][0]["name"] = "aoti", pt2.name
+    manifest_path(pt2).write_text(json.dumps(m))
+    assert lrkv_main(["export", "--check", str(pt2), "--quiet"]) == 2
+    out = capsys.readouterr().out
+    assert f"field engine: {pt2.name} does not load with the 'aoti' engine's loader" in out, out

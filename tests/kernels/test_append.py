@@ -42,8 +42,9 @@ def setup(spec, dtype, t_max=9, prefill=(4, 0, 7), seed=0):
     return inp.weights.to(torch.float64), cache, inp.x_t.to(torch.float64).to(dev)
 
 
-def _on(entries: dict, device) -> dict:
-    return {k: v.to(device) for k, v in entries.items()}
+def _on(entries: dict, cache) -> dict:
+    """The projected entries on the cache's device, rounded to its dtype (append never rounds)."""
+    return {k: v.to(device=cache.lengths.device, dtype=cache.shared_k.dtype) for k, v in entries.items()}
 
 
 SPECS = [AttentionSpec.lrkv(3, 16, 5), AttentionSpec.lrkv(3, 16, 6, qk_norm=True, rope="exact")]
@@ -57,7 +58,7 @@ def test_append_bit_exact(spec, dtype):
     for step in range(2):  # two appends: positions follow the lengths
         pos = cache.lengths.clone()
         # the reference projection runs on the CPU (float64 weights); its entries move to the cache's device
-        entries = _on(L.project_token(w.to(torch.float64), (x * (step + 1)).cpu(), pos.cpu()), pos.device)
+        entries = _on(L.project_token(w.to(torch.float64), (x * (step + 1)).cpu(), pos.cpu()), cache)
         append(cache, entries, pos)
         L.append(ref, entries, ref.lengths.clone())
         assert_bit_equal(cache.tensors(), ref.tensors())
@@ -73,7 +74,7 @@ def test_paged_append_bit_exact(page_size, dtype):
     ref = cache.clone()
     for step in range(2):
         pos = paged.lengths.clone()
-        entries = _on(L.project_token(w, (x + step).cpu(), pos.cpu()), pos.device)
+        entries = _on(L.project_token(w, (x + step).cpu(), pos.cpu()), paged)
         paged_append(paged, entries, pos)
         L.append(ref, entries, ref.lengths.clone())
     # gathered back through the page table: bit-equal inside every length, NaN past it
@@ -91,7 +92,7 @@ def test_append_rejects_bad_calls():
     spec = SPECS[0]
     w, cache, x = setup(spec, torch.float32, t_max=8, prefill=(4, 0, 7))
     pos = cache.lengths.clone()
-    entries = _on(L.project_token(w, x.cpu(), pos.cpu()), pos.device)
+    entries = _on(L.project_token(w, x.cpu(), pos.cpu()), cache)
     with pytest.raises(ValueError, match="positions must equal"):
         append(cache, entries, pos + 1)
     with pytest.raises(ValueError, match="entries lacks 'latent_v'"):
@@ -113,7 +114,7 @@ def test_paged_append_rejects_missing_and_shared_pages():
     w, cache, x = setup(spec, torch.float32, t_max=8, prefill=(4, 0, 7))
     paged = paginate(cache, 4, generator=torch.Generator().manual_seed(1))
     pos = paged.lengths.clone()
-    entries = _on(L.project_token(w, x.cpu(), pos.cpu()), pos.device)
+    entries = _on(L.project_token(w, x.cpu(), pos.cpu()), paged)
     broken = paged.clone()
     broken.page_table[0, 1] = -1  # sequence 0 writes position 4: page 1
     with pytest.raises(ValueError, match=r"page_table\[0, 1\] = -1"):
@@ -123,6 +124,29 @@ def test_paged_append_rejects_missing_and_shared_pages():
     shared.lengths = torch.tensor([4, 0, 4], dtype=torch.int32, device=shared.lengths.device)
     with pytest.raises(ValueError, match="same physical slot"):
         paged_append(shared, entries, shared.lengths.clone())
+
+
+@pytest.mark.parametrize("which", ["kernel", "reference", "paged"])
+@pytest.mark.parametrize("bad, err, words", [
+    (lambda e: {**e, "shared_k": e["shared_k"].double()}, TypeError,
+     r"entries\['shared_k'\] has dtype torch.float64 but the cache holds torch.bfloat16"),
+    (lambda e: {**e, "latent_v": e["latent_v"].index_fill(0, torch.tensor([1]), float("nan"))}, ValueError,
+     r"entries\['latent_v'\] contains NaN or Inf"),
+    (lambda e: {**e, "key_scale": -e["key_scale"]}, ValueError, "key_scale must be >= 0"),
+])
+def test_append_refuses_entries_it_would_have_to_round_or_that_are_not_finite(which, bad, err, words):
+    """float64 entries were rounded silently into a bfloat16 cache, and NaN entries written into
+    a slot every later decode reads."""
+    w, cache, x = setup(SPECS[1], torch.bfloat16, t_max=8, prefill=(4, 0, 6))
+    target = paginate(cache, 4, generator=torch.Generator().manual_seed(1)) if which == "paged" else cache
+    pos = target.lengths.clone()
+    entries = bad({k: v.to(pos.device) for k, v in _on(L.project_token(w, x.cpu(), pos.cpu()), target).items()})
+    before = {k: v.clone() for k, v in target.tensors().items()}
+    call = {"kernel": append, "reference": L.append, "paged": paged_append}[which]
+    with pytest.raises(err, match=words):
+        call(target, entries, pos)
+    assert_bit_equal(target.tensors(), before)  # nothing written
+    assert torch.equal(target.lengths, pos)
 
 
 LAYER_SPECS = [

@@ -55,6 +55,10 @@ def t(x, **kw):
     (lambda i: dict(key_scale=torch.ones(2, 8, 2, dtype=torch.float64, device=i["q"].device)), ValueError,
      r"key_scale must have shape"),
     (lambda i: dict(scale=-1.0), ValueError, r"scale must be a positive float"),
+    (lambda i: dict(scale=float("inf")), ValueError, r"scale must be finite"),
+    (lambda i: dict(scale=float("nan")), ValueError, r"scale must be a positive float"),
+    (lambda i: dict(key_scale=-torch.ones(2, 8, 3, dtype=torch.float64, device=i["q"].device)), ValueError,
+     r"key_scale must be >= 0"),
     (lambda i: dict(rope="exact"), TypeError, r"rope must be None or ExactRope"),
     (lambda i: dict(num_splits=0), ValueError, r"num_splits must lie in \[1, 256\]"),
     (lambda i: dict(num_splits=257), ValueError, r"num_splits must lie"),
@@ -108,6 +112,10 @@ def test_page_table_checked_before_launch():
         replace(p, page_table=p.page_table.long()).call(paged_decode_attention)
     with pytest.raises(ValueError, match=r"lengths must lie in \[0, max_pages\*page_size=8\]"):
         replace(p, lengths=p.lengths + 1).call(paged_decode_attention)
+    twice = p.page_table.clone()
+    twice[0, 1] = twice[0, 0]  # sequence 0 (length 8) would read one page for slots 0..3 and 4..7
+    with pytest.raises(ValueError, match=r"page_table\[0, 1\] = \d+ repeats page_table\[0, 0\]"):
+        replace(p, page_table=twice).call(paged_decode_attention)
     unused = p.page_table.clone()
     unused[1, 1] = -1  # page 1 of sequence 1 covers slots 4..7, past its length: never read
     out, lse = replace(p, page_table=unused).call(paged_decode_attention)

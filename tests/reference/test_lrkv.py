@@ -102,8 +102,33 @@ def test_bad_scale_and_rope():
     args, _ = split_kw(random_factored_inputs())
     with pytest.raises(ValueError, match="scale"):
         L.decode_attention(*args, scale=0.0)
+    for scale in (float("inf"), float("nan")):  # inf used to pass `scale > 0` and give NaN out
+        with pytest.raises(ValueError, match="scale must be"):
+            L.decode_attention(*args, scale=scale)
     with pytest.raises(TypeError, match="rope"):
         L.decode_attention(*args, scale=0.3, rope="exact")
+
+
+@pytest.mark.parametrize("H, d_h, field", [(0, 8, "H"), (2, 0, "d_h")])
+def test_no_heads_or_no_head_dim_is_refused(H, d_h, field):
+    """H = 0 or d_h = 0 used to return empty outputs as if that were an attention layer."""
+    z = lambda *s: torch.zeros(*s, dtype=torch.float64)  # noqa: E731
+    B, T, r = 2, 3, 1
+    args = [z(B, H, d_h), z(B, T, d_h), z(B, T, d_h), z(B, T, H, r), z(B, T, H, r), z(H, d_h, r), z(H, d_h, r),
+            torch.tensor([3, 1], dtype=torch.int32)]
+    with pytest.raises(ValueError, match=rf"{field} \(q.shape\[\d\]\) must be >= 1, got 0"):
+        L.decode_attention(*args, scale=0.3)
+
+
+def test_negative_key_scale_inside_the_length_is_refused():
+    inp = random_factored_inputs(B=2, T=7, lengths=[7, 3], key_scale=True)
+    args, kw = split_kw(inp)
+    ks = kw["key_scale"].clone()
+    ks[1, 5] = -1.0  # past length 3: garbage, never read
+    L.decode_attention(*args, scale=0.3, key_scale=ks)
+    ks[1, 2, 1] = -0.5  # inside
+    with pytest.raises(ValueError, match=r"key_scale must be >= 0 \(an inverse RMS\).*-0.5 at \[1, 2, 1\]"):
+        L.decode_attention(*args, scale=0.3, key_scale=ks)
 
 
 # ----------------------------------------------------------------------------- layer level

@@ -177,6 +177,27 @@ def test_paged_rejects_bad_page_table():
         paged_decode_attention(*split_kw(nan_page)[0], table, scale=0.3)
 
 
+def test_a_page_listed_twice_in_one_sequence_is_refused():
+    """Two logical pages of one sequence on one physical page alias its slots; sharing a page
+    between sequences (a common prefix) stays legal."""
+    inp = random_factored_inputs(B=2, T=8, H=2, d_h=8, r=3, lengths=[8, 5], seed=13, key_scale=True)
+    paged, table = paginate(inp, 4, share_prefix=1)
+    args, kw = split_kw(paged)
+    paged_decode_attention(*args, table, scale=0.3, **kw)  # sequence 1 reads sequence 0's page 0
+    twice = table.clone()
+    twice[0, 1] = twice[0, 0]
+    with pytest.raises(ValueError, match=r"page_table\[0, 1\] = \d+ repeats page_table\[0, 0\]: sequence 0"):
+        paged_decode_attention(*args, twice, scale=0.3, **kw)
+    q, cu = ragged_queries(paged, [2, 1])
+    with pytest.raises(ValueError, match="lists one page twice"):
+        extend_attention(q, cu, *args[1:], scale=0.3, page_table=twice, **kw)
+    negative = dict(paged)
+    negative["key_scale"] = paged["key_scale"].clone()
+    negative["key_scale"][int(table[1, 1]), 0, 0] = -2.0  # slot 4 of sequence 1 (length 5)
+    with pytest.raises(ValueError, match="key_scale must be >= 0"):
+        paged_decode_attention(*split_kw(negative)[0], table, scale=0.3, key_scale=negative["key_scale"])
+
+
 def test_scatter_pages_is_the_inverse_of_gather_pages():
     """scatter_pages writes what gather_pages reads back, shared pages holding sequence 0's
     copy; a sequence's slots past its length come back NaN from the gather."""

@@ -121,3 +121,38 @@ def test_cli_bad_input_exits_2_naming_the_option(argv, needle, capsys):
         rc = e.code
     assert rc == 2
     assert needle in capsys.readouterr().err
+
+
+def test_a_rank_past_d_h_is_refused(capsys):
+    """--rank 500 at d_h = 128 used to plan a cache 396% of MHA's without a word."""
+    with pytest.raises(ValueError, match=r"rank \(500\) must be <= d_h \(128\) of 2.5B"):
+        plan(S25, n_layers=18, batch=1, seq_len=8, rank=500)
+    assert main(["cache", "--preset", "2.5B", "--seq-len", "8K", "--rank", "129"]) == 2
+    assert "rank (129) must be <= d_h (128)" in capsys.readouterr().err
+    assert plan(S25, n_layers=18, batch=1, seq_len=8, rank=128).warnings  # d_h itself: allowed, and warned
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_a_rank_past_break_even_is_planned_with_a_visible_warning(json_out, capsys):
+    p = plan(S25, n_layers=18, batch=1, seq_len=8, rank=121)  # break-even rank of 2.5B: 120 (d_h(1 − 1/H) = 120.9)
+    assert len(p.warnings) == 1 and "past the break-even rank 120" in p.warnings[0] and "no smaller" in p.warnings[0]
+    assert not plan(S25, n_layers=18, batch=1, seq_len=8, rank=120).warnings
+    json_flag = ["--json"] if json_out else []
+    assert main(["cache", "--preset", "2.5B", "--seq-len", "8K", "--rank", "121", *json_flag]) == 0
+    out = capsys.readouterr()
+    assert "warning: lrkv lrkv-H18-dh128-r121" in out.err and "break-even rank 120" in out.err
+    if json_out:
+        assert json.loads(out.out)["warnings"] == list(p.warnings)
+
+
+def test_a_target_whose_ceiling_passes_d_h_is_capped_and_warned(capsys):
+    """--target 4 printed r ≤ 504 for a 128-wide head."""
+    p = plan(S25, n_layers=18, batch=1, seq_len=8, target_fraction=Fraction(4))
+    assert p.rank_ceiling == 128 and p.rank_ceiling_capped
+    assert any("exceeds d_h = 128" in w for w in p.warnings)
+    assert any("break-even rank 120" in w for w in p.warnings)
+    assert main(["cache", "--preset", "2.5B", "--seq-len", "8K", "--target", "4"]) == 0
+    out = capsys.readouterr()
+    assert "r ≤ 128 (= d_h: every rank fits)" in out.out and "exceeds d_h = 128" in out.err
+    half = plan(S25, n_layers=18, batch=1, seq_len=8)
+    assert half.rank_ceiling == 56 and not half.rank_ceiling_capped and not half.warnings

@@ -85,6 +85,8 @@ def test_nothing_verified_is_not_a_pass():
     (dict(grid="nope"), ValueError, "grid"), (dict(levels=["model"]), ValueError, "levels"),
     (dict(dtypes=["int8"]), ValueError, "dtype"), (dict(policy=3), TypeError, "policy"),
     (dict(grid=[1, 2]), TypeError, "grid"), (dict(backend_ref=5), TypeError, "backend_ref"),
+    (dict(grid=3), TypeError, "grid must be"), (dict(grid=None), TypeError, "grid must be"),
+    (dict(levels=3), TypeError, "levels must be"), (dict(dtypes=3), ValueError, "dtypes must be"),
 ])
 def test_bad_arguments_name_the_field(kw, err, field):
     with pytest.raises(err, match=field):
@@ -159,3 +161,65 @@ def test_a_report_from_check_backend_is_gated_like_one_from_lrkv_verify(tmp_path
     base = str(tmp_path / "base.json")
     assert cli.main(["gate", str(jpath), "--baseline", base, "--update-baseline"]) == 0
     assert cli.main(["gate", str(jpath), "--baseline", base]) == 0
+
+
+class Declines(SplitKDecode):
+    """Declines every case through supports()."""
+
+    name = "declines"
+
+    def supports(self, case):
+        return False, "only on Tuesdays"
+
+
+DECLINES = Declines()
+
+
+@pytest.mark.parametrize("backend, case, words", [
+    (DECLINES, CASE, "unsupported: only on Tuesdays"),
+    (EXAMPLE, CASE.replace(dtype="float64"), "dtype float64 not supported"),
+    (EXAMPLE, Case("layer", BASE, "float32", (3, 2), 3), "not implemented"),
+])
+def test_check_case_on_a_case_it_did_not_judge_raises(backend, case, words):
+    """A declined, unsupported or unimplemented case used to come back as a "skip" record,
+    which a test that ignores the return value would count as a pass."""
+    from lrkv.testing import NotVerified
+
+    with pytest.raises(NotVerified, match=words) as e:
+        check_case(backend, case)
+    assert isinstance(e.value, ValueError) and e.value.record["status"] == "skip"
+    assert "NOT VERIFIED" in str(e.value) and "replay: lrkv verify" in str(e.value)
+
+
+@pytest.mark.parametrize("value", ["no", 0, 1, None, "False"])
+def test_raise_on_failure_takes_a_bool_only(value):
+    """raise_on_failure="no" used to be truthy: the check raised, or worse, a 0 silenced it."""
+    with pytest.raises(TypeError, match="raise_on_failure must be a bool"):
+        check_backend(EXAMPLE, grid="quick", raise_on_failure=value)
+
+
+@pytest.mark.parametrize("name", list(properties.PROPERTIES))
+@pytest.mark.parametrize("backend, case, kw, err, words", [
+    (EXAMPLE, "kernel", {}, TypeError, "case must be a lrkv.verify.case.Case, got str"),
+    (EXAMPLE, None, {}, TypeError, "case must be a lrkv.verify.case.Case, got NoneType"),
+    (EXAMPLE, Case("kernel-paged", BASE, "float32", (3, 2), 3, page_size=2), {}, ValueError, "case: this property"),
+    (3, CASE, {}, TypeError, "backend '3'"),
+    (EXAMPLE, CASE, dict(policy=3), TypeError, "policy"),
+    (EXAMPLE, CASE, dict(backend_ref=4), TypeError, "backend_ref"),
+])
+def test_property_checks_name_a_bad_argument(name, backend, case, kw, err, words):
+    """A string or None as the case used to be an AttributeError from deep inside."""
+    fn, case_level, _ = properties.PROPERTIES[name]
+    if isinstance(case, Case) and case.level == "kernel" and case_level != "kernel":
+        case = Case(case_level, BASE, "float32", (3, 3), 3)
+    with pytest.raises(err, match=words):
+        fn(backend, case, **kw)
+
+
+def test_a_property_on_a_case_the_backend_declines_is_not_verified():
+    from lrkv.testing import NotVerified
+
+    with pytest.raises(NotVerified, match="only on Tuesdays"):
+        properties.permutation_equivariance(DECLINES, CASE)
+    with pytest.raises(NotVerified, match="dtype float64 not supported"):
+        properties.split_tile_invariance(EXAMPLE, CASE.replace(dtype="float64"))

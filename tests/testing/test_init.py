@@ -65,3 +65,85 @@ def test_the_starter_backend_is_the_example_backend(tmp_path):
     starter = (tmp_path / f"{MODULE}.py").read_text()
     name = lambda text: text.split('name = "', 1)[1].split('"', 1)[0]  # noqa: E731
     assert body(starter).replace(name(starter), name(example)) == body(example)
+
+
+def _nothing_written(tmp_path, *keep) -> bool:
+    """No starter file (and no staging folder) exists under tmp_path, apart from `keep`."""
+    left = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file() or p.is_symlink()}
+    return left <= set(keep) and not list(tmp_path.glob(".lrkv-init-*"))
+
+
+@pytest.mark.parametrize("force", [False, True])
+@pytest.mark.parametrize("make, path", [
+    (lambda d: (d / ".github").write_text("x"), ".github"),  # a file where a folder is needed
+    (lambda d: (d / ".github" / "workflows").mkdir(parents=True) or (d / ".github/workflows/lrkv.yml").mkdir(),
+     ".github/workflows/lrkv.yml"),
+    (lambda d: (d / "lrkv.toml").mkdir(), "lrkv.toml"),  # a folder where a file goes
+])
+def test_a_target_of_the_wrong_kind_is_exit_2_and_nothing_is_written(make, path, force, tmp_path, capsys):
+    """lrkv.toml and lrkv_backend.py used to be written before `.github` turned out to be a file."""
+    make(tmp_path)
+    keep = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()}
+    assert _init(tmp_path, *(["--force"] if force else [])) == 2
+    err = capsys.readouterr().err
+    assert str(tmp_path / path) in err and "nothing written" in err, err
+    assert _nothing_written(tmp_path, *keep)
+
+
+@pytest.mark.parametrize("link", ["lrkv.toml", "tests"])
+def test_never_writes_through_a_symlink(link, tmp_path, capsys):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "lrkv.toml").write_text("# someone else's\n")
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / link).symlink_to(outside / "lrkv.toml" if link == "lrkv.toml" else outside)
+    for extra in ([], ["--force"]):
+        assert _init(project, *extra) == 2
+        err = capsys.readouterr().err
+        assert f"{project / link} is a symbolic link" in err, err
+    assert (outside / "lrkv.toml").read_text() == "# someone else's\n" and len(list(outside.iterdir())) == 1
+    assert _nothing_written(project, link)
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_write_that_fails_midway_takes_back_what_was_written(force, tmp_path, monkeypatch, capsys):
+    """A permission error on the third file: no partial project is left behind, and with
+    --force the files it overwrote come back."""
+    import os
+
+    from lrkv.testing import init as init_mod
+
+    if force:
+        assert _init(tmp_path) == 0
+        for dest in FILES.values():
+            (tmp_path / dest).write_text("# mine\n")
+    before = {p.relative_to(tmp_path).as_posix(): p.read_text() for p in tmp_path.rglob("*") if p.is_file()}
+    real, calls = os.replace, []
+
+    def replace(src, dst):
+        if str(dst).endswith(FILES["test_lrkv.py.tmpl"]) and str(src).endswith(".new"):
+            raise PermissionError(13, "Permission denied", str(dst))
+        calls.append(dst)
+        return real(src, dst)
+    monkeypatch.setattr(init_mod.os, "replace", replace)
+    assert _init(tmp_path, *(["--force"] if force else [])) == 2
+    err = capsys.readouterr().err
+    assert f"cannot write {tmp_path / 'tests' / 'test_lrkv.py'}: Permission denied" in err, err
+    assert calls  # some files had been moved into place before the failure
+    after = {p.relative_to(tmp_path).as_posix(): p.read_text() for p in tmp_path.rglob("*") if p.is_file()}
+    assert after == before and not list(tmp_path.glob(".lrkv-init-*"))
+    assert force or not (tmp_path / "tests").exists()  # the folder it made is gone too
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() == 0,
+                    reason="root writes into a read-only folder")
+def test_a_read_only_folder_is_exit_2_naming_it(tmp_path, capsys):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests").chmod(0o500)
+    try:
+        assert _init(tmp_path) == 2
+        assert "cannot write" in capsys.readouterr().err
+        assert _nothing_written(tmp_path)
+    finally:
+        (tmp_path / "tests").chmod(0o700)

@@ -34,3 +34,56 @@ def test_a_backend_that_cannot_load_fails(tmp_path):
     r = _pytest(tmp_path, "--lrkv-backend", "no_such_module_xyz:backend", "-k", "grid_case or garbage")
     assert r.returncode == 1, r.stdout[-3000:]
     assert "cannot load" in r.stdout and "no_such_module_xyz" in r.stdout
+
+
+NO_CUDA = '''
+from examples.my_backend import SplitKDecode
+
+
+class NoCuda(SplitKDecode):
+    name = "no-cuda"
+
+    def available(self):
+        return False, "no CUDA"
+
+
+class Declines(SplitKDecode):
+    name = "declines"
+
+    def supports(self, case):
+        return False, "only on Tuesdays"
+
+
+backend = NoCuda()
+declines = Declines()
+'''
+
+
+def test_a_session_that_verified_nothing_fails_naming_why(tmp_path):
+    """An unavailable backend used to give "15 skipped" and exit 0: green on nothing."""
+    (tmp_path / "nocuda_backend.py").write_text(NO_CUDA)
+    r = _pytest(tmp_path, "--lrkv-backend", "nocuda_backend:backend")
+    assert r.returncode == 1, r.stdout[-3000:]
+    assert "passed" not in r.stdout and "failed" not in r.stdout.split("lrkv: FAILED")[0]
+    assert "lrkv: nocuda_backend:backend: 0 cases verified" in r.stdout
+    assert "--lrkv-backend nocuda_backend:backend verified no case: unavailable here: no CUDA" in r.stdout
+    ok = _pytest(tmp_path, "--lrkv-backend", "nocuda_backend:backend", "--lrkv-allow-empty")
+    assert ok.returncode == 0, ok.stdout[-3000:]
+    assert "accepted by --lrkv-allow-empty" in ok.stdout
+
+
+def test_cases_declined_by_supports_are_skips_and_not_a_pass(tmp_path):
+    (tmp_path / "nocuda_backend.py").write_text(NO_CUDA)
+    r = _pytest(tmp_path, "--lrkv-backend", "nocuda_backend:declines", "-k", "grid_case")
+    assert r.returncode == 1, r.stdout[-3000:]
+    assert "6 skipped" in r.stdout and "passed" not in r.stdout
+    assert "verified no case: 6 skipped" in r.stdout and "only on Tuesdays" in r.stdout
+
+
+def test_the_summary_counts_the_verified_cases(tmp_path):
+    r = _pytest(tmp_path, "--lrkv-backend", "examples.my_backend:backend", "-k", "grid_case")
+    assert r.returncode == 0, r.stdout[-3000:]
+    assert "3 passed, 3 skipped" in r.stdout
+    assert "lrkv: examples.my_backend:backend: 3 cases verified" in r.stdout
+    deselected = _pytest(tmp_path, "--lrkv-backend", "examples.my_backend:backend", "-k", "no_such_test")
+    assert deselected.returncode != 0 and "verified no case" in deselected.stdout

@@ -598,3 +598,24 @@ def test_bugs_only_a_rope_theta_or_strided_case_can_catch_are_rejected(tmp_path,
             and (c.spec.rope_theta != 10000.0 or c.layout == "strided")]
     code, path = verify(tmp_path, f"lrkv.verify.decode_mutants:{mutant}", cases=grid)
     assert code == 1 and any(r["status"] == "fail" for r in records(path))
+
+
+def _tp_case(**change) -> str:
+    from lrkv.verify.grids import tp_grid
+
+    return tp_grid(2)[0].to_dict() | change
+
+
+@pytest.mark.parametrize("case, extra, words", [
+    (dict(tp=8), [], "tp (8) must be <= spec.n_heads (4)"),
+    ({}, ["--tp", "4"], "--tp 4: --case tp:"),
+    ({}, ["--tp", "2", "--case", F32.to_json()], "is a 'kernel' case"),
+])
+def test_tp_with_case_is_checked_not_ignored(case, extra, words, tmp_path, capsys):
+    """tp > n_heads in a --case escaped as a ValueError traceback from the rank planner, and
+    --tp was silently ignored next to --case (or when it disagreed with the case)."""
+    code = cli(["verify", "--backend", "reference", "--case", json.dumps(_tp_case(**case)), *extra,
+                "--out", str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and words in err, err
+    assert not (tmp_path / "o" / "report.json").exists()
