@@ -107,13 +107,20 @@ def check_case(backend: Any, case: Case, *, policy=None, backend_ref: str | None
     Raises AssertionError (with the replay command) if the case fails or errors, and
     NotVerified (a ValueError) if it was not judged at all — the backend is unavailable here,
     does not implement the case's level or dtype, or its `supports()` declines the case — so
-    that a test calling it can never pass on a case that was not checked."""
+    that a test calling it can never pass on a case that was not checked. A declined case's
+    twin (its nearest supported variant, lrkv.verify.twins) is run too: if the twin fails,
+    that is the AssertionError."""
     from ..verify.runner import run
 
     if not isinstance(case, Case):
         raise TypeError(f"case must be a lrkv.verify.case.Case, got {type(case).__name__}")
     target = backend if isinstance(backend, Target) else resolve(backend, backend_ref)
-    rec = run([case], [(target.label, target.backend)], _policy(policy))[0]
+    records = run([case], [(target.label, target.backend)], _policy(policy))
+    rec = records[0]
+    twin = next((r for r in records[1:] if "twin" in r), None)  # a declined case's nearest supported variant
+    if rec["status"] == "skip" and twin is not None and twin["status"] in ("fail", "error"):
+        raise AssertionError(f"{twin['status'].upper()} {twin['backend']} {twin['id']} (the twin of a declined "
+                             f"case: {rec['reason']}): {twin['reason']}\n  replay: {twin['repro']}{_note(target)}")
     if rec["status"] in ("fail", "error"):
         raise AssertionError(f"{rec['status'].upper()} {rec['backend']} {rec['id']}: {rec['reason']}\n"
                              f"  replay: {rec['repro']}{_note(target)}")

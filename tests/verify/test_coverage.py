@@ -235,3 +235,10 @@ def test_the_policy_may_make_a_feature_optional_by_name():
     assert ("x", "kernel-paged", "pages shared") in {u[:3] for u in uncovered(coverage(judged))}
     assert ("x", "kernel-paged", "pages shared") not in {u[:3] for u in uncovered(coverage(judged, opt.coverage))}
     assert "pages shared" not in covered_features(coverage(judged, opt.coverage))["x"]["kernel-paged"]
+
+
+def test_check_case_reports_a_failing_twin_of_a_declined_case():
+    from lrkv.testing import check_case
+
+    with pytest.raises(AssertionError, match="twin of a declined case"):
+        check_case(PowerOfTwoPages(), HAND_PAIRED[2], backend_ref="lrkv.verify.coverage_mutants:PowerOfTwoPages")
