@@ -320,7 +320,7 @@ def total_steps(cases: Iterable[Case], backends: list[tuple[str, object]]) -> in
     return len(list(cases)) * len(backends)
 
 
-def _accepts(b, tol: Tolerance) -> Callable[[Case], bool]:
+def backend_accepts(b, tol: Tolerance) -> Callable[[Case], bool]:
     """Whether backend b would run a case: its dtype is claimed and supports() says yes."""
     def accepts(case: Case) -> bool:
         if as_dtype(case.dtype) not in tuple(b.dtypes):
@@ -409,7 +409,7 @@ def run(cases: Iterable[Case], backends: list[tuple[str, object]], policy: Polic
             _run_prepared(case, todo, policy, records, hung)
         groups: list[tuple[Case, dict, list]] = []  # one prepare per distinct twin case
         for label, b, tol in declined_by:
-            found = find_twin(case, _accepts(b, tol))
+            found = find_twin(case, backend_accepts(b, tol))
             if found is None:
                 continue
             twin, changes = found

@@ -376,8 +376,21 @@ def test_committed_baseline_matches_the_default_grid(monkeypatch):
     # and claim the half-precision cases too (a CUDA run is gated against a CUDA baseline)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     baseline = gate.load_baseline(ROOT / "ci" / "baseline.json")
+    from lrkv.verify.runner import backend_accepts, role_of
+    from lrkv.verify.twins import find_twin, twin_id
+
     backends = [get_backend(n) for n in DEFAULT_BACKENDS]
-    expected = {f"{b.name}::{c.id}" for c in default_grid() for b in backends if not not_applicable(b, c)}
+    policy = load_policy()
+    expected = set()
+    for c in default_grid():
+        for b in backends:
+            accepts = backend_accepts(b, policy.resolve(b.name, c.dtype))
+            if not not_applicable(b, c) and accepts(c):
+                expected.add(f"{b.name}::{c.id}")
+            elif not not_applicable(b, c).startswith("not implemented") and role_of(b) != "baseline":
+                twin = find_twin(c, accepts)  # a declined case's nearest supported variant
+                if twin is not None:
+                    expected.add(f"{b.name}::{twin_id(c, twin[1])}")
     assert set(baseline["entries"]) == expected
     assert baseline["policy"]["sha256"] == load_policy().sha256  # the policy CI gates under
     assert {e["status"] for e in baseline["entries"].values()} <= {"pass", "xfail"}
