@@ -90,14 +90,26 @@ def inapplicable(backend: Any, case: Case) -> str | None:
 
 def cases_for(backend: Any, grid: str | Iterable[Case] = "default", *, levels=None, dtypes=None) -> list:
     """The grid's cases as `pytest.param`s for `pytest.mark.parametrize("case", ...)`, ids = case
-    ids; a case the backend does not claim is a skip with its reason, never dropped."""
+    ids; a case the backend does not claim is a skip with its reason, never dropped, and one
+    declined for its dtype is followed by its twin (id `<case id>~<changes>`)."""
     import pytest
 
+    from ..verify.runner import backend_accepts, role_of
+    from ..verify.tolerance import Tolerance
+    from ..verify.twins import find_twin, twin_id
+
     target = resolve(backend) if not isinstance(backend, Target) else backend
+    accepts = backend_accepts(target.backend, Tolerance())
     out = []
     for case in _filter(grid_cases(grid), levels, dtypes):
         why = inapplicable(target.backend, case)
         out.append(pytest.param(case, id=case.id, marks=pytest.mark.skip(reason=why) if why else ()))
+        # a case declined for its dtype also runs at its twin (the nearest variant the backend
+        # supports, every other feature kept: lrkv.verify.twins), as `lrkv verify` does
+        if why and ": dtype " in why and role_of(target.backend) != "baseline":
+            found = find_twin(case, accepts)
+            if found is not None:
+                out.append(pytest.param(found[0], id=twin_id(case, found[1])))
     return out
 
 

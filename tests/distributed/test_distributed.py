@@ -223,8 +223,10 @@ def test_harness_tp_level_and_gate_reject_every_mutant(tmp_path):
     assert all(recs[n]["status"] == "fail" and "y: max|err|" in r for n, r in why.items()), why
     assert "cache_excess" in why["tp-sharded-shared"] and "rank_disagreement" in why["tp-missing-allreduce"]
     entries = classify(report, load_baseline(out / "report.json"))
-    klass = {e.backend: e.klass for e in entries if e.case_id != "*"}
+    klass = {e.backend: e.klass for e in entries if e.case_id != "*" and not e.case_id.startswith("coverage:")}
     assert klass == {"reference": "PASS", **{f"tp-{m.replace('_', '-')}": "FAIL" for m in TP_MUTANT_BACKENDS}}
+    # a failing case covers nothing: the mutants' features are UNCOVERED too, the reference's are not
+    assert {e.backend for e in entries if e.klass == "UNCOVERED"} == set(klass) - {"reference"}
     assert main(["gate", str(out / "report.json"), "--baseline", str(out / "report.json")]) == 1
 
 

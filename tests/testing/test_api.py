@@ -48,14 +48,15 @@ CASE = Case("kernel", AttentionSpec.lrkv(3, 8, 3), "float32", (5, 9, 0), 9, tile
 def test_check_backend_passes_a_correct_backend():
     report = check_backend(EXAMPLE, grid="quick")
     assert isinstance(report, Report) and report.ok
-    assert report.counts["pass"] == report.verified == 3 and not report.failures
+    # 4 kernel cases of the quick grid, and the float64 one's float32 twin (the example has no float64)
+    assert report.counts["pass"] == report.verified == 5 and not report.failures
 
 
 def test_check_backend_lists_each_failure_with_a_replay_that_resolves():
     with pytest.raises(AssertionError) as e:
         check_backend(SCALED, grid="quick")
     msg = str(e.value)
-    assert "2 of 6 cases failed" in msg and msg.count("replay: ") == 2
+    assert "4 of 8 cases failed" in msg and msg.count("replay: ") == 4  # a twin included
     label = "tests.testing.test_api:SCALED"
     assert f"replay: lrkv verify --backend {label} --case " in msg
     assert get_backend(label).name == "scaled-out"
@@ -78,7 +79,7 @@ def test_an_object_that_is_no_module_attribute_needs_backend_ref():
 
 def test_nothing_verified_is_not_a_pass():
     with pytest.raises(AssertionError, match="nothing verified"):
-        check_backend(EXAMPLE, grid="quick", dtypes=["float64"])  # the example has no float64
+        check_backend(EXAMPLE, grid="quick", levels=["layer"])  # the example has no layer level
 
 
 @pytest.mark.parametrize("kw, err, field", [

@@ -23,10 +23,11 @@ def _pytest(tmp_path, *args) -> subprocess.CompletedProcess:
 def test_plugin_runs_the_grid_and_says_no_with_the_replay(tmp_path):
     ok = _pytest(tmp_path, "--lrkv-backend", "examples.my_backend:backend", "-k", "grid_case or permutation")
     assert ok.returncode == 0, ok.stdout[-3000:]
-    assert "4 passed, 3 skipped" in ok.stdout  # 3 kernel cases + the permutation property; 3 cases not claimed
+    # 4 kernel cases, the float64 case's float32 twin and the permutation property; 3 cases not claimed
+    assert "6 passed, 3 skipped" in ok.stdout
     bad = _pytest(tmp_path, "--lrkv-backend", "tests.testing.test_api:SCALED", "-k", "grid_case")
     assert bad.returncode == 1, bad.stdout[-3000:]
-    assert "2 failed, 1 passed, 3 skipped" in bad.stdout
+    assert "4 failed, 1 passed, 3 skipped" in bad.stdout  # a twin included
     assert "replay: lrkv verify --backend tests.testing.test_api:SCALED --case '" in bad.stdout
 
 
@@ -76,14 +77,14 @@ def test_cases_declined_by_supports_are_skips_and_not_a_pass(tmp_path):
     (tmp_path / "nocuda_backend.py").write_text(NO_CUDA)
     r = _pytest(tmp_path, "--lrkv-backend", "nocuda_backend:declines", "-k", "grid_case")
     assert r.returncode == 1, r.stdout[-3000:]
-    assert "6 skipped" in r.stdout and "passed" not in r.stdout
-    assert "verified no case: 6 skipped" in r.stdout and "only on Tuesdays" in r.stdout
+    assert "7 skipped" in r.stdout and "passed" not in r.stdout  # no twin: supports() declines every variant
+    assert "verified no case: 7 skipped" in r.stdout and "only on Tuesdays" in r.stdout
 
 
 def test_the_summary_counts_the_verified_cases(tmp_path):
     r = _pytest(tmp_path, "--lrkv-backend", "examples.my_backend:backend", "-k", "grid_case")
     assert r.returncode == 0, r.stdout[-3000:]
-    assert "3 passed, 3 skipped" in r.stdout
-    assert "lrkv: examples.my_backend:backend: 3 cases verified" in r.stdout
+    assert "5 passed, 3 skipped" in r.stdout
+    assert "lrkv: examples.my_backend:backend: 5 cases verified" in r.stdout
     deselected = _pytest(tmp_path, "--lrkv-backend", "examples.my_backend:backend", "-k", "no_such_test")
     assert deselected.returncode != 0 and "verified no case" in deselected.stdout
