@@ -13,6 +13,7 @@ DEFAULT_BACKENDS = ("reference", "materialized", "eager", "inductor")
 DEFAULT_TP_BACKENDS = ("reference", "eager")  # inductor would compile once in every rank
 DEFAULT_OUT = "reports/verify"
 GRIDS = ("default", "quick", "mutants")
+FAILURES_SHOWN = 3  # per group of failures (backend, level, output) printed in full; -v prints all
 PROGRESS_CHARS = 48  # keep the bar and the clock visible on an 80-column terminal
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_TOOLCHAIN, EXIT_NOTHING, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 
@@ -186,10 +187,7 @@ def cmd_verify(args) -> int:
             if r["status"] not in ("fail", "error"):
                 why = f": {r['reason']}" if r["reason"] else ""
                 _say(console, f"{r['status'].upper()} {r['backend']} {r['id']}{why}")
-    for r in records:
-        if r["status"] in ("fail", "error"):
-            _say(console, f"{r['status'].upper()} {r['backend']} {r['id']}: {r['reason']}", "red")
-            _say(console, f"  replay: {r['repro']}")
+    _print_failures(console, records, everything=getattr(args, "verbosity", 0) >= 1)
     _say(console, f"report: {jpath}  summary: {mpath}")
     ver = verification(records, infos)
     if ver.failed:
@@ -201,6 +199,34 @@ def cmd_verify(args) -> int:
         empty_unavailable = set(ver.empty) and set(ver.empty) <= ver.unavailable
         return EXIT_TOOLCHAIN if empty_unavailable else EXIT_NOTHING
     return EXIT_OK
+
+
+def failure_groups(records: list[dict]) -> list[tuple[str, list[dict]]]:
+    """FAIL/ERROR records grouped by backend, level and the output that failed ('error' for an
+    ERROR), each group worst ratio first, the group with the worst case first."""
+    groups: dict[str, list[dict]] = {}
+    for r in records:
+        if r["status"] not in ("fail", "error"):
+            continue
+        what = "error" if r["status"] == "error" else (r["reason"].split(":", 1)[0] or "out")
+        groups.setdefault(f"{r['backend']} · {r['level']} · {what}", []).append(r)
+    ratio = lambda r: r["ratio"] if isinstance(r.get("ratio"), (int, float)) else float("inf")  # noqa: E731
+    for recs in groups.values():
+        recs.sort(key=ratio, reverse=True)
+    return sorted(groups.items(), key=lambda kv: (-ratio(kv[1][0]), kv[0]))
+
+
+def _print_failures(console, records: list[dict], everything: bool = False) -> None:
+    """The first FAILURES_SHOWN of each group in full with its replay; the rest counted (-v: all)."""
+    for title, recs in failure_groups(records):
+        shown = recs if everything else recs[:FAILURES_SHOWN]
+        _say(console, f"{len(recs)} failing in {title}:", "red")
+        for r in shown:
+            _say(console, f"{r['status'].upper()} {r['backend']} {r['id']}: {r['reason']}", "red")
+            _say(console, f"  replay: {r['repro']}")
+        if len(recs) > len(shown):
+            _say(console, f"  … and {len(recs) - len(shown)} more in this group (report.md and report.json list "
+                          "every one; -v prints them all)")
 
 
 def _print_coverage(console, cov: dict) -> None:

@@ -106,3 +106,24 @@ def test_help_has_its_own_text_and_exit_codes(verb, capsys):
     assert out.startswith(f"usage: lrkv {verb}") and "exit codes:" in out and "130" in out
     other = "gate" if verb == "verify" else "verify"
     assert f"lrkv {other} [" not in out
+
+
+def test_many_failures_are_grouped_and_counted(tmp_path, capsys):
+    """A kernel failing many cases prints each group (backend, level, output) with its worst
+    cases in full and counts the rest — not two lines per failure; -v prints them all."""
+    from lrkv.verify.verify_cli import FAILURES_SHOWN
+
+    args = ["verify", "--backend", "lrkv.verify.decode_mutants:WrongHeadBasis", "--grid", "default", "--level",
+            "kernel", "--dtype", "float64", "--no-progress", "--out", str(tmp_path / "r")]
+    assert cli.main(args) == 1
+    err = capsys.readouterr().err
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    failing = [r for r in report["records"] if r["status"] == "fail"]
+    assert len(failing) > FAILURES_SHOWN
+    replays = [line for line in err.splitlines() if line.startswith("  replay: ")]
+    groups = [line for line in err.splitlines() if line.split(" failing in ")[0].isdigit()]
+    assert groups and len(replays) <= FAILURES_SHOWN * len(groups) < len(failing)
+    assert sum(int(g.split()[0]) for g in groups) == len(failing)  # every failure counted
+    assert "more in this group" in err
+    assert cli.main(["-v", *args]) == 1
+    assert sum(line.startswith("  replay: ") for line in capsys.readouterr().err.splitlines()) == len(failing)
