@@ -10,12 +10,11 @@ grid's twins (twins.py) must still bring every paging feature to them
 
 from __future__ import annotations
 
+import abc
 import math
 
 import torch
 
-from ..reference.contract import validate_paged_inputs
-from ..reference.lrkv import decode_attention
 from .decode_mutants import Mutant
 from .paged_mutants import PagedMutant
 
@@ -49,12 +48,8 @@ class SharedPageFirstOwner(_NoExactRopeNoQkNorm, PagedMutant):
     name = "mutant-shared-page-first-owner"
     bug = "a physical page in several sequences' page tables is attended only by the first sequence using it"
 
-    def paged_decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                               page_table, *, scale, key_scale=None, rope=None):
-        validate_paged_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table,
-                              scale=scale, key_scale=key_scale, rope=rope)
-        P, page = shared_k.shape[:2]
-        capacity = page_table.shape[1] * page
+    def _owned(self, page_table, lengths, page: int, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each sequence's pool rows with the pages an earlier sequence listed left out, and how many."""
         owned: set[int] = set()
         rows, kept = [], []
         for b in range(page_table.shape[0]):
@@ -65,20 +60,23 @@ class SharedPageFirstOwner(_NoExactRopeNoQkNorm, PagedMutant):
             owned.update(mine)
             kept.append(len(slots))
             rows.append(slots + [0] * (capacity - len(slots)))
-        rows_t = torch.tensor(rows, dtype=torch.long)  # [B, capacity]
-        pool = lambda t: None if t is None else t.reshape(P * page, *t.shape[2:])[rows_t]  # noqa: E731
-        return decode_attention(q, pool(shared_k), pool(shared_v), pool(latent_k), pool(latent_v), basis_k,
-                                basis_v, torch.tensor(kept, dtype=lengths.dtype), scale=scale,
-                                key_scale=pool(key_scale), rope=rope, check=False)
+        return torch.tensor(rows, dtype=torch.long), torch.tensor(kept)  # [B, capacity], [B]
+
+    def rows(self, page_table, lengths, page, capacity):
+        return self._owned(page_table, lengths, page, capacity)[0]
+
+    def read_lengths(self, lengths, page, capacity, page_table):  # the kept slots are packed at the front
+        return self._owned(page_table, lengths, page, capacity)[1].to(lengths.dtype)
 
 
-class _Drift(Mutant):
+class _Drift(Mutant, abc.ABC):
     """Correct decode, with out ×DRIFT where `drifts` says so (a second code path gone wrong)."""
 
     dtypes = (torch.float64, torch.float32)
 
+    @abc.abstractmethod
     def drifts(self, q, shared_k, lengths, key_scale, rope) -> bool:
-        raise NotImplementedError
+        """Whether this call takes the broken path."""
 
     def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
                          scale, key_scale=None, rope=None):

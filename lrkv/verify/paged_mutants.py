@@ -45,7 +45,7 @@ class PagedMutant(BaseBackend):
     def rows(self, page_table, lengths, page: int, capacity: int) -> torch.Tensor:
         return correct_rows(page_table, page, capacity)
 
-    def read_lengths(self, lengths, page: int, capacity: int) -> torch.Tensor:
+    def read_lengths(self, lengths, page: int, capacity: int, page_table) -> torch.Tensor:
         return lengths
 
     def paged_decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
@@ -57,7 +57,7 @@ class PagedMutant(BaseBackend):
         rows = self.rows(page_table, lengths, page, capacity) % (P * page)  # [B, T], inside the pool
         pool = lambda t: None if t is None else t.reshape(P * page, *t.shape[2:])[rows]  # noqa: E731
         return decode_attention(q, pool(shared_k), pool(shared_v), pool(latent_k), pool(latent_v), basis_k,
-                                basis_v, self.read_lengths(lengths, page, capacity), scale=scale,
+                                basis_v, self.read_lengths(lengths, page, capacity, page_table), scale=scale,
                                 key_scale=pool(key_scale), rope=rope, check=False)
 
 
@@ -90,7 +90,7 @@ class ReadsPastLastPage(PagedMutant):
     name = "mutant-reads-past-last-page"
     bug = "loop bound cdiv(length, page) + 1 pages: reads the whole page past the last one"
 
-    def read_lengths(self, lengths, page, capacity):
+    def read_lengths(self, lengths, page, capacity, page_table):
         return ((-(-lengths // page) + 1) * page).clamp(max=capacity).to(lengths.dtype)
 
 
