@@ -43,6 +43,7 @@ from ..verify import gate as gate_mod
 from ..verify.case import Case
 from ..verify.metrics import parse_float
 from ..verify.runner import backend_info, run
+from ..verify.selection import GIVEN, Selection
 from ..verify.tolerance import Policy, load_policy
 from ..verify.tolerance_report import build_report, render_markdown
 from .config import ExportConfig
@@ -114,7 +115,8 @@ def verify_cases(backend, cases: list[Case], *, grid: str, policy_path: str | Po
         say(f"verified {done[0]}/{total}: {what}")
 
     records = run(cases, [(backend.name, backend)], policy, on_step=on_step)
-    return build_report(records, policy, [backend_info(backend, backend.name)], grid=grid, argv=argv)
+    return build_report(records, policy, [backend_info(backend, backend.name)],
+                        selection=Selection(grid=GIVEN, cases=tuple(cases)), grid=grid, argv=argv)
 
 
 def worst_ratio(report: dict) -> float:

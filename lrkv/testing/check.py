@@ -70,6 +70,20 @@ def _filter(cases: list[Case], levels, dtypes) -> list[Case]:
     return cases
 
 
+def _selection(grid, cases: list[Case], levels, dtypes):
+    """What the report records as asked for: a named grid and its filters, or the cases given."""
+    from ..verify.selection import GIVEN, Selection
+
+    if not isinstance(grid, str):
+        if not cases:
+            raise ValueError("grid: no case to verify (the given cases, after the levels/dtypes filters, are none)")
+        return Selection(grid=GIVEN, cases=tuple(cases))
+    one = lambda v: isinstance(v, str) or not hasattr(v, "__iter__")  # noqa: E731 — a name, not a list
+    levels_ = () if levels is None else tuple(sorted([levels] if one(levels) else set(levels)))
+    dtypes_ = () if dtypes is None else tuple(sorted({dtype_name(d) for d in ([dtypes] if one(dtypes) else dtypes)}))
+    return Selection(grid=grid, level=tuple(levels_), dtype=tuple(dtypes_))
+
+
 def _policy(policy):
     from ..verify.tolerance import Policy, load_policy
 
@@ -162,11 +176,12 @@ def check_backend(backend: Any, *, grid: str | Iterable[Case] = "default", level
     check_bool("raise_on_failure", raise_on_failure)
     target = resolve(backend, backend_ref)
     cases = _filter(grid_cases(grid), levels, dtypes)
+    selection = _selection(grid, cases, levels, dtypes)
     pol = _policy(policy)
     t0 = time.perf_counter()
     records = run(cases, [(target.label, target.backend)], pol)
     grid_name = grid if isinstance(grid, str) else "cases"
-    data = build_report(records, pol, [backend_info(target.backend, target.label)], grid=grid_name,
+    data = build_report(records, pol, [backend_info(target.backend, target.label)], selection=selection,
                         argv=["lrkv.testing.check_backend", target.label, f"grid={grid_name}"],
                         seconds=time.perf_counter() - t0)
     report = Report(data)

@@ -17,6 +17,8 @@ deselected — fails the session, naming why, unless `--lrkv-allow-empty` is giv
 
 from __future__ import annotations
 
+import os
+
 from pathlib import Path
 
 import pytest
@@ -37,12 +39,17 @@ def pytest_addoption(parser) -> None:
     group.addoption("--lrkv-allow-empty", action="store_true", default=False,
                     help="do not fail the session when a --lrkv-backend verified no case "
                          "(unavailable here, every case skipped or deselected)")
+    group.addoption("--lrkv-in-process", action="store_true", default=False,
+                    help="call the backend in the pytest process instead of lrkv's worker process (for a "
+                         "debugger; a crash or os._exit in the backend then ends the session)")
 
 
 def pytest_configure(config) -> None:
     config.addinivalue_line("markers", "equivalence: equivalence of decode paths against the float64 oracle")
     TALLIES.append(Tally())
     config._lrkv_tally = TALLIES[-1]
+    if config.getoption("lrkv_in_process", False):  # read by lrkv.verify.isolation.default_mode
+        os.environ["LRKV_ISOLATION"] = "inprocess"
 
 
 def pytest_unconfigure(config) -> None:

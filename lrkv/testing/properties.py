@@ -31,6 +31,7 @@ from ..verify.levels.model import decode_sequence, make_model_inputs
 from ..verify.metrics import error_metrics
 from ..verify.runner import Prepared, float64_bounds, judge_outputs, prepare, prepare_inputs, repro_command
 from ..verify.tolerance import fa3_atol, judge, make_bound
+from ..verify.isolation import Calls, Timeout, WorkerDied, default_mode
 from ..verify.protocol import check_available
 from .check import NotVerified, _policy, check_case
 from .target import Target, resolve
@@ -40,6 +41,9 @@ SHIFT = 40.0  # common logit offset (after scaling) for the shift-invariance pro
 __all__ = ["matches_reference", "factored_equals_materialized", "split_tile_invariance",
            "permutation_equivariance", "garbage_invariance", "softmax_shift_invariance",
            "append_then_decode_equals_prefill", "PROPERTIES"]
+
+
+HUNG: dict[str, str] = {}  # backend label -> the case it hung on (this process)
 
 
 class _Ctx:
@@ -54,6 +58,22 @@ class _Ctx:
         self.b, self.case = self.target.backend, case
         self.policy = _policy(policy)
         self.tol = self.policy.resolve(self.b.name, case.dtype)
+        self.calls = Calls([(self.target.label, self.b)], default_mode())  # as lrkv verify isolates them
+
+    def invoke(self, name: str, *args, case: Case | None = None, **kwargs):
+        """backend.<name>(*args, **kwargs) in the worker process, with the policy's time limit.
+        A backend that hung once is not called again in this process (as `lrkv verify` does):
+        hypothesis would otherwise wait out the limit on every example it shrinks."""
+        label = self.target.label
+        if label in HUNG:
+            raise self.fail(f"not run: the backend hung earlier ({HUNG[label]})", case)
+        try:
+            return self.calls.call(label, self.b, "invoke", (name, args, kwargs), self.tol.case_timeout)
+        except Timeout as e:
+            HUNG[label] = (case or self.case).id
+            raise self.fail(f"timeout: {e}", case) from None
+        except WorkerDied as e:
+            raise self.fail(f"crashed: {e}", case) from None
 
     def prepare(self, case: Case | None = None) -> Prepared:
         """The runner's preparation; an oracle that disagrees with itself judges nothing."""
@@ -70,8 +90,9 @@ class _Ctx:
 
     def run(self, inputs: KernelInputs, case: Case | None = None) -> dict[str, torch.Tensor]:
         if hasattr(self.b, "configure"):
-            self.b.configure(case or self.case)
-        out, lse = inputs.clone().call(self.b.decode_attention)
+            self.invoke("configure", case or self.case, case=case)
+        inp = inputs.clone()
+        out, lse = self.invoke("decode_attention", *inp.args(), case=case, **inp.kwargs())
         return {"out": out, "lse": lse}
 
     def bounds(self, prep: Prepared, outs: dict[str, torch.Tensor], case: Case | None = None) -> dict[str, float]:
@@ -104,7 +125,7 @@ class _Ctx:
         if as_dtype(self.case.dtype) not in tuple(self.b.dtypes):
             raise refuse(f"dtype {self.case.dtype} not supported by backend {self.b.name!r}")
         if hasattr(self.b, "supports"):
-            ok, why = self.b.supports(self.case)
+            ok, why = self.invoke("supports", self.case)
             if not ok:
                 raise refuse(f"backend {self.b.name!r} does not support {self.case.id}: {why}")
 
@@ -252,11 +273,11 @@ def append_then_decode_equals_prefill(backend: Any, case: Case, *, policy=None,
     caches = []
 
     def step(w, x_t, cache, positions):
-        y, cache = ctx.b.layer_step(w, x_t, cache, positions)
+        y, cache = ctx.invoke("layer_step", w, x_t, cache, positions)
         caches[:] = [cache]
         return y, cache
     if hasattr(ctx.b, "configure"):
-        ctx.b.configure(case)
+        ctx.invoke("configure", case)
     decode_sequence(step, inp.weights, inp.x.clone(), case)
     inp64 = inp.to(torch.float64)
     _, ref = prefill(inp64.weights, inp64.x)

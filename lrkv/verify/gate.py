@@ -15,10 +15,13 @@ the one the baseline pins (sha256), and RE-JUDGES every record from its evidence
   REGRESSED   passes, but an error grew beyond regression_factor × baseline
               (+ regression_slack × bound, so that noise near zero does not count);
               or a baseline pass now reported as an expected difference
-  MISSING     in the baseline as pass/xfail, absent (or skipped) now
+  MISSING     in the baseline as pass/xfail, absent (or skipped) now; or a case of the report's
+              own selection with no record (ledger.py: the gate rebuilds the case list)
   UNCOVERED   a feature of a level the backend implements (coverage.py) that no passing
               record exercises: required by the policy, or covered by the baseline
-  ERROR       the backend raised or hung, the oracle was inconsistent, or the report was altered
+  ERROR       the backend raised, crashed or hung, the oracle was inconsistent, or the report was
+              altered (a duplicate or foreign record, an edited case, a skip the backend
+              would not make again)
   UNVERIFIED  a gated backend verified no case at all
 
 Exit 0 only when nothing is FAIL, REGRESSED, MISSING, UNCOVERED, ERROR or UNVERIFIED and at least one
@@ -35,6 +38,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .coverage import coverage, covered_features, uncovered
+from .ledger import account, check_info, live_backends, missing_twins, recheck_skip
 from .metrics import parse_float
 from .tolerance_report import SCHEMA as REPORT_SCHEMA
 from .tolerance_report import read_json, validate_file, write_atomic
@@ -140,6 +144,10 @@ def rejudge(rec: dict, policy: Policy) -> tuple[str, str]:
                 or case.dtype != rec["dtype"] or case.level != rec["level"]:
             return "error", "report altered: the record's id, key, level, dtype or expect does not match its case"
         if st in ("error", "skip"):
+            if not (rec.get("reason") or "").strip():
+                return "error", f"report altered: a {st} record must say why"
+            if st == "skip" and any(rec.get(k) is not None for k in ("outputs", "metrics", "bound")):
+                return "error", "report altered: a skip record carries results"
             return st, rec["reason"]
         want = set(get_level(case.level).outputs(case))
         if set(rec.get("outputs") or {}) != want:
@@ -171,12 +179,17 @@ def _compare(rec: dict, base: dict, policy: Policy) -> tuple[str, str]:
     return "PASS", ""
 
 
-def classify(report: dict, baseline: dict, *, subset: bool = False, check_policy: bool = True) -> list[GateEntry]:
+def classify(report: dict, baseline: dict, *, subset: bool = False, check_policy: bool = True,
+             live: dict | None = None) -> list[GateEntry]:
     """One entry per key in the report or the baseline, plus report-level ERROR/UNVERIFIED entries.
 
-    subset=True ignores baseline entries of backends that the report did not run at all (a
-    report for one backend gated against the whole baseline). check_policy=False skips the
-    baseline's policy pin (only for --update-baseline, which changes the pin on purpose)."""
+    Every case of the report's selection is accounted for first (ledger.py): exactly one
+    record per gated backend and case. subset=True ignores baseline entries of backends that
+    the report did not run at all (a report for one backend gated against the whole
+    baseline); it never excuses a case of the report's own selection. check_policy=False skips
+    the baseline's policy pin (only for --update-baseline, which changes the pin on purpose).
+    live: name -> (backend importable here or None, why not), for re-asking supports() of
+    skipped cases (default: ledger.live_backends imports them)."""
     entries: list[GateEntry] = []
     try:
         policy = report_policy(report)
@@ -193,11 +206,32 @@ def classify(report: dict, baseline: dict, *, subset: bool = False, check_policy
                                  "accept a policy change on purpose with --update-baseline"))
     base = baseline["entries"]
     seen, verified = set(), Counter()
+    led = account(report)
+    for f in led.findings:
+        entries.append(GateEntry(f.key, f.backend, f.case_id, f.dtype, f.klass, f.detail))
+        seen.add(f.key)
+    infos = {b["name"]: b for b in report.get("backends", [])}
+    live = _live_for_skips(report, led, live)
+    for f in missing_twins(report, led, live, lambda b, dt: policy.resolve(b, dt).case_timeout):
+        entries.append(GateEntry(f.key, f.backend, f.case_id, f.dtype, f.klass, f.detail))
+        seen.add(f.key)
+    for name, (b, _) in live.items():
+        why = check_info(infos[name], b) if b is not None and name in infos else ""
+        if why:
+            entries.append(GateEntry(f"{name}::*", name, "*", "*", "ERROR", why))
     judged = []
-    for r in report["records"]:
+    for i, r in enumerate(report["records"]):
         key, b = r["key"], base.get(r["key"])
         seen.add(key)
+        if i in led.rejected:
+            continue
         st, reason = rejudge(r, policy)
+        info = infos.get(r["backend"], {})
+        if st == "skip":
+            lb, why_not = live.get(r["backend"], (None, "not imported"))
+            st, reason = recheck_skip(r, info, lb, why_not, policy.resolve(r["backend"], r["dtype"]).case_timeout)
+        elif st in ("pass", "fail", "xfail") and not info.get("available", True):
+            st, reason = "error", "report altered: a result of a backend the report lists as unavailable"
         judged.append((r, st))
         if st == "error":
             klass, detail = "ERROR", reason
@@ -230,6 +264,15 @@ def classify(report: dict, baseline: dict, *, subset: bool = False, check_policy
             entries.append(GateEntry(f"{name}::*", name, "*", "*", "UNVERIFIED",
                                      f"no case of {name} was verified ({n} records, none a pass)"))
     return entries
+
+
+def _live_for_skips(report: dict, led, live: dict | None) -> dict:
+    """The backends to re-ask about skipped cases: given, or imported when a record needs them."""
+    if live is not None:
+        return live
+    if not any(r["status"] == "skip" for r in report["records"]):
+        return {}
+    return live_backends(report)
 
 
 def coverage_entries(report: dict, judged: list[tuple[dict, str]], policy: Policy, baseline: dict,

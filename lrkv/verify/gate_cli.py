@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..checks import arg_out_file
+from ..checks import arg_int, arg_out_file
 from .gate import EXIT_BLOCKED, EXIT_OK
 
 EXIT_USAGE = 2  # bad input or usage, as every verb
@@ -22,8 +22,10 @@ With GITHUB_ACTIONS=true each blocking case is also an ::error annotation.
 GATE_EXITS = """exit codes:
   0    nothing is FAIL, REGRESSED, MISSING, UNCOVERED, ERROR or UNVERIFIED, and something was verified
   1    blocked: a case is FAIL/REGRESSED/MISSING/ERROR, a required or baseline feature is
-       UNCOVERED, a gated backend verified nothing, the
-       report is incomplete or altered, or it was made under another policy than the baseline's;
+       UNCOVERED, a gated backend verified nothing, the report is incomplete or altered
+       (a case of its selection without exactly one record, a skip the backend would not make
+       again), a replayed record did not reproduce (--replay), the report is not of this
+       checkout's HEAD (--require-commit), or it was made under another policy than the baseline's;
        with --update-baseline: the report has FAIL/ERROR records, or covers fewer features than
        the baseline without --drop-coverage; the baseline is unchanged
   2    bad input or usage: unreadable or malformed report/baseline (the file and field are named)
@@ -48,9 +50,54 @@ def register(subparsers) -> None:
     g.add_argument("--markdown", metavar="PATH", type=arg_out_file(), help="also write the gate summary as Markdown")
     g.add_argument("--subset", action="store_true",
                    help="only judge baseline entries of backends that appear in the report")
+    g.add_argument("--replay", type=arg_int(minimum=0, maximum=100000), default=0, metavar="N",
+                   help="re-run N pass/xfail records drawn at gate time, and every record whose status differs "
+                        "from the baseline; block on any that does not reproduce (lrkv/verify/replay.py)")
+    g.add_argument("--replay-seed", type=arg_int(minimum=0, maximum=2**32 - 1), metavar="S",
+                   help="with --replay: draw the records from this seed (to repeat a replay; default: a fresh one)")
+    g.add_argument("--require-commit", action="store_true",
+                   help="block unless the report was made from this checkout's HEAD with a clean tree")
+    g.add_argument("--backend-path", action="append", default=[], metavar="DIR",
+                   help="directory to import the report's backends from (to re-ask supports() and replay)")
     g.add_argument("--json", action="store_true", help="print the verdict as JSON (exit code, counts, entries) "
                                                        "instead of Markdown")
     g.set_defaults(func=cmd_gate)
+
+
+def commit_entries(report: dict) -> list:
+    """ERROR unless the report was made from this checkout's HEAD, with a clean tree."""
+    from .gate import GateEntry
+    from .tolerance_report import git_info
+
+    here, there = git_info(), report.get("git") or {}
+    if here["commit"] is None:
+        why = "this directory is not a git checkout (or git is missing), so the report's commit cannot be checked"
+    elif there.get("commit") != here["commit"]:
+        why = f"the report was made from commit {there.get('commit')}, the checkout is at {here['commit']}"
+    elif there.get("dirty") is not False:
+        why = f"the report was made from a tree with uncommitted changes (dirty: {there.get('dirty')})"
+    else:
+        return []
+    return [GateEntry("commit", "*", "*", "*", "ERROR", f"--require-commit: {why}")]
+
+
+def _replayed(entries: list, report: dict, baseline: dict, args, live: dict) -> list:
+    """The entries with every record that did not reproduce on replay turned into an ERROR."""
+    from .gate import GateEntry, report_policy
+    from .replay import replay
+
+    try:
+        policy = report_policy(report)
+    except ValueError:
+        return entries  # already an ERROR entry: nothing can be replayed under an altered policy
+    res = replay(report, baseline, args.replay, live, policy, seed=args.replay_seed)
+    print(res.summary(), file=sys.stderr if args.json else sys.stdout)
+    bad = {rec["key"]: why for rec, why in res.mismatches}
+    out = [GateEntry(e.key, e.backend, e.case_id, e.dtype, "ERROR", f"replay: {bad.pop(e.key)}")
+           if e.key in bad else e for e in entries]
+    for rec, why in ((r, w) for r, w in res.mismatches if r["key"] in bad):  # keys without an entry of their own
+        out.append(GateEntry(rec["key"], rec["backend"], rec["id"], rec["dtype"], "ERROR", f"replay: {why}"))
+    return out
 
 
 def cmd_gate(args) -> int:
@@ -75,7 +122,17 @@ def cmd_gate(args) -> int:
     except (ValueError, OSError) as e:
         print(f"lrkv gate: {e}", file=sys.stderr)
         return EXIT_USAGE
-    entries = classify(report, baseline, subset=args.subset, check_policy=not args.update_baseline)
+    from .ledger import live_backends
+
+    if args.replay_seed is not None and not args.replay:
+        print("lrkv gate: --replay-seed needs --replay N", file=sys.stderr)
+        return EXIT_USAGE
+    live = live_backends(report, tuple(args.backend_path))
+    entries = classify(report, baseline, subset=args.subset, check_policy=not args.update_baseline, live=live)
+    if args.require_commit:
+        entries += commit_entries(report)
+    if args.replay:
+        entries = _replayed(entries, report, baseline, args, live)
     md = render_markdown(entries, report=report)
     if args.json:
         import json

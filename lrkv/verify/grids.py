@@ -152,8 +152,14 @@ PAGED_T = 48
 
 
 def _paged_spec(row: dict) -> AttentionSpec:
-    H, d_h, r = row["shape"]
-    return AttentionSpec.lrkv(H, d_h, r, d_model=max(H * d_h // 2, 16), **PAGED_MODES[row["mode"]])
+    return _spec_of(row["shape"], row["mode"])
+
+
+@functools.cache
+def _spec_of(shape: tuple[int, int, int], mode: str) -> AttentionSpec:
+    """Cached: the all-pairs search builds a row's case ~10^5 times while it looks for valid rows."""
+    H, d_h, r = shape
+    return AttentionSpec.lrkv(H, d_h, r, d_model=max(H * d_h // 2, 16), **PAGED_MODES[mode])
 
 
 @functools.cache
@@ -172,14 +178,16 @@ def _all_pairs(params: dict[str, tuple], make) -> list[Case]:
 
     names = list(params)
 
-    def valid(row) -> bool:
-        if len(row) < len(names):
-            return True
+    @functools.cache  # the search asks about the same full row many times
+    def valid_row(row: tuple) -> bool:
         try:
             make(dict(zip(names, row)))
         except ValueError:
             return False
         return True
+
+    def valid(row) -> bool:
+        return len(row) < len(names) or valid_row(tuple(row))
 
     return [make(dict(zip(names, row))) for row in AllPairs([list(params[n]) for n in names], filter_func=valid)]
 

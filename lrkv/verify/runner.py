@@ -7,8 +7,8 @@ record is ERROR "oracle inconsistent" and nothing is judged; then run each path 
 the precision each output is produced in (τ for out/y, the accumulation dtype for lse)
 against its OWN float64 run: err_base is the worst of those (DESIGN §6).
 
-Per backend (`run_case`): call it on a fresh copy of the inputs, in a worker thread with the
-policy's per-case time limit; check what came back (tensors, real floating dtype, the
+Per backend (`run_case`): call it on a fresh copy of the inputs, in the run's worker process
+(isolation.py) with the policy's per-case time limit; check what came back (tensors, real floating dtype, the
 input's device, the contract's shapes and dtypes); measure; record the evidence; and let
 `tolerance.judge_record` — the same function the gate re-runs — decide the status.
 
@@ -16,16 +16,18 @@ Every (case, backend) pair yields a record: a case the backend does not implemen
 dtype it does not support, or while it is unavailable is a skip with its reason, never
 dropped; a case the backend declines (supports() false, or its dtype) is also run at its
 twin — the nearest variant the backend supports, every non-capability feature kept
-(twins.py) — recorded beside the skip; anything the backend raises (SystemExit included) is an ERROR record; a backend
-that hangs gets an ERROR record and is not called again in this run.
+(twins.py) — recorded beside the skip; anything the backend raises (SystemExit included) is an
+ERROR record, and so is a crash of the worker (the signal or exit code named; a fresh worker
+takes the next call); a backend that hangs gets an ERROR record, its worker is killed, and it
+is not called again in this run.
 """
 
 from __future__ import annotations
 
 import math
 import shlex
-import threading
 import time
+import warnings
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -41,6 +43,8 @@ from .metrics import ErrorMetrics, error_metrics, json_float, worst_of
 from .tolerance import Policy, Tolerance, fa3_atol, judge_record, make_bound, ulp
 from .coverage import declined
 from .twins import changes_text, find_twin, twin_id
+from .isolation import Calls, Timeout, WorkerDied, default_mode
+from .isolation import call_in_thread as call_with_timeout  # the in-process time limit (supports(), the gate)
 
 REASON_CHARS = 600  # keep reasons readable in a PR comment
 ORACLE_TOLERANCE_KEY = "oracle"  # the policy is resolved for this pseudo-backend for the oracle's own checks
@@ -179,52 +183,6 @@ def _describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-def _check_output(name: str, t, shape: tuple, device: torch.device) -> str:
-    """'' if t is a usable output tensor, else why not (an ERROR: nothing can be measured)."""
-    if not isinstance(t, torch.Tensor):
-        return f"{name} is a {type(t).__name__}, not a torch.Tensor"
-    if t.is_complex():
-        return f"{name} has complex dtype {t.dtype}; the contract's outputs are real"
-    if not t.is_floating_point():
-        return f"{name} has dtype {t.dtype}; the contract's outputs are floating point"
-    if t.device.type == "meta":
-        return f"{name} is on the meta device (no data)"
-    if t.device != device:
-        return f"{name} is on {t.device}; the inputs were on {device}"
-    if tuple(t.shape) != tuple(shape):
-        return f"backend returned {name} {list(t.shape)}, the contract says {list(shape)}"
-    return ""
-
-
-class _Timeout(Exception):
-    pass
-
-
-def call_with_timeout(fn: Callable[[], object], seconds: float):
-    """fn() in a daemon worker thread; its result, or its exception re-raised here, or _Timeout.
-
-    A Python thread cannot be killed: a hung call is abandoned (the caller stops using that
-    backend). BaseException is carried over too, so a backend's SystemExit becomes an ERROR
-    record instead of ending the run; KeyboardInterrupt arrives in the main thread.
-    """
-    box: dict[str, object] = {}
-
-    def target():
-        try:
-            box["value"] = fn()
-        except BaseException as e:  # noqa: BLE001 — reported, never swallowed
-            box["error"] = e
-
-    worker = threading.Thread(target=target, name="lrkv-backend-call", daemon=True)
-    worker.start()
-    worker.join(seconds if seconds > 0 else None)
-    if worker.is_alive():
-        raise _Timeout(f"no result within the per-case time limit of {seconds:g} s (policy case_timeout)")
-    if "error" in box:
-        raise box["error"]  # type: ignore[misc]
-    return box["value"]
-
-
 def _evidence(prep: Prepared, outs: dict[str, torch.Tensor], tol: Tolerance) -> dict:
     """Per output: what the gate needs to re-judge — metrics, err_base, atol, float64 bound, dtypes."""
     ev = {}
@@ -253,28 +211,29 @@ def judge_outputs(prep: Prepared, outs: dict[str, torch.Tensor], tol: Tolerance)
     return verdicts
 
 
-def run_case(prep: Prepared, backend, label: str, tol: Tolerance) -> dict:
-    """Run one backend on a prepared case and judge it."""
+def run_case(prep: Prepared, backend, label: str, tol: Tolerance, calls: Calls | None = None) -> dict:
+    """Run one backend on a prepared case and judge it (calls: where the call runs; default
+    in this process, as a property or a replay outside `run` needs)."""
     case = prep.case
     if prep.inconsistent:
         return error_record(case, backend, label, f"oracle inconsistent: {prep.inconsistent}")
-    level = get_level(case.level)
+    calls = calls or Calls([(label, backend)], "inprocess")
     t0 = time.perf_counter()
+    expected = {name: shape for name, (shape, _) in prep.expected.items()}
     try:
-        if hasattr(backend, "configure"):
-            call_with_timeout(lambda: backend.configure(case), tol.case_timeout)
-        outs = call_with_timeout(lambda: level.call(backend, prep.inputs.clone(), case), tol.case_timeout)
-    except _Timeout as e:
+        kind, outs = calls.call(label, backend, "call", (case.to_dict(), prep.inputs.clone(), expected),
+                                tol.case_timeout)
+    except Timeout as e:
         return error_record(case, backend, label, f"timeout: {e}", seconds=time.perf_counter() - t0)
+    except WorkerDied as e:
+        return error_record(case, backend, label, f"crashed: {e}, running case {case.id}",
+                            seconds=time.perf_counter() - t0)
     except (Exception, SystemExit) as e:  # noqa: BLE001 — any failure of the backend is an ERROR record
-        return error_record(case, backend, label, _describe(e), "".join(traceback.format_exception(e)[-3:]),
-                            time.perf_counter() - t0)
+        tb = getattr(e, "__lrkv_traceback__", None) or "".join(traceback.format_exception(e)[-3:])
+        return error_record(case, backend, label, _describe(e), tb, time.perf_counter() - t0)
     seconds = time.perf_counter() - t0
-    device = torch.device("cpu")
-    for name, (shape, _) in prep.expected.items():
-        why = _check_output(name, outs.get(name), shape, device)
-        if why:
-            return error_record(case, backend, label, why, seconds=seconds)
+    if kind == "bad":
+        return error_record(case, backend, label, outs, seconds=seconds)
     rec = _record(case, backend, label)
     rec["seconds"] = seconds
     rec["outputs"] = _evidence(prep, {n: outs[n] for n in prep.expected}, tol)
@@ -320,19 +279,26 @@ def total_steps(cases: Iterable[Case], backends: list[tuple[str, object]]) -> in
     return len(list(cases)) * len(backends)
 
 
-def backend_accepts(b, tol: Tolerance) -> Callable[[Case], bool]:
-    """Whether backend b would run a case: its dtype is claimed and supports() says yes."""
+def backend_accepts(b, tol: Tolerance, calls: Calls | None = None, label: str = "") -> Callable[[Case], bool]:
+    """Whether backend b would run a case: its dtype is claimed and supports() says yes
+    (asked through `calls`, the run's worker, when given)."""
     def accepts(case: Case) -> bool:
         if as_dtype(case.dtype) not in tuple(b.dtypes):
             return False
         if not hasattr(b, "supports"):
             return True
         try:
-            ok, _ = call_with_timeout(lambda: b.supports(case), tol.case_timeout)
-        except (Exception, SystemExit):  # noqa: BLE001 — a supports() that fails accepts nothing
+            ok, _ = _supports(b, case, tol, calls, label)
+        except (Exception, SystemExit, Timeout, WorkerDied):  # noqa: BLE001 — a supports() that fails accepts nothing
             return False
         return bool(ok)
     return accepts
+
+
+def _supports(b, case: Case, tol: Tolerance, calls: Calls | None, label: str):
+    if calls is None:
+        return call_with_timeout(lambda: b.supports(case), tol.case_timeout)
+    return calls.call(label, b, "supports", (case.to_dict(),), tol.case_timeout)
 
 
 def twin_record(rec: dict, declined_case: Case, changes: dict) -> dict:
@@ -345,7 +311,7 @@ def twin_record(rec: dict, declined_case: Case, changes: dict) -> dict:
 
 
 def _run_prepared(case: Case, todo: list, policy: Policy, records: list[dict], hung: dict[str, str],
-                  wrap: Callable[[dict], dict] | None = None) -> None:
+                  calls: Calls, wrap: Callable[[dict], dict] | None = None) -> None:
     """Prepare the case once and run every (label, backend, tol) of todo on it."""
     try:
         prep = prepare(case, policy)
@@ -355,7 +321,7 @@ def _run_prepared(case: Case, todo: list, policy: Policy, records: list[dict], h
             records.append(wrap(rec) if wrap else rec)
         return
     for label, b, tol in todo:
-        rec = run_case(prep, b, label, tol)
+        rec = run_case(prep, b, label, tol, calls)
         if rec["status"] == "error" and rec["reason"].startswith("timeout:"):
             hung[label] = case.id
         records.append(wrap(rec) if wrap else rec)
@@ -363,14 +329,31 @@ def _run_prepared(case: Case, todo: list, policy: Policy, records: list[dict], h
 
 def run(cases: Iterable[Case], backends: list[tuple[str, object]], policy: Policy,
         on_step: Callable[[str], None] | None = None, records: list[dict] | None = None,
-        twins: bool = True) -> list[dict]:
+        twins: bool = True, isolation: str | None = None, notes: list[str] | None = None) -> list[dict]:
     """One record per (case, backend), plus a twin record per declined case (twins.py).
 
     on_step(description) is called after each case and backend — for a progress bar. Records
     are appended to `records` as they are made (pass a list to keep a partial result when the
     run is interrupted). twins=False records declined cases as skips only; baseline paths
-    (role 'baseline') never get twins — they are the oracle's own algorithms."""
+    (role 'baseline') never get twins — they are the oracle's own algorithms. isolation:
+    'process' (every backend call in a worker process, isolation.py) or 'inprocess'; default
+    isolation.default_mode(). notes: receives what the isolation could not do (a backend
+    kept in-process, and why)."""
     records = [] if records is None else records
+    calls = Calls(backends, isolation or default_mode())
+    try:
+        _run(cases, backends, policy, on_step, records, twins, calls)
+    finally:
+        calls.close()
+        if notes is not None:
+            notes.extend(dict.fromkeys(calls.notes))
+        else:
+            for note in dict.fromkeys(calls.notes):
+                warnings.warn(f"lrkv isolation: {note}", RuntimeWarning, stacklevel=2)
+    return records
+
+
+def _run(cases, backends, policy: Policy, on_step, records: list[dict], twins: bool, calls: Calls) -> None:
     avail, broken = {}, {}
     for label, b in backends:
         try:
@@ -392,9 +375,8 @@ def run(cases: Iterable[Case], backends: list[tuple[str, object]], policy: Polic
                 continue
             if not reason and hasattr(b, "supports"):
                 try:
-                    res = call_with_timeout(lambda: b.supports(case), tol.case_timeout)
-                    sup, why = res
-                except (Exception, SystemExit) as e:  # noqa: BLE001 — incl. a non-tuple result
+                    sup, why = _supports(b, case, tol, calls, label)
+                except (Exception, SystemExit, Timeout, WorkerDied) as e:  # noqa: BLE001 — incl. a non-tuple result
                     records.append(error_record(case, b, label, f"supports() failed: {_describe(e)}"))
                     continue
                 reason = "" if sup else f"unsupported: {why}"
@@ -406,10 +388,10 @@ def run(cases: Iterable[Case], backends: list[tuple[str, object]], policy: Polic
                 continue
             todo.append((label, b, tol))
         if todo:
-            _run_prepared(case, todo, policy, records, hung)
+            _run_prepared(case, todo, policy, records, hung, calls)
         groups: list[tuple[Case, dict, list]] = []  # one prepare per distinct twin case
         for label, b, tol in declined_by:
-            found = find_twin(case, backend_accepts(b, tol))
+            found = find_twin(case, backend_accepts(b, tol, calls, label))
             if found is None:
                 continue
             twin, changes = found
@@ -421,9 +403,8 @@ def run(cases: Iterable[Case], backends: list[tuple[str, object]], policy: Polic
             else:
                 groups.append((twin, changes, [(label, b, ttol)]))
         for twin, changes, members in groups:
-            _run_prepared(twin, members, policy, records, hung,
+            _run_prepared(twin, members, policy, records, hung, calls,
                           wrap=lambda rec, ch=changes: twin_record(rec, case, ch))
         if on_step is not None:
             for label, b in backends:
                 on_step(f"{b.name} {case.id}")
-    return records

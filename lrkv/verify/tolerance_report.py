@@ -79,8 +79,10 @@ def summarize(records: list[dict]) -> dict:
             "by_backend": {b: {s: c.get(s, 0) for s in STATUSES} for b, c in per.items()}}
 
 
-def build_report(records: list[dict], policy, backends: list[dict], *, grid: str, argv: list[str] | None = None,
-                 seconds: float | None = None, complete: bool = True) -> dict:
+def build_report(records: list[dict], policy, backends: list[dict], *, selection, grid: str | None = None,
+                 argv: list[str] | None = None, seconds: float | None = None, complete: bool = True) -> dict:
+    """The report of a run: `selection` (a selection.Selection) says which cases it was asked to
+    verify (the gate rebuilds them); `grid` is its label for people (default: the grid's name)."""
     return {
         "schema": SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -88,7 +90,8 @@ def build_report(records: list[dict], policy, backends: list[dict], *, grid: str
         "git": git_info(),
         "environment": environment(),
         "command": argv or [],
-        "grid": grid,
+        "grid": grid or selection.grid,
+        "selection": selection.to_dict(),
         "seconds": seconds,
         "complete": complete,
         "interrupted": not complete,

@@ -41,7 +41,7 @@ def register(subparsers) -> None:
     v.add_argument("--backend", action="append", metavar="NAME|module:attr",
                    help="a registered name or package.module:attribute (repeatable; default: "
                         f"{', '.join(DEFAULT_BACKENDS)})")
-    v.add_argument("--grid", choices=GRIDS, default="default", help="the case grid (default: default)")
+    v.add_argument("--grid", choices=GRIDS, help="the case grid (default: default)")
     v.add_argument("--case", action="append", metavar="JSON", help="run this case (a Case as JSON) instead of a grid")
     v.add_argument("--dtype", action="append", help="keep only cases at these dtypes")
     v.add_argument("--level", action="append", help="keep only these case levels (kernel, layer, layer-model, …)")
@@ -59,45 +59,38 @@ def register(subparsers) -> None:
     v.add_argument("--no-twins", action="store_true",
                    help="record a declined case as a skip only; do not run its nearest supported variant "
                         "(its features then go uncovered)")
+    v.add_argument("--in-process", action="store_true",
+                   help="call the backends in this process instead of a worker process (for a debugger; a crash "
+                        "or os._exit in a backend then ends the run without a report)")
     v.add_argument("--tp", type=arg_int(minimum=1, maximum=64), metavar="P",
                    help="tensor parallelism: decode the `tp` grid (instead of --grid) on P gloo ranks and judge the "
                         "gathered output and each rank's cache bytes (default backends: reference, eager)")
     v.set_defaults(func=cmd_verify)
 
 
-def _cases(args):
-    from ..spec import dtype_name
+def _selection(args):
+    """The run's Selection (selection.py): what the report records and the gate rebuilds."""
     from .case import Case
-    from .grids import default_grid, mutant_grid, quick_grid
+    from .selection import GIVEN, Selection
 
+    narrow = {"dtype": tuple(args.dtype or ()), "level": tuple(args.level or ()), "filter": args.filter or "",
+              "twins": not args.no_twins}
     if args.case:
-        cases = [Case.from_json(text) for text in args.case]
+        if args.grid is not None:
+            raise ValueError(f"--grid {args.grid} and --case: give one (the cases, or the grid they come from)")
+        cases = tuple(Case.from_json(text) for text in args.case)
         if args.tp:  # never silently ignored: every given case must be a tp case on exactly P ranks
             for c in cases:
                 if c.level != "tp" or c.tp != args.tp:
                     what = f"runs on {c.tp} ranks" if c.level == "tp" else f"is a {c.level!r} case"
                     raise ValueError(f"--tp {args.tp}: --case {c.id} {what}; a case carries its own tp, so give "
                                      "--tp only to agree with it (or leave it out)")
-    elif args.tp:
-        from .grids import tp_grid
-        cases = tp_grid(args.tp)
-    else:
-        cases = {"default": default_grid, "quick": quick_grid, "mutants": mutant_grid}[args.grid]()
-    if args.dtype:
-        try:
-            keep = {dtype_name(d) for d in args.dtype}
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"--dtype: {e}") from None
-        cases = [c for c in cases if c.dtype in keep]
-    if args.level:
-        from .case import CASE_LEVELS
-        unknown = sorted(set(args.level) - set(CASE_LEVELS))
-        if unknown:
-            raise ValueError(f"--level: unknown {unknown}; known: {', '.join(CASE_LEVELS)}")
-        cases = [c for c in cases if c.level in args.level]
-    if args.filter:
-        cases = [c for c in cases if args.filter in c.id]
-    return cases
+        return Selection(grid=GIVEN, cases=cases, **narrow)
+    if args.tp:
+        if args.grid is not None:
+            raise ValueError(f"--tp {args.tp} runs the tp grid; --grid {args.grid} would be ignored: give one")
+        return Selection(grid="tp", tp=args.tp, **narrow)
+    return Selection(grid=args.grid or "default", **narrow)
 
 
 def _load_backends(args, console):
@@ -127,18 +120,49 @@ def _say(console, text: str, style: str = "") -> None:
 
 
 def cmd_verify(args) -> int:
-    from .console import annotate_records, make_console, summary_table
+    from .console import make_console
+
+    console = make_console()
+    state: dict = {"records": [], "t0": time.perf_counter()}
+    try:
+        return _verify(args, console, state)
+    except KeyboardInterrupt:  # at any moment: an incomplete report, exit 130, no traceback
+        return _interrupted(args, console, state)
+
+
+def _interrupted(args, console, state: dict) -> int:
+    """Write what the interrupted run has as an incomplete report (the gate refuses it)."""
+    from .selection import Selection
+    from .tolerance import load_policy
+    from .tolerance_report import build_report, write_report
+
+    records = state["records"]
+    try:
+        policy = state.get("policy") or load_policy(None)
+        report = build_report(records, policy, state.get("infos", []), selection=state.get("selection") or Selection(),
+                              argv=sys.argv[1:], seconds=time.perf_counter() - state["t0"], complete=False)
+        jpath, _ = write_report(report, args.out)
+    except (ValueError, TypeError, OSError) as e:
+        _say(console, f"lrkv verify: interrupted; no report written ({e})", "yellow")
+        return EXIT_INTERRUPTED
+    _say(console, f"lrkv verify: interrupted after {len(records)} records; {jpath} is marked incomplete "
+                  "(the gate refuses it)", "yellow")
+    return EXIT_INTERRUPTED
+
+
+def _verify(args, console, state: dict) -> int:
+    from .console import annotate_records, summary_table
     from .tolerance_report import build_report, clear_report, verification, write_report
     from .runner import backend_info
     from .levels import get_level
     from .tolerance import load_policy
 
-    console = make_console()
     clear_report(args.out)  # first: no later failure (even a usage error) may leave a stale green report
     try:
         backends = _load_backends(args, console)
-        cases = _cases(args)
-        policy = load_policy(args.policy)
+        selection = state["selection"] = _selection(args)
+        cases = selection.resolve()
+        policy = state["policy"] = load_policy(args.policy)
         tp = any(c.level == "tp" for c in cases)
         if tp and not all(c.level == "tp" for c in cases):
             raise ValueError("--case: tp cases run on their own ranks; do not mix them with other levels in one run")
@@ -148,7 +172,7 @@ def cmd_verify(args) -> int:
     except (ValueError, TypeError, OSError) as e:
         _say(console, f"lrkv verify: {e}", "red")
         return EXIT_USAGE
-    infos = [backend_info(b, label) for label, b in backends]
+    infos = state["infos"] = [backend_info(b, label) for label, b in backends]
     for info in infos:
         if not info["available"]:
             _say(console, f"{info['name']}: unavailable — {info['reason']}", "yellow")
@@ -156,24 +180,17 @@ def cmd_verify(args) -> int:
         _say(console, "lrkv verify: nothing verified: no case matches the selection (--grid/--dtype/--level/"
                       "--filter)", "yellow")
         return EXIT_OK if args.allow_empty else EXIT_NOTHING
-    t0 = time.perf_counter()
-    records: list[dict] = []
-    grid = "case" if args.case else ("tp" if args.tp else args.grid)
-    try:
-        if tp:
-            _say(console, f"lrkv verify: decoding on tensor-parallel ranks ({len(cases)} cases x {len(backends)} "
-                          "backends, one spawn per P)")
-            tp_level.prefetch(cases, backends)
-        _run_with_progress(cases, backends, policy, console, not args.no_progress, records, not args.no_twins)
-    except KeyboardInterrupt:
-        report = build_report(records, policy, infos, grid=grid, argv=sys.argv[1:],
-                              seconds=time.perf_counter() - t0, complete=False)
-        jpath, _ = write_report(report, args.out)
-        _say(console, f"lrkv verify: interrupted after {len(records)} records; {jpath} is marked incomplete "
-                      "(the gate refuses it)", "yellow")
-        return EXIT_INTERRUPTED
+    t0 = state["t0"] = time.perf_counter()
+    records: list[dict] = state["records"]
+    notes: list[str] = []
+    if tp:
+        _say(console, f"lrkv verify: decoding on tensor-parallel ranks ({len(cases)} cases x {len(backends)} "
+                      "backends, one spawn per P)")
+        tp_level.prefetch(cases, backends)
+    _run_with_progress(cases, backends, policy, console, not args.no_progress, records, not args.no_twins,
+                       "inprocess" if args.in_process else None, notes)
     seconds = time.perf_counter() - t0
-    report = build_report(records, policy, infos, grid=grid, argv=sys.argv[1:], seconds=seconds)
+    report = build_report(records, policy, infos, selection=selection, argv=sys.argv[1:], seconds=seconds)
     jpath, mpath = write_report(report, args.out)
     tot = report["summary"]["total"]
     if getattr(args, "verbosity", 0) >= 0:
@@ -181,6 +198,8 @@ def cmd_verify(args) -> int:
     _say(console, f"{len(cases)} cases, {len(records)} records in {seconds:.1f}s: "
          + ", ".join(f"{n} {s}" for s, n in tot.items() if n))
     _print_coverage(console, report.get("coverage") or {})
+    for note in notes:
+        _say(console, f"isolation: {note}", "yellow")
     annotate_records(records)
     if getattr(args, "verbosity", 0) >= 1:  # -v: every other record too, with its reason
         for r in records:
@@ -251,15 +270,17 @@ def _print_coverage(console, cov: dict) -> None:
             _say(console, f"  {b} · {lv}: {', '.join(names)}", "yellow")
 
 
-def _run_with_progress(cases, backends, policy, console, show: bool, records: list[dict], twins: bool = True):
+def _run_with_progress(cases, backends, policy, console, show: bool, records: list[dict], twins: bool = True,
+                       isolation: str | None = None, notes: list[str] | None = None):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .runner import run, total_steps
 
     if not show:
-        return run(cases, backends, policy, records=records, twins=twins)
+        return run(cases, backends, policy, records=records, twins=twins, isolation=isolation, notes=notes)
     with Progress(TextColumn("verify"), BarColumn(bar_width=24), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.description}", markup=False), console=console, transient=True) as progress:
         task = progress.add_task("", total=total_steps(cases, backends))
-        return run(cases, backends, policy, records=records, twins=twins,  # description: the step just finished
+        return run(cases, backends, policy, records=records, twins=twins, isolation=isolation, notes=notes,
+                   # description: the step just finished
                    on_step=lambda what: progress.update(task, advance=1, description=what[:PROGRESS_CHARS]))

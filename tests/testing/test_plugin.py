@@ -88,3 +88,42 @@ def test_the_summary_counts_the_verified_cases(tmp_path):
     assert "lrkv: examples.my_backend:backend: 5 cases verified" in r.stdout
     deselected = _pytest(tmp_path, "--lrkv-backend", "examples.my_backend:backend", "-k", "no_such_test")
     assert deselected.returncode != 0 and "verified no case" in deselected.stdout
+
+
+CRASHING = '''
+import ctypes
+import time
+
+from examples.my_backend import SplitKDecode
+
+
+class Segfaults(SplitKDecode):
+    name = "segfaults"
+
+    def decode_attention(self, *args, **kw):
+        ctypes.string_at(0)
+
+
+class Hangs(SplitKDecode):
+    name = "hangs"
+
+    def decode_attention(self, *args, **kw):
+        time.sleep(600)
+
+
+segfaults = Segfaults()
+hangs = Hangs()
+'''
+
+
+def test_a_crashing_or_hanging_backend_fails_its_tests_not_the_session(tmp_path):
+    """A segfault used to kill pytest (no output, no summary); a hang in a property hung it
+    forever. In lrkv's worker process each is a failing test naming the signal or the limit."""
+    (tmp_path / "crashing_backend.py").write_text(CRASHING)
+    (tmp_path / "lrkv.toml").write_text("[policy.defaults]\ncase_timeout = 3.0\n")
+    r = _pytest(tmp_path, "--lrkv-backend", "crashing_backend:segfaults", "-k", "grid_case or permutation")
+    assert r.returncode == 1, r.stdout[-3000:]
+    assert "SIGSEGV" in r.stdout and " failed" in r.stdout and "lrkv: crashing_backend:segfaults" in r.stdout
+    h = _pytest(tmp_path, "--lrkv-backend", "crashing_backend:hangs", "-k", "permutation")
+    assert h.returncode == 1, h.stdout[-3000:]
+    assert "no result within the per-case time limit of 3 s" in h.stdout

@@ -27,6 +27,7 @@ from lrkv.verify.runner import backend_info, run
 from lrkv.verify.tolerance import Policy, load_policy
 from lrkv.verify.tolerance_report import build_report
 from lrkv.verify.twins import apply_changes, check_twin, find_twin, parse_changes
+from lrkv.verify.selection import Selection
 
 EXACT = AttentionSpec.lrkv(4, 32, 6, rope="exact")
 QKN_EXACT = AttentionSpec.lrkv(4, 32, 6, rope="exact", qk_norm=True)
@@ -47,7 +48,8 @@ NO_BASELINE = {"entries": {}, "policy": None}
 def _report(cases, backends, policy=None, twins=True):
     policy = policy or load_policy()
     records = run(cases, backends, policy, twins=twins)
-    return build_report(records, policy, [backend_info(b, n) for n, b in backends], grid="test")
+    return build_report(records, policy, [backend_info(b, n) for n, b in backends],
+                        selection=Selection("case", cases=tuple(cases)))
 
 
 # ----------------------------------------------------------------------------- features and grid

@@ -15,6 +15,7 @@ from lrkv.verify.paged_mutants import ALL_PAGED_EXTEND_MUTANTS
 from lrkv.verify.tolerance_report import build_report
 from lrkv.verify.runner import backend_info, run
 from lrkv.verify.tolerance import load_policy
+from lrkv.verify.selection import Selection
 
 CORRECT = ("reference", "materialized", "eager", "tiled", "examples.my_backend:backend")
 
@@ -22,7 +23,8 @@ CORRECT = ("reference", "materialized", "eager", "tiled", "examples.my_backend:b
 def _report(backends):
     policy = load_policy()
     records = run(mutant_grid(), backends, policy)
-    return build_report(records, policy, [backend_info(b, n) for n, b in backends], grid="mutants")
+    return build_report(records, policy, [backend_info(b, n) for n, b in backends],
+                        selection=Selection("mutants"))
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,7 @@ from lrkv.verify.backend_registry import get_backend
 from lrkv.verify.case import Case
 from lrkv.verify.tolerance_report import build_report, load_report
 from lrkv.verify.runner import backend_info, prepare, run, run_case
+from lrkv.verify.selection import Selection
 from lrkv.verify.tolerance import Policy, judge_record, load_policy
 
 SPEC = AttentionSpec.lrkv(3, 16, 5)
@@ -73,6 +74,39 @@ class Hangs(TiledBackend):
     def decode_attention(self, *args, **kw):
         time.sleep(30)
         return super().decode_attention(*args, **kw)
+
+
+class Segfaults(TiledBackend):
+    name = "segfaults"
+    def decode_attention(self, *args, **kw):
+        import ctypes
+        ctypes.string_at(0)  # a null read: SIGSEGV
+
+
+class HardExit(TiledBackend):
+    name = "hard-exit"
+    def decode_attention(self, *args, **kw):
+        import os
+        os._exit(0)  # status 0, no exception, no atexit
+
+
+class Pid(TiledBackend):
+    """Writes the pid of the process it runs in to $LRKV_TEST_PID_FILE."""
+    name = "pid"
+    def decode_attention(self, *args, **kw):
+        import os
+        with open(os.environ["LRKV_TEST_PID_FILE"], "a") as f:
+            f.write(f"{os.getpid()}\\n")
+        return super().decode_attention(*args, **kw)
+
+
+class HangsNoted(TiledBackend):
+    """Sleeps after writing $LRKV_TEST_PID_FILE: the moment to send Ctrl-C."""
+    name = "hangs-noted"
+    def decode_attention(self, *args, **kw):
+        import os
+        open(os.environ["LRKV_TEST_PID_FILE"], "w").close()
+        time.sleep(60)
 
 
 class Exits(TiledBackend):
@@ -183,7 +217,8 @@ def records(path: Path) -> list[dict]:
 def _report(backends, cases=CASES, policy: Policy | None = None) -> dict:
     policy = policy or load_policy()
     recs = run(list(cases), backends, policy)
-    return build_report(recs, policy, [backend_info(b, n) for n, b in backends], grid="case")
+    return build_report(recs, policy, [backend_info(b, n) for n, b in backends],
+                        selection=Selection("case", cases=tuple(cases)))
 
 
 @pytest.fixture(scope="module")
@@ -366,7 +401,7 @@ def test_the_gate_exits_4_when_nothing_was_verified(tmp_path, planted, good_repo
 
 # ============================================================================ 3. the gate re-judges
 def _failing_report():
-    return _report([("tiled", get_backend("tiled")), ("mutant", get_backend("lrkv.verify.decode_mutants:SqrtRankScale"))])
+    return _report([("tiled", get_backend("tiled")), (MUTANT, get_backend(MUTANT))])
 
 
 def test_a_hand_edited_pass_is_report_altered(tmp_path, good_report):
@@ -474,6 +509,194 @@ def test_judge_record_is_the_single_verdict(good_report):
             assert judge_record(r, pol.resolve(r["backend"], r["dtype"]))[0] == r["status"]
 
 
+# ============================================================================ 3b. every case accounted for
+MUTANT = "lrkv.verify.decode_mutants:SqrtRankScale"
+
+
+def _entry(entries, key):
+    return [e for e in entries if e.key == key]
+
+
+def test_deleted_failing_records_are_missing_even_with_subset(tmp_path, good_report):
+    rep = _failing_report()
+    gone = [r["key"] for r in rep["records"] if r["status"] == "fail"]
+    assert gone
+    rep["records"] = [r for r in rep["records"] if r["status"] != "fail"]
+    assert gate_cli(tmp_path, rep, gate.baseline_from_report(good_report), "--subset") == 1
+    entries = gate.classify(rep, gate.baseline_from_report(good_report), subset=True)
+    assert any("~" in k for k in gone)  # a declined case's failing twin among them
+    for key in gone:
+        (e,) = _entry(entries, key)
+        assert e.klass == "MISSING" and ("selection" in e.detail if "~" not in key else "twin" in e.detail)
+
+
+def test_duplicate_records_are_an_error(tmp_path, good_report):
+    rep = copy.deepcopy(good_report)
+    rec = next(r for r in rep["records"] if r["status"] == "pass")
+    rep["records"] += [copy.deepcopy(rec) for _ in range(3)]
+    entries = gate.classify(rep, {"entries": {}, "policy": None})
+    (e,) = _entry(entries, rec["key"])
+    assert e.klass == "ERROR" and "4 records of one case" in e.detail
+    assert gate_cli(tmp_path, rep, gate.baseline_from_report(good_report)) == 1
+
+
+def test_expect_set_to_differ_with_the_id_recomputed_is_not_in_the_selection(good_report):
+    rep = _failing_report()
+    bad = next(r for r in rep["records"] if r["status"] == "fail")
+    case = Case.from_dict(bad["case"]).replace(expect="differ")
+    bad.update(case=case.to_dict(), id=case.id, key=f"{bad['backend']}::{case.id}", expect="differ")
+    entries = gate.classify(rep, gate.baseline_from_report(good_report), subset=True)
+    assert [e.klass for e in _entry(entries, bad["key"])] == ["ERROR"]
+    assert "not in the report's selection" in _entry(entries, bad["key"])[0].detail
+    original = f"{bad['backend']}::{Case.from_dict(bad['case']).replace(expect='match').id}"
+    assert [e.klass for e in _entry(entries, original)] == ["MISSING"]
+
+
+def test_a_record_whose_case_was_edited_under_its_id_is_an_error(good_report):
+    rep = copy.deepcopy(good_report)
+    rec = rep["records"][0]
+    rep["selection"]["cases"][0]["q_scale"] = 100.0  # the selection says another case had this id
+    entries = gate.classify(rep, {"entries": {}, "policy": None})
+    assert any(e.klass == "ERROR" and e.key == rec["key"] for e in entries)
+
+
+@pytest.mark.parametrize("reason,clear,needle", [
+    ("unsupported: not today", True, "supports() accepts the case"),
+    ("unsupported: not today", False, "carries results"),
+    ("dtype float32 not supported; backend dtypes: bfloat16", True, "claim the case"),
+    ("not implemented: the case needs level 'layer'", True, "claim the case"),
+    ("backend unavailable: the toolchain is missing", True, "lists the backend as available"),
+    ("", True, "must say why"),  # (the schema refuses it too: the CLI exits 2)
+    ("the dog ate it", True, "runner's reasons"),
+])
+def test_a_fail_edited_to_a_skip_is_report_altered(tmp_path, good_report, reason, clear, needle):
+    rep = _failing_report()
+    bad = next(r for r in rep["records"] if r["status"] == "fail")
+    bad["status"], bad["reason"] = "skip", reason
+    if clear:
+        bad.update(outputs=None, metrics=None, baseline_metrics=None, bound=None, ratio=None, oracle=None)
+    entries = gate.classify(rep, gate.baseline_from_report(good_report), subset=True)
+    (e,) = _entry(entries, bad["key"])
+    assert e.klass == "ERROR" and "report altered" in e.detail and needle in e.detail, e.detail
+    assert gate_cli(tmp_path, rep, gate.baseline_from_report(good_report), "--subset") == (2 if not reason else 1)
+
+
+def test_a_genuine_skip_is_kept_and_re_asked(tmp_path, planted):
+    code, path = verify(tmp_path, "planted:NeverSupports", "tiled")
+    rep = json.loads(path.read_text())
+    keys = {r["key"] for r in rep["records"] if r["backend"] == "never-supports"}
+    entries = gate.classify(rep, {"entries": {}, "policy": None})
+    skips = [e for e in entries if e.key in keys]
+    assert len(skips) == len(keys) == 2 and all(e.klass == "SKIP" and "not re-asked" not in e.detail for e in skips)
+    # where the backend cannot be imported, the skip stands and says it was not re-asked
+    entries = gate.classify(rep, {"entries": {}, "policy": None}, live={"never-supports": (None, "ImportError: x"),
+                                                                         "tiled": (get_backend("tiled"), "")})
+    assert all("not re-asked" in e.detail for e in entries if e.key in keys)
+
+
+def test_backend_info_edited_to_excuse_skips_is_an_error(good_report):
+    rep = copy.deepcopy(good_report)
+    info = next(b for b in rep["backends"] if b["name"] == "tiled")
+    info["dtypes"] = ["float32"]  # so that the bfloat16 case "was not supported"
+    rec = next(r for r in rep["records"] if r["backend"] == "tiled" and r["dtype"] == "bfloat16")
+    rec.update(status="skip", reason="dtype bfloat16 not supported; backend dtypes: float32", outputs=None,
+               metrics=None, baseline_metrics=None, bound=None, ratio=None, oracle=None)
+    entries = gate.classify(rep, gate.baseline_from_report(good_report))
+    assert any(e.klass == "ERROR" and e.key == "tiled::*" and "imported here" in e.detail for e in entries)
+
+
+def test_a_renamed_backend_with_every_record_skipped_is_blocked(tmp_path, good_report):
+    rep = _failing_report()
+    for b in rep["backends"]:
+        if b["name"] == "sqrt-rank-scale" or b["ref"] == MUTANT:
+            b.update(name="renamed", available=False, reason="gone")
+    for r in rep["records"]:
+        if r["backend_ref"] == MUTANT:
+            r.update(backend="renamed", key=f"renamed::{r['id']}", status="skip", reason="backend unavailable: gone",
+                     outputs=None, metrics=None, baseline_metrics=None, bound=None, ratio=None, oracle=None)
+    assert gate_cli(tmp_path, rep, gate.baseline_from_report(good_report), "--subset") == 1
+    entries = gate.classify(rep, gate.baseline_from_report(good_report), subset=True)
+    assert any(e.klass == "UNVERIFIED" and e.backend == "renamed" for e in entries)
+    # a record of a backend the report does not list is refused outright
+    rep["records"][0]["backend"] = "stranger"
+    entries = gate.classify(rep, gate.baseline_from_report(good_report), subset=True)
+    assert any(e.klass == "ERROR" and "does not list" in e.detail for e in entries)
+
+
+def test_a_named_grid_is_rebuilt_by_the_gate(tmp_path):
+    """A quick-grid report: its case list comes from the code, not from the records."""
+    sel = Selection("quick", level=("kernel",), dtype=("float64",))
+    cases = sel.resolve()
+    b = ("tiled", get_backend("tiled"))
+    pol = load_policy()
+    rep = build_report(run(cases, [b], pol), pol, [backend_info(b[1], "tiled")], selection=sel)
+    base = {"entries": {}, "policy": None}
+    assert len(rep["records"]) == 1 and gate.exit_code(gate.classify(rep, base), rep) == 0
+    (rec,) = rep["records"]
+    short = copy.deepcopy(rep)
+    short["records"] = []
+    assert [e.klass for e in _entry(gate.classify(short, base), rec["key"])] == ["MISSING"]
+    foreign = copy.deepcopy(rep)
+    other = Case.from_dict(rec["case"]).replace(seed=5)
+    foreign["records"][0].update(case=other.to_dict(), id=other.id, key=f"tiled::{other.id}")
+    entries = gate.classify(foreign, base)
+    assert [e.klass for e in _entry(entries, f"tiled::{other.id}")] == ["ERROR"]
+    assert "not in the report's selection" in _entry(entries, f"tiled::{other.id}")[0].detail
+    assert [e.klass for e in _entry(entries, rec["key"])] == ["MISSING"]
+
+
+def test_a_twin_beside_a_case_that_was_not_declined_is_an_error(good_report):
+    rep = copy.deepcopy(good_report)
+    rec = next(r for r in rep["records"] if r["status"] == "pass")
+    twin = copy.deepcopy(rec)
+    twin.update(id=rec["id"] + "~dtype=float32", key=rec["key"] + "~dtype=float32",
+                twin={"of": rec["id"], "changes": "dtype=float32", "case": rec["case"]})
+    rep["records"].append(twin)
+    entries = gate.classify(rep, {"entries": {}, "policy": None})
+    assert any(e.klass == "ERROR" and "not declined" in e.detail for e in entries)
+
+
+def test_copied_records_from_a_good_run_fail_replay(tmp_path, good_report, monkeypatch):
+    """The failing run's records replaced by the good run's: re-judged they pass; replayed
+    against the backend the report names, they do not."""
+    rep = copy.deepcopy(good_report)
+    good = {r["key"]: r for r in good_report["records"]}
+    for b in rep["backends"]:
+        if b["name"] == "tiled":
+            b["ref"] = MUTANT  # the report claims to be of the mutant, with tiled's results
+    for r in rep["records"]:
+        if r["backend"] == "tiled":
+            r["backend_ref"] = MUTANT
+    mutant, tiled = get_backend(MUTANT), get_backend("tiled")
+    for attr in ("name", "dtypes", "levels"):  # listed exactly as the report lists it
+        monkeypatch.setattr(mutant, attr, getattr(tiled, attr))
+    live = {"tiled": (mutant, ""), "eager": (get_backend("eager"), "")}
+    base = gate.baseline_from_report(good_report)
+    assert gate.exit_code(gate.classify(rep, base, live=live), rep) == 0  # the evidence alone cannot tell
+    from lrkv.verify.replay import replay
+
+    res = replay(rep, base, 100, live, Policy.from_dict(rep["policy"]), seed=1)
+    assert {r["key"] for r, _ in res.mismatches} == {k for k in good if k.startswith("tiled::")}
+    assert all(why.startswith("stored pass, re-run ") for _, why in res.mismatches)
+    ok = replay(good_report, base, 100, {"tiled": (get_backend("tiled"), ""), "eager": (get_backend("eager"), "")},
+                Policy.from_dict(good_report["policy"]), seed=1)
+    assert len(ok.replayed) == len(good_report["records"]) and not ok.mismatches  # a correct run reproduces
+
+
+def test_gate_replay_and_require_commit_on_the_cli(tmp_path, good_report, capsys):
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(good_report))
+    base = gate.baseline_from_report(good_report)
+    assert gate_cli(tmp_path, p, base, "--replay", "2", "--replay-seed", "7") == 0
+    assert "replay: 2 records re-run (seed 7), 0 did not reproduce" in capsys.readouterr().out
+    assert gate_cli(tmp_path, p, base, "--replay-seed", "7") == 2
+    stale = copy.deepcopy(good_report)
+    stale["git"] = {"commit": "0" * 40, "dirty": False}
+    assert gate_cli(tmp_path, stale, base, "--require-commit") == 1
+    assert "--require-commit: the report was made from commit 0000" in capsys.readouterr().out
+    assert gate_cli(tmp_path, stale, base) == 0  # without the flag the commit is not checked
+
+
 # ============================================================================ 4. faults
 def test_a_hung_backend_is_an_error_and_the_run_goes_on(tmp_path, planted):
     pol = tmp_path / "quick.toml"
@@ -501,6 +724,78 @@ def test_a_stale_green_report_is_removed_when_a_run_starts(tmp_path):
     assert verify(tmp_path, "tiled")[0] == 0 and (out / "report.json").exists()
     assert verify(tmp_path, "no-such-backend")[0] == 2  # even a usage error
     assert not (out / "report.json").exists() and not (out / "report.md").exists()
+
+
+def test_a_segfault_or_os_exit_is_an_error_record_and_the_run_goes_on(tmp_path, planted):
+    """In-process, a null read killed the run (rc -11, no report) and os._exit(0) ended it with
+    exit 0 and no report; in the worker process each is an ERROR record naming the case."""
+    code, path = verify(tmp_path, "planted:Segfaults", "planted:HardExit", "tiled")
+    assert code == 1
+    rep = json.loads(path.read_text())
+    assert rep["complete"] is True
+    by = {}
+    for r in rep["records"]:
+        by.setdefault(r["backend"], []).append(r)
+    assert [r["status"] for r in by["segfaults"]] == ["error", "error"]
+    assert all("SIGSEGV" in r["reason"] and r["id"] in r["reason"] for r in by["segfaults"])
+    assert all(r["status"] == "error" and "exited with code 0" in r["reason"] for r in by["hard-exit"])
+    assert [r["status"] for r in by["tiled"]] == ["pass", "pass"]  # the worker was restarted for them
+
+
+def test_the_timeout_kills_the_worker(tmp_path, planted):
+    pol = tmp_path / "quick.toml"
+    pol.write_text("[defaults]\ncase_timeout = 1.0\n")
+    code, path = verify(tmp_path, "planted:Hangs", "tiled", extra=("--policy", str(pol)))
+    assert code == 1
+    hung = [r for r in records(path) if r["backend"] == "hangs"]
+    assert "the worker process was killed" in hung[0]["reason"]
+
+
+def test_backend_calls_run_in_a_worker_unless_in_process(tmp_path, planted, monkeypatch):
+    import os
+
+    pids = tmp_path / "pids"
+    monkeypatch.setenv("LRKV_TEST_PID_FILE", str(pids))
+    assert verify(tmp_path, "planted:Pid", cases=(F32,))[0] == 0
+    seen = pids.read_text().split()
+    assert seen and str(os.getpid()) not in seen
+    pids.unlink()
+    assert verify(tmp_path, "planted:Pid", cases=(F32,), extra=("--in-process",))[0] == 0
+    assert pids.read_text().split() == [str(os.getpid())]
+
+
+def test_ctrl_c_during_a_backend_call_exits_130_with_an_incomplete_report(tmp_path, planted):
+    """In-process, Ctrl-C during a call aborted ("terminate called without an active exception",
+    rc -6) in about 1 run of 4; now: exit 130, an incomplete report, no traceback, every time."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time as _time
+
+    for attempt in range(3):
+        marker, out = tmp_path / f"entered{attempt}", tmp_path / f"o{attempt}"
+        env = dict(os.environ, LRKV_TEST_PID_FILE=str(marker),
+                   PYTHONPATH=os.pathsep.join([str(planted), str(Path(__file__).resolve().parents[2])]))
+        proc = subprocess.Popen([sys.executable, "-m", "lrkv", "verify", "--backend", "planted:HangsNoted",
+                                 "--case", F32.to_json(), "--out", str(out), "--no-progress"],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = _time.monotonic() + 120
+        while not marker.exists() and proc.poll() is None and _time.monotonic() < deadline:
+            _time.sleep(0.05)
+        assert marker.exists(), proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+        assert proc.returncode == 130, (stdout, stderr)
+        assert "Traceback" not in stderr and "terminate called" not in stderr, stderr
+        assert json.loads((out / "report.json").read_text())["complete"] is False
+
+
+def test_check_case_reports_a_crash_as_a_failure(planted):
+    from lrkv.testing import check_case
+
+    with pytest.raises(AssertionError, match="SIGSEGV"):
+        check_case("planted:Segfaults", F32)
 
 
 @pytest.mark.parametrize("cls,needle", [

@@ -22,6 +22,7 @@ from lrkv.verify.grids import BASE, default_grid
 from lrkv.verify.tolerance_report import build_report, render_markdown, validate_report
 from lrkv.verify.runner import backend_info, call_with_timeout, not_applicable, run
 from lrkv.verify.tolerance import load_policy
+from lrkv.verify.selection import Selection
 
 NO_CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="checks what happens on a machine without CUDA")
 HALF = ("bfloat16", "float16")
@@ -120,11 +121,11 @@ def test_report_records_the_device():
     info = backend_info(b, "inductor")
     assert info["device"] == b.device == ("cuda" if torch.cuda.is_available() else "cpu")
     assert "device" not in backend_info(get_backend("eager"), "eager")  # only device-generic backends say
-    rep = build_report([], load_policy(), [info], grid="quick")
+    rep = build_report([], load_policy(), [info], selection=Selection("quick"))
     validate_report(rep)
     bad = dict(info, device=3)
     with pytest.raises(jsonschema.ValidationError, match="not of type 'string'"):
-        validate_report(build_report([], load_policy(), [bad], grid="quick"))
+        validate_report(build_report([], load_policy(), [bad], selection=Selection("quick")))
 
 
 @NO_CUDA
@@ -135,7 +136,8 @@ def test_cpu_path_kernel_and_layer_pass():
     cases = [Case("kernel", BASE, "float32", (10, 33, 2), 40), Case("layer", BASE, "float32", (1, 6, 11), 12)]
     recs = run(cases, [("inductor", b)], load_policy())
     assert [r["status"] for r in recs] == ["pass", "pass"], [r["reason"] for r in recs]
-    rep = build_report(recs, load_policy(), [backend_info(b, "inductor")], grid="quick")
+    rep = build_report(recs, load_policy(), [backend_info(b, "inductor")],
+                       selection=Selection("case", cases=tuple(cases)))
     validate_report(rep)
     assert "| inductor · cpu |" in render_markdown(rep)
 

@@ -1,0 +1,130 @@
+"""`lrkv gate --replay N` (DESIGN §7): re-run records the report cannot have chosen.
+
+The gate re-judges a report from its evidence, but evidence can be copied: records from an
+earlier good run of the same cases re-judge as passes. Replay re-runs, here, N pass/xfail
+records drawn with a seed made at gate time (printed, so a replay can be repeated with
+--replay-seed), plus every record whose status differs from its baseline entry, and
+compares each with what the report says:
+
+  * the status must be the same;
+  * each stored metric of each output must equal the re-run's bit for bit when the backend
+    declares `deterministic = True` and the report was made in this environment (same
+    torch, Triton and device); otherwise it may differ by the backend's run-to-run spread
+    (two re-runs) plus REPLAY_SLACK of the bound — far below what changes a verdict.
+
+A mismatch, or a record that cannot be replayed here (the backend does not import), is
+an ERROR. tp records are not replayed (they need their ranks); the summary says so.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+from dataclasses import dataclass
+
+from .metrics import parse_float
+
+REPLAY_SLACK = 0.05  # × the bound: re-run noise allowed beyond the measured spread
+METRICS = ("max_abs", "mean_abs")  # the stored metrics a replay compares
+NOT_REPLAYED_LEVELS = ("tp",)
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    seed: int
+    replayed: list[str]  # record keys
+    mismatches: list[tuple[dict, str]]  # (record, why)
+    not_replayed: list[tuple[dict, str]]  # (record, why) — tp records
+
+    def summary(self) -> str:
+        s = (f"replay: {len(self.replayed)} records re-run (seed {self.seed}), {len(self.mismatches)} "
+             f"did not reproduce")
+        if self.not_replayed:
+            s += f"; {len(self.not_replayed)} not replayable here ({self.not_replayed[0][1]})"
+        return s
+
+
+def new_seed() -> int:
+    """A seed no report can know in advance."""
+    return secrets.randbelow(2**32)
+
+
+def pick(report: dict, baseline: dict, n: int, seed: int) -> list[int]:
+    """Indices of the records to replay: n pass/xfail records at random, and every record whose
+    status differs from its baseline entry's."""
+    base = baseline.get("entries", {})
+    recs = report["records"]
+    pool = [i for i, r in enumerate(recs) if r["status"] in ("pass", "xfail")]
+    chosen = set(random.Random(seed).sample(pool, min(n, len(pool))))
+    chosen |= {i for i in pool if recs[i]["key"] in base and base[recs[i]["key"]]["status"] != recs[i]["status"]}
+    return sorted(chosen)
+
+
+def same_environment(report: dict) -> bool:
+    from .tolerance_report import environment
+
+    here, there = environment(), report.get("environment", {})
+    return all(here.get(k) == there.get(k) for k in ("torch", "triton", "device", "interpreter"))
+
+
+def _outputs_mismatch(stored: dict, runs: list[dict], exact: bool) -> str:
+    """'' when every stored metric is reproduced (see the module docstring), else what differs."""
+    for name, ev in (stored.get("outputs") or {}).items():
+        new = [r["outputs"][name] for r in runs]
+        bound = parse_float(ev["bound"]["max_abs"]) or 0.0
+        for m in METRICS:
+            s, got = parse_float(ev["metrics"][m]), [parse_float(r["metrics"][m]) for r in new]
+            if s is None or any(g is None for g in got):
+                if [s] * len(got) != got:
+                    return f"{name} {m}: stored {ev['metrics'][m]!r}, re-run {new[0]['metrics'][m]!r}"
+                continue
+            if exact:
+                if s != got[0]:
+                    return f"{name} {m}: stored {s!r}, re-run {got[0]!r} (a deterministic backend: bit for bit)"
+                continue
+            spread = max(got) - min(got)
+            allowed = 2 * spread + REPLAY_SLACK * bound
+            if abs(s - got[0]) > allowed:
+                return (f"{name} {m}: stored {s:.6g}, re-run {got[0]:.6g} (allowed {allowed:.3g}: spread "
+                        f"{spread:.3g} + {REPLAY_SLACK:g} × bound {bound:.3g})")
+    return ""
+
+
+def replay(report: dict, baseline: dict, n: int, live: dict, policy, seed: int | None = None,
+           on_step=None) -> ReplayResult:
+    """Re-run the picked records here (runner.run_case, the harness's own call) and compare."""
+    from .case import Case
+    from .runner import prepare, run_case
+
+    seed = new_seed() if seed is None else seed
+    exact_env = same_environment(report)
+    replayed, mismatches, skipped = [], [], []
+    infos = {b["name"]: b for b in report.get("backends", [])}
+    for i in pick(report, baseline, n, seed):
+        rec = report["records"][i]
+        if rec["level"] in NOT_REPLAYED_LEVELS:
+            skipped.append((rec, f"{rec['level']} records run on their own ranks and are not replayed"))
+            continue
+        backend, why_not = live.get(rec["backend"], (None, "the report does not list the backend"))
+        if backend is None:
+            mismatches.append((rec, f"replay impossible: backend {rec['backend']!r} cannot be imported here "
+                                    f"({why_not})"))
+            continue
+        label = infos.get(rec["backend"], {}).get("ref", rec["backend"])
+        case = Case.from_dict(rec["case"])
+        tol = policy.resolve(backend.name, case.dtype)
+        deterministic = getattr(backend, "deterministic", False) is True and exact_env
+        prep = prepare(case, policy)
+        runs = [run_case(prep, backend, label, tol) for _ in range(1 if deterministic else 2)]
+        replayed.append(rec["key"])
+        if on_step is not None:
+            on_step(rec["key"])
+        bad = next((r for r in runs if r["status"] != rec["status"]), None)
+        if bad is not None:
+            mismatches.append((rec, f"stored {rec['status']}, re-run {bad['status']}"
+                                    + (f" ({bad['reason'][:200]})" if bad["reason"] else "")))
+            continue
+        why = _outputs_mismatch(rec, runs, deterministic)
+        if why:
+            mismatches.append((rec, why))
+    return ReplayResult(seed, replayed, mismatches, skipped)
