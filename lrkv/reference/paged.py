@@ -4,7 +4,8 @@ The cache tensors are pages [P, page_size, ...]; slot j of sequence b lives in p
 page_table[b, j // page_size] at row j % page_size. Pages may come in any order and may
 be shared by several sequences (a common prefix). Gathering gives back the contiguous
 cache [B, max_pages · page_size, ...], and the factored oracle does the rest — so a paged
-kernel is judged by exactly the math a contiguous one is.
+kernel is judged by exactly the math a contiguous one is. An fp8 cache's pages are
+dequantized (`dequantize_cache`, with per-token scales paged like key_scale) before the gather.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from .contract import validate_paged_inputs
+from .fp8_cache import CacheScales, dequantize_cache
 from .lrkv import decode_attention, materialized_decode_attention
 from .rope import ExactRope
 
@@ -71,11 +73,14 @@ def paged_decode_attention(
     key_scale: torch.Tensor | None = None,  # [P, page, H]
     rope: ExactRope | None = None,
     check: bool = True,
+    cache_scales: CacheScales | None = None,  # fp8 pages' scales ([] / [H] / [P, page] / [P, page, H])
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Factored decode (Eqs. 6–7) over a paged cache. Returns out [B, H, d_h], lse [B, H]."""
     if check:
         validate_paged_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table,
-                              scale=scale, key_scale=key_scale, rope=rope)
+                              scale=scale, key_scale=key_scale, rope=rope, cache_scales=cache_scales)
+    shared_k, shared_v, latent_k, latent_v = dequantize_cache(cache_scales, q.dtype, shared_k, shared_v, latent_k,
+                                                              latent_v)
     sk, sv, lk, lv, ks = gather_cache(page_table, lengths, shared_k, shared_v, latent_k, latent_v, key_scale)
     return decode_attention(q, sk, sv, lk, lv, basis_k, basis_v, lengths, scale=scale, key_scale=ks, rope=rope,
                             check=False)
@@ -84,11 +89,14 @@ def paged_decode_attention(
 def materialized_paged_decode_attention(
     q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table, *,
     scale: float, key_scale=None, rope: ExactRope | None = None, check: bool = True,
+    cache_scales: CacheScales | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The same contract with K_h and V_h rebuilt explicitly (the `materialized` path)."""
     if check:
         validate_paged_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table,
-                              scale=scale, key_scale=key_scale, rope=rope)
+                              scale=scale, key_scale=key_scale, rope=rope, cache_scales=cache_scales)
+    shared_k, shared_v, latent_k, latent_v = dequantize_cache(cache_scales, q.dtype, shared_k, shared_v, latent_k,
+                                                              latent_v)
     sk, sv, lk, lv, ks = gather_cache(page_table, lengths, shared_k, shared_v, latent_k, latent_v, key_scale)
     return materialized_decode_attention(q, sk, sv, lk, lv, basis_k, basis_v, lengths, scale=scale,
                                          key_scale=ks, rope=rope, check=False)
