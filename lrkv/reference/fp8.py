@@ -41,17 +41,14 @@ from dataclasses import dataclass
 
 import torch
 
+from ..spec.fp8_scales import (  # noqa: F401  (the names live with the accounting; re-exported here)
+    DYNAMIC_GRANULARITIES, GRANULARITIES, PER_HEAD, PER_TENSOR, PER_TOKEN, PER_TOKEN_HEAD, STATIC_GRANULARITIES,
+)
+
 E4M3 = torch.float8_e4m3fn
 E5M2 = torch.float8_e5m2
 FP8_FORMATS: tuple[torch.dtype, ...] = (E4M3, E5M2)
 
-PER_TENSOR = "per_tensor"
-PER_HEAD = "per_head"
-PER_TOKEN = "per_token"
-PER_TOKEN_HEAD = "per_token_head"
-GRANULARITIES: tuple[str, ...] = (PER_TENSOR, PER_HEAD, PER_TOKEN, PER_TOKEN_HEAD)
-STATIC_GRANULARITIES: tuple[str, ...] = (PER_TENSOR, PER_HEAD)  # calibrated, given with the cache
-DYNAMIC_GRANULARITIES: tuple[str, ...] = (PER_TOKEN, PER_TOKEN_HEAD)  # amax-based, written at append
 
 SHARED_PARTS: tuple[str, ...] = ("shared_k", "shared_v")
 LATENT_PARTS: tuple[str, ...] = ("latent_k", "latent_v")
