@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from .contract import validate_paged_inputs
+from .fp8 import DYNAMIC_GRANULARITIES
 from .fp8_cache import CacheScales, dequantize_cache
 from .lrkv import decode_attention, materialized_decode_attention
 from .rope import ExactRope
@@ -51,6 +52,19 @@ def scatter_pages(t: torch.Tensor, page_table: torch.Tensor, pool: torch.Tensor)
     for b in reversed(range(B)):
         pool[page_table[b].long()] = blocks[b]
     return pool
+
+
+def scatter_scales(cache_scales: CacheScales, page_table: torch.Tensor, num_pages: int, page: int) -> CacheScales:
+    """A contiguous fp8 cache's scales for its paged copy (the same page table): per-token
+    scales [B, T, ...] become pages [num_pages, page, ...] (NaN where no slot is written, like
+    the garbage they stand beside); static scales are the same for every page."""
+    out = {}
+    for part, s in cache_scales.tensors().items():
+        if cache_scales.granularity_of(part) in DYNAMIC_GRANULARITIES:
+            pool = torch.full((num_pages, page, *s.shape[2:]), float("nan"), dtype=s.dtype, device=s.device)
+            s = scatter_pages(s, page_table, pool)
+        out[part] = s
+    return CacheScales(cache_scales.format, cache_scales.granularity, **out)
 
 
 def gather_cache(page_table, lengths, shared_k, shared_v, latent_k, latent_v, key_scale=None):

@@ -76,7 +76,8 @@ def register(subparsers) -> None:
     p.add_argument("--layers", type=arg_int(minimum=1), help="layer count N (default: Table 5's, where it has one)")
     p.add_argument("--seq-len", type=_count, required=True, help="cached tokens per sequence, e.g. 32K")
     p.add_argument("--batch", type=_count, default=1, help="concurrent sequences (default 1)")
-    p.add_argument("--dtype", type=_dtype, default="bf16", help="cache storage dtype: bf16, fp16, fp32, fp8 (default bf16)")
+    p.add_argument("--dtype", type=_dtype, default="bf16",
+                   help="cache storage dtype: bf16, fp16, fp32, fp8 (e4m3fn), fp8_e5m2 (default bf16)")
     p.add_argument("--tp", type=arg_int(minimum=1), default=1, help="tensor-parallel devices (default 1)")
     p.add_argument("--budget-gib", type=arg_float(minimum=0, exclusive_minimum=True),
                    help="cache memory of ONE device in GiB: report the tokens that fit")

@@ -159,8 +159,8 @@ def test_broadcast_rule():
 def test_dynamic_scales_map_each_groups_amax_to_max_finite(fmt, granularity, part, shape):
     g = torch.Generator().manual_seed(0)
     full = (2, 5, 8) if part.startswith("shared") else (2, 5, 3, 4)
-    x = torch.randn(full, generator=g, dtype=torch.float64) * torch.logspace(-3, 3, full[1], dtype=torch.float64)[
-        None, :, *([None] * (len(full) - 2))]
+    spread = torch.logspace(-3, 3, full[1], dtype=torch.float64)  # tokens 1e-3 … 1e3: one scale could not fit all
+    x = torch.randn(full, generator=g, dtype=torch.float64) * spread.reshape(1, -1, *[1] * (len(full) - 2))
     s = dynamic_scale(x, fmt, granularity, part=part)
     assert s.shape == shape and s.dtype == torch.float32
     g_part = part_granularity(granularity, part)

@@ -21,7 +21,9 @@ from lrkv.reference.fp8 import (
 )
 from lrkv.reference.fp8_cache import CacheScales, quantize_cache
 from lrkv.reference.fp8_cost import quantization_cost, sqnr_db
-from lrkv.reference.paged import materialized_paged_decode_attention, paged_decode_attention, scatter_pages
+from lrkv.reference.paged import (
+    materialized_paged_decode_attention, paged_decode_attention, scatter_pages, scatter_scales,
+)
 from lrkv.reference.rope import ExactRope
 from lrkv.spec import AttentionSpec
 
@@ -86,14 +88,9 @@ def page_fp8(d: dict, scales: CacheScales, page: int, seed: int = 3):
     table = table.reshape(B, max_pages).to(torch.int32)
     out = dict(d)
     for p in PARTS:
-        out[p] = scatter_pages(d[p], table, torch.full((n_pages, page, *d[p].shape[2:]), float("nan"), dtype=d[p].dtype))
-    paged_scales = {}
-    for p in PARTS:
-        s = scales.of(p)
-        if scales.granularity_of(p) in DYNAMIC_GRANULARITIES:
-            s = scatter_pages(s, table, torch.full((n_pages, page, *s.shape[2:]), float("nan"), dtype=s.dtype))
-        paged_scales[p] = s
-    return out, table, CacheScales(scales.format, scales.granularity, **paged_scales)
+        pool = torch.full((n_pages, page, *d[p].shape[2:]), float("nan"), dtype=d[p].dtype)
+        out[p] = scatter_pages(d[p], table, pool)
+    return out, table, scatter_scales(scales, table, n_pages, page)
 
 
 @pytest.mark.equivalence
@@ -242,7 +239,8 @@ def test_a_dynamic_scale_past_the_length_may_be_anything():
 def test_paged_scales_are_checked_against_the_page_layout():
     _, q8, scales = fp8_inputs(E4M3, PER_TOKEN, key_scale=False)
     paged, table, pscales = page_fp8(q8, scales, 4)
-    with pytest.raises(ValueError, match=r"cache_scales.shared_k \(per_token\) must have shape \[11, 4\], got \[3, 9\]"):
+    with pytest.raises(ValueError, match=r"cache_scales.shared_k \(per_token\) must have shape \[11, 4\], got "
+                                         r"\[3, 9\]"):
         paged_decode_attention(*args_of(paged), table, scale=SCALE, cache_scales=scales)
     q, cu = ragged_queries(q8, [1, 1, 0])
     with pytest.raises(ValueError, match=r"cache_scales.latent_k \(per_token\) must have shape \[3, 9\]"):
