@@ -6,6 +6,8 @@ The kernel copies raw bits (tensors are viewed as same-width integers), so the r
 bit-exact whatever the float dtype. The entries must already have the cache's dtype (and be
 finite, key_scale >= 0): append never rounds — float64 entries handed to a bfloat16 cache are
 refused (`lrkv.reference.contract.check_append_entries`), as by the reference's append.
+An fp8 cache is refused outright (`refuse_fp8_cache`): its append quantizes, which only the
+reference's append does.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from ..reference.contract import check_append_entries
 from ..reference.lrkv import append as reference_append
 from . import runtime
 from .paged import PagedCache
-from .validate import check_strides, next_pow2
+from .validate import check_strides, next_pow2, refuse_fp8_cache
 
 _BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _ORDER = ("shared_k", "shared_v", "latent_k", "latent_v", "key_scale")
@@ -82,6 +84,7 @@ def _launch(positions, page_table, entries, tensors, *, H, d_h, r, page, n_pages
 def append(cache: FactoredCache, entries: dict[str, torch.Tensor], positions: torch.Tensor) -> FactoredCache:
     """Write one token per sequence at slot positions[b] (must equal cache.lengths); lengths
     become positions + 1. Same contract and result as `lrkv.reference.lrkv.append`."""
+    refuse_fp8_cache(cache.tensors(), "the Triton append kernel")
     B, T = cache.batch, cache.t_max
     H, r = cache.latent_k.shape[2], cache.latent_k.shape[3]
     d_h = cache.shared_k.shape[2]
@@ -102,6 +105,7 @@ def paged_append(cache: PagedCache, entries: dict[str, torch.Tensor], positions:
 
     The target page of every sequence must be a valid page, and no two sequences may write
     the same physical slot (that would be a race on the GPU)."""
+    refuse_fp8_cache(cache.tensors(), "the Triton paged append kernel")
     B, page = cache.batch, cache.page_size
     H, r = cache.latent_k.shape[2], cache.latent_k.shape[3]
     d_h = cache.shared_k.shape[2]

@@ -31,7 +31,7 @@ from ..reference.rope import ExactRope, rope_freqs
 from . import runtime
 from .kernel_mutants import check_mutant, mutant_code, mutant_wrapper
 from .launch import DOT_MODES, WIDE_LIMIT_COLUMNS, default_dot, pick_launch, tile_in_page, wide_applies
-from .validate import check_kernel_extras, check_launch_options, next_pow2, validate_paged_inputs
+from .validate import check_kernel_extras, check_launch_options, next_pow2, refuse_fp8_cache, validate_paged_inputs
 
 MAX_BLOCK_B = 1024  # extend: sequences scanned per step when a program looks up its sequence
 
@@ -255,8 +255,11 @@ def decode_attention(
     """Factored decode over a contiguous cache (Eqs. 6–7). Returns out [B, H, d_h], lse [B, H].
 
     `check=False` skips validation (for benchmarks that validated once); the kernel still
-    masks every access, but garbage inputs then give garbage outputs.
+    masks every access, but garbage inputs then give garbage outputs. An fp8 cache is refused
+    either way (`refuse_fp8_cache`).
     """
+    refuse_fp8_cache(dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v),
+                     "the Triton decode kernel")
     if check:
         validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
                                scale=scale, key_scale=key_scale, rope=rope)
@@ -301,6 +304,8 @@ def paged_decode_attention(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Factored decode over a paged cache: slot t of sequence b is page_table[b, t // page],
     row t % page. Exact RoPE rotates by the logical slot t. Same outputs as `decode_attention`."""
+    refuse_fp8_cache(dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v),
+                     "the Triton paged decode kernel")
     if check:
         validate_paged_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
                               page_table, scale=scale, key_scale=key_scale, rope=rope)

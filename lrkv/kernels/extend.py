@@ -26,7 +26,7 @@ from ..reference.extend import extend_attention as reference_extend_attention
 from ..reference.rope import ExactRope
 from . import runtime
 from .decode import check_launch, reference_fallback, refuse_mutant_in_fallback, run_factored_decode
-from .validate import validate_extend_inputs
+from .validate import refuse_fp8_cache, validate_extend_inputs
 
 
 def extend_attention(
@@ -58,6 +58,8 @@ def extend_attention(
 
     The launch options are decode's (`pick_launch`), with the N query tokens as the rows:
     splits divide each token's causal range 0 … p (splits past p are empty and ignored)."""
+    refuse_fp8_cache(dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v),
+                     "the Triton extend kernel")
     if check:
         validate_extend_inputs(q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
                                scale=scale, key_scale=key_scale, rope=rope, page_table=page_table)

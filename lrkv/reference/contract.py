@@ -3,6 +3,11 @@
 Every backend — the reference, the Triton kernel, a user's kernel — receives the same
 arguments; `validate_decode_inputs` turns any malformed call into a ValueError/TypeError
 that names the problem *before* a kernel launches, so an out-of-bounds access cannot happen.
+
+FP8 caches (DESIGN §4, "FP8 caches"): shared_k/v and latent_k/v may all be stored as one fp8
+format, with `cache_scales` (a `lrkv.reference.fp8_cache.CacheScales`) holding a float32
+scale per part; q, basis_k/v and key_scale stay in the compute dtype. The fp8-specific
+checks are `check_cache_scales` (dtypes, shapes) and `check_scale_values` (finite, > 0).
 """
 
 from __future__ import annotations
@@ -11,6 +16,8 @@ import math
 
 import torch
 
+from .fp8 import PARTS, as_checkable, is_fp8
+from .fp8_cache import check_cache_scales, check_scale_values
 from .rope import ExactRope
 
 FLOAT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
@@ -31,12 +38,15 @@ FLOAT_INPUTS = ("shared_k", "shared_v", "latent_k", "latent_v", "basis_k", "basi
 
 
 def check_dtypes_and_device(named: dict) -> None:
-    """One float dtype for every float input, integer lengths, one device."""
+    """One float dtype for every float input, integer lengths, one device. A cache part stored
+    as fp8 is exempt from the match: `check_cache_scales` checks fp8 caches."""
     dtype = named["q"].dtype
     if dtype not in FLOAT_DTYPES:
         raise TypeError(f"q has dtype {dtype}; supported: {[str(d) for d in FLOAT_DTYPES]}")
     for name in FLOAT_INPUTS:
         t = named.get(name)
+        if t is not None and name in PARTS and is_fp8(t.dtype):
+            continue
         if t is not None and t.dtype != dtype:
             raise TypeError(f"{name} has dtype {t.dtype} but q has {dtype}: all float inputs must match")
     if named["lengths"].dtype not in (torch.int32, torch.int64):
@@ -76,9 +86,10 @@ def check_finite_query_and_bases(named: dict) -> None:
 
 def validate_decode_inputs(
     q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-    scale, key_scale=None, rope=None, check_finite: bool = True,
+    scale, key_scale=None, rope=None, check_finite: bool = True, cache_scales=None,
 ) -> tuple[int, int, int, int, int]:
-    """Check the decode contract; return (B, T_max, H, d_h, r)."""
+    """Check the decode contract; return (B, T_max, H, d_h, r). cache_scales: the scales of
+    an fp8 cache (required with one, refused without)."""
     named = dict(q=q, shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v,
                  basis_k=basis_k, basis_v=basis_v, lengths=lengths)
     if key_scale is not None:
@@ -103,6 +114,7 @@ def validate_decode_inputs(
     if key_scale is not None:
         check_shape("key_scale", key_scale, (B, T, H))
     check_dtypes_and_device(named)
+    check_cache_scales(named, cache_scales, rows=B, slots=T, heads=H)
     if B and (lengths.min() < 0 or lengths.max() > T):
         raise ValueError(
             f"lengths must lie in [0, T_max={T}], got min {int(lengths.min())}, max {int(lengths.max())}"
@@ -111,16 +123,7 @@ def validate_decode_inputs(
     check_scale_and_rope(scale, rope, d_h)
     if check_finite:
         check_finite_query_and_bases(named)
-        valid = torch.arange(T, device=lengths.device)[None, :] < lengths[:, None]  # [B, T]
-        for name in ("shared_k", "shared_v", "latent_k", "latent_v", "key_scale"):
-            t = named.get(name)
-            if t is None:
-                continue
-            m = valid.reshape(B, T, *([1] * (t.dim() - 2)))
-            if not torch.isfinite(torch.where(m, t, 0)).all():
-                raise ValueError(f"{name} contains NaN or Inf inside the valid length of some sequence")
-        if key_scale is not None:
-            check_key_scale_sign(torch.where(valid[:, :, None], key_scale, 0))
+        check_finite_cache(named, lengths, cache_scales=cache_scales)
     return B, T, H, d_h, r
 
 
@@ -211,20 +214,25 @@ def check_cache(named: dict, *, B: int, H: int, d_h: int, paged: bool) -> tuple[
     return rows, T
 
 
-def check_finite_cache(named: dict, lengths: torch.Tensor, page_table=None) -> None:
-    """No NaN/Inf inside any sequence's valid length (slots past it are garbage)."""
+def check_finite_cache(named: dict, lengths: torch.Tensor, page_table=None, *, cache_scales=None) -> None:
+    """No NaN/Inf inside any sequence's valid length (slots past it are garbage — for an fp8
+    cache they may hold the format's NaN pattern); every scale read is finite and > 0."""
     if page_table is None:
         B, T = named["shared_k"].shape[:2]
         valid = torch.arange(T, device=lengths.device)[None, :] < lengths[:, None]  # [B, T]
+        # garbage zeroed in place, so that an error's index is the slot's [b, t, ...]
         pick = lambda t: torch.where(valid.reshape(B, T, *([1] * (t.dim() - 2))), t, 0)  # noqa: E731
+        check_scale_values(cache_scales, lambda t: t[valid])  # zero is no valid scale: select the read ones
     else:
         if not lengths.numel() or int(lengths.max()) == 0:
+            check_scale_values(cache_scales, lambda t: t[:0])  # no slot is read; static scales still are
             return
         rows, slots = valid_physical_slots(page_table, lengths, named["shared_k"].shape[1])
         pick = lambda t: t[rows, slots]  # noqa: E731
+        check_scale_values(cache_scales, pick)
     for name in CACHE_INPUTS:
         t = named.get(name)
-        if t is not None and not torch.isfinite(pick(t)).all():
+        if t is not None and not torch.isfinite(pick(as_checkable(t))).all():
             raise ValueError(f"{name} contains NaN or Inf inside the valid length of some sequence")
     if named.get("key_scale") is not None:
         check_key_scale_sign(pick(named["key_scale"]))
@@ -241,14 +249,15 @@ def _named(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
 
 def validate_paged_inputs(
     q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table, *,
-    scale, key_scale=None, rope=None, check_finite: bool = True,
+    scale, key_scale=None, rope=None, check_finite: bool = True, cache_scales=None,
 ) -> tuple[int, int, int, int, int, int, int]:
     """The paged decode contract of DESIGN §4 (layout of §3).
 
     shared_k/v [P, page, d_h], latent_k/v [P, page, H, r], key_scale [P, page, H],
     page_table [B, max_pages] int32: logical slot t of sequence b lives in physical page
     page_table[b, t // page] at row t % page. Entries covering [0, lengths[b]) must lie in
-    [0, P); the others are never read and may hold anything (e.g. -1).
+    [0, P); the others are never read and may hold anything (e.g. -1). An fp8 cache's
+    per-token scales are paged like key_scale ([P, page] / [P, page, H]).
 
     Returns (B, H, d_h, r, P, page_size, max_pages).
     """
@@ -262,22 +271,24 @@ def validate_paged_inputs(
     P, page = check_cache(named, B=B, H=H, d_h=d_h, paged=True)
     check_shape("page_table", page_table, (B, page_table.shape[1]))
     check_dtypes_and_device(named)
+    check_cache_scales(named, cache_scales, rows=P, slots=page, heads=H)
     check_page_table(page_table, lengths, num_pages=P, page=page)
     check_sizes(H, d_h)
     check_scale_and_rope(scale, rope, d_h)
     if check_finite:
         check_finite_query_and_bases(named)
-        check_finite_cache(named, lengths, page_table)
+        check_finite_cache(named, lengths, page_table, cache_scales=cache_scales)
     return B, H, d_h, latent_k.shape[3], P, page, page_table.shape[1]
 
 
 # ----------------------------------------------------------------------------- append
-def check_append_entries(entries, cache_tensors: dict, *, B: int) -> None:
+def check_append_entries(entries, cache_tensors: dict, *, B: int, quantized: tuple[str, ...] = ()) -> None:
     """The projected token `append` writes into a cache of any family: for each cache tensor
     ([B, T, ...] or pages [P, page, ...]) an entry of shape [B, ...], in the cache's own dtype
     (append never rounds: float64 entries for a bfloat16 cache are the caller's rounding to
     do), on its device, finite (the slot becomes valid and is read), and a key_scale >= 0 (an
-    inverse RMS)."""
+    inverse RMS). The parts named in `quantized` (an fp8 cache's, which append quantizes)
+    take any float dtype but fp8 instead: rounding to fp8 is the quantizer's job."""
     expected = {name: (B, *t.shape[2:]) for name, t in cache_tensors.items()}
     if not isinstance(entries, dict):
         raise TypeError(f"entries must be a dict of tensors, got {type(entries).__name__}")
@@ -291,7 +302,11 @@ def check_append_entries(entries, cache_tensors: dict, *, B: int) -> None:
             raise ValueError(f"entries[{name!r}] must have shape {list(expected[name])}, got {list(e.shape)}")
         if not e.is_floating_point():
             raise TypeError(f"entries[{name!r}] must be floating point, got {e.dtype}")
-        if e.dtype != t.dtype:
+        if name in quantized:
+            if is_fp8(e.dtype):
+                raise TypeError(f"entries[{name!r}] has dtype {e.dtype}: an fp8 cache's entries come at compute "
+                                "precision and append quantizes them with the cache's scales")
+        elif e.dtype != t.dtype:
             raise TypeError(f"entries[{name!r}] has dtype {e.dtype} but the cache holds {t.dtype}: round the "
                             "entries to the cache dtype first (append writes them as given)")
         if e.device != t.device:
@@ -329,7 +344,7 @@ def check_cu_seqlens(cu_seqlens_q, lengths, n_tokens: int) -> None:
 
 def validate_extend_inputs(
     q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-    scale, key_scale=None, rope=None, page_table=None, check_finite: bool = True,
+    scale, key_scale=None, rope=None, page_table=None, check_finite: bool = True, cache_scales=None,
 ) -> tuple[int, int, int, int, int]:
     """The extend contract of DESIGN §4: q [N, H, d_h] ragged by cu_seqlens_q [B+1]; the cache
     contiguous ([B, T_max, ...]) or, with page_table [B, max_pages], paged ([P, page, ...]).
@@ -353,6 +368,7 @@ def validate_extend_inputs(
         raise ValueError(f"page_table must be [B, max_pages], got shape {list(page_table.shape)}")
     rows, T = check_cache(named, B=B, H=H, d_h=d_h, paged=page_table is not None)
     check_dtypes_and_device(named)
+    check_cache_scales(named, cache_scales, rows=rows, slots=T, heads=H)
     if page_table is None:
         if B and (int(lengths.min()) < 0 or int(lengths.max()) > T):
             raise ValueError(f"lengths must lie in [0, T_max={T}], got min {int(lengths.min())}, "
@@ -365,5 +381,5 @@ def validate_extend_inputs(
     check_scale_and_rope(scale, rope, d_h)
     if check_finite:
         check_finite_query_and_bases(named)
-        check_finite_cache(named, lengths, page_table)
+        check_finite_cache(named, lengths, page_table, cache_scales=cache_scales)
     return N, B, H, d_h, latent_k.shape[3]

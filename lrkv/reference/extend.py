@@ -12,7 +12,8 @@ That sentence is the whole reference: each sequence's queries run the factored o
 aligned) is positional, so it follows: the query arrives rotated by p, the shared keys are
 cached rotated, and exact RoPE rotates private key j by its slot index j, as in decode.
 QK-RMSNorm enters through key_scale, as in decode. With n_b = 1 everywhere this IS decode;
-n_b = 0 contributes no rows.
+n_b = 0 contributes no rows. An fp8 cache (`cache_scales`) is dequantized to q's dtype first,
+contiguous or paged, as in decode.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import torch
 
 from .contract import validate_extend_inputs
+from .fp8_cache import CacheScales, dequantize_cache
 from .lrkv import accumulation_dtype, decode_attention, materialized_decode_attention
 from .paged import gather_cache
 from .rope import ExactRope
@@ -58,7 +60,9 @@ def _extend(decode, q, cu_seqlens_q, cache: list, basis_k, basis_v, lengths, *, 
     return out, lse
 
 
-def _cache(lengths, page_table, shared_k, shared_v, latent_k, latent_v, key_scale) -> list:
+def _cache(lengths, page_table, shared_k, shared_v, latent_k, latent_v, key_scale, cache_scales, dtype) -> list:
+    shared_k, shared_v, latent_k, latent_v = dequantize_cache(cache_scales, dtype, shared_k, shared_v, latent_k,
+                                                              latent_v)
     if page_table is None:
         return [shared_k, shared_v, latent_k, latent_v, key_scale]
     return gather_cache(page_table, lengths, shared_k, shared_v, latent_k, latent_v, key_scale)
@@ -80,23 +84,27 @@ def extend_attention(
     rope: ExactRope | None = None,
     page_table: torch.Tensor | None = None,  # [B, max_pages] int32
     check: bool = True,
+    cache_scales: CacheScales | None = None,  # an fp8 cache's scales (paged like key_scale)
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal factored attention (Eqs. 6–7) of N ragged queries. Returns out [N, H, d_h], lse [N, H]."""
     if check:
         validate_extend_inputs(q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                               scale=scale, key_scale=key_scale, rope=rope, page_table=page_table)
-    cache = _cache(lengths, page_table, shared_k, shared_v, latent_k, latent_v, key_scale)
+                               scale=scale, key_scale=key_scale, rope=rope, page_table=page_table,
+                               cache_scales=cache_scales)
+    cache = _cache(lengths, page_table, shared_k, shared_v, latent_k, latent_v, key_scale, cache_scales, q.dtype)
     return _extend(decode_attention, q, cu_seqlens_q, cache, basis_k, basis_v, lengths, scale=scale, rope=rope)
 
 
 def materialized_extend_attention(
     q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
     scale: float, key_scale=None, rope: ExactRope | None = None, page_table=None, check: bool = True,
+    cache_scales: CacheScales | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The same contract with K_h and V_h rebuilt explicitly (the `materialized` path)."""
     if check:
         validate_extend_inputs(q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                               scale=scale, key_scale=key_scale, rope=rope, page_table=page_table)
-    cache = _cache(lengths, page_table, shared_k, shared_v, latent_k, latent_v, key_scale)
+                               scale=scale, key_scale=key_scale, rope=rope, page_table=page_table,
+                               cache_scales=cache_scales)
+    cache = _cache(lengths, page_table, shared_k, shared_v, latent_k, latent_v, key_scale, cache_scales, q.dtype)
     return _extend(materialized_decode_attention, q, cu_seqlens_q, cache, basis_k, basis_v, lengths, scale=scale,
                    rope=rope)

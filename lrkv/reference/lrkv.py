@@ -14,6 +14,11 @@ softmax statistics and `lse` accumulate in float32 (`accumulation_dtype`), as ev
 kernel does (FlashAttention, FlashInfer, FlashMLA); the attention weights are rounded back
 to the input dtype for the value contraction. `lse` is returned in the accumulation dtype
 (DESIGN §4: float32 for half-precision inputs) because merging partial states needs it.
+
+FP8 caches (DESIGN §4, "FP8 caches"): with `cache_scales`, the four cached parts are fp8 and
+are first dequantized to q's dtype (`dequantize_cache`: stored × scale, exact in float64,
+rounded once at a lower precision), then the same Eqs. 6–7 run. With float64 q that is the
+oracle of an fp8 cache; with q at τ it is the careful dequantize-then-attend path at τ.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import torch
 from ..spec import AttentionSpec
 from .cache import FactoredCache, allocate_cache
 from .contract import check_append_entries, validate_decode_inputs
+from .fp8 import PARTS
+from .fp8_cache import CacheScales, dequantize_cache, quantize_append
 from .masking import causal_attention, softmax_rows, valid_mask, zero_garbage
 from .norms import joint_key_scale, rms_norm
 from .rope import ExactRope, apply_rope, rope_freqs
@@ -109,11 +116,17 @@ def decode_attention(
     key_scale: torch.Tensor | None = None,  # [B, T_max, H]
     rope: ExactRope | None = None,
     check: bool = True,
+    cache_scales: CacheScales | None = None,  # an fp8 cache's scales ([] / [H] / [B, T_max] / [B, T_max, H])
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Factored decode, paper Eqs. 6–7. Returns out [B, H, d_h] and lse [B, H]."""
+    """Factored decode, paper Eqs. 6–7. Returns out [B, H, d_h] and lse [B, H].
+
+    An fp8 cache (cache_scales given) is dequantized to q's dtype first: float64 q gives the
+    fp8 cache's exact oracle, a half-precision q the dequantize-then-attend path at τ."""
     if check:
         validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                               scale=scale, key_scale=key_scale, rope=rope)
+                               scale=scale, key_scale=key_scale, rope=rope, cache_scales=cache_scales)
+    shared_k, shared_v, latent_k, latent_v = dequantize_cache(cache_scales, q.dtype, shared_k, shared_v, latent_k,
+                                                              latent_v)
     T = shared_k.shape[1]
     valid = valid_mask(lengths, T)  # [B, T]
     latent_k = zero_garbage(latent_k, valid)
@@ -133,11 +146,15 @@ def decode_attention(
 def materialized_decode_attention(
     q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
     scale: float, key_scale=None, rope: ExactRope | None = None, check: bool = True,
+    cache_scales: CacheScales | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same contract computed by rebuilding K_h and V_h explicitly (the `materialized` path)."""
+    """The same contract computed by rebuilding K_h and V_h explicitly (the `materialized` path);
+    an fp8 cache is dequantized to q's dtype first, as in `decode_attention`."""
     if check:
         validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                               scale=scale, key_scale=key_scale, rope=rope)
+                               scale=scale, key_scale=key_scale, rope=rope, cache_scales=cache_scales)
+    shared_k, shared_v, latent_k, latent_v = dequantize_cache(cache_scales, q.dtype, shared_k, shared_v, latent_k,
+                                                              latent_v)
     T = shared_k.shape[1]
     valid = valid_mask(lengths, T)
     latent_k = zero_garbage(latent_k, valid)
@@ -193,7 +210,12 @@ def project_token(weights: LRKVWeights, x: torch.Tensor, positions: torch.Tensor
 
 def append(cache: FactoredCache, entries: dict[str, torch.Tensor], positions: torch.Tensor) -> FactoredCache:
     """Write one token per sequence at slot positions[b]; lengths become positions + 1. Any
-    family's cache; the entries must have the cache's dtype and be finite (never rounded here)."""
+    family's cache; the entries must have the cache's dtype and be finite (never rounded here).
+
+    An fp8 LRKV cache (`cache.scales` set) is the exception: its four parts' entries come at
+    compute precision and are quantized here (`quantize_append`: saturating RNE with the
+    static scales, or with per-token / per-token-head amax scales written into cache.scales);
+    key_scale is written as given, in its own dtype."""
     B = cache.batch
     if positions.shape != (B,):
         raise ValueError(f"positions must have shape [{B}], got {list(positions.shape)}")
@@ -205,9 +227,12 @@ def append(cache: FactoredCache, entries: dict[str, torch.Tensor], positions: to
         )
     if int(positions.max()) >= cache.t_max:
         raise ValueError(f"cache is full: position {int(positions.max())} >= T_max {cache.t_max}")
-    check_append_entries(entries, cache.tensors(), B=B)
+    scales = getattr(cache, "scales", None)  # only an LRKV FactoredCache can be fp8
+    check_append_entries(entries, cache.tensors(), B=B, quantized=PARTS if scales is not None else ())
     rows = torch.arange(B, device=positions.device)
     pos = positions.long()
+    if scales is not None:
+        entries = quantize_append(scales, entries, rows, pos)
     for name, t in cache.tensors().items():
         t[rows, pos] = entries[name]
     cache.lengths = (cache.lengths + 1).to(cache.lengths.dtype)
@@ -230,10 +255,13 @@ def layer_step(
         raise ValueError("x_t contains NaN or Inf")
     entries = project_token(weights, x_t, positions)
     append(cache, entries, positions)
+    # only an fp8 cache passes cache_scales: a decode without fp8 support keeps its signature
+    scales = getattr(cache, "scales", None)
+    fp8 = {} if scales is None else {"cache_scales": scales}
     out, _ = decode(
         entries["q"], cache.shared_k, cache.shared_v, cache.latent_k, cache.latent_v,
         weights.basis_k, weights.basis_v, cache.lengths, scale=spec.head_dim**-0.5,
-        key_scale=cache.key_scale, rope=decode_rope(spec),
+        key_scale=cache.key_scale, rope=decode_rope(spec), **fp8,
     )
     return torch.einsum("bhd,hde->be", out, weights.w_o), cache
 

@@ -4,7 +4,8 @@ The cache tensors are pages [P, page_size, ...]; slot j of sequence b lives in p
 page_table[b, j // page_size] at row j % page_size. Pages may come in any order and may
 be shared by several sequences (a common prefix). Gathering gives back the contiguous
 cache [B, max_pages · page_size, ...], and the factored oracle does the rest — so a paged
-kernel is judged by exactly the math a contiguous one is.
+kernel is judged by exactly the math a contiguous one is. An fp8 cache's pages are
+dequantized (`dequantize_cache`, with per-token scales paged like key_scale) before the gather.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import torch
 
 from .contract import validate_paged_inputs
+from .fp8 import DYNAMIC_GRANULARITIES
+from .fp8_cache import CacheScales, dequantize_cache
 from .lrkv import decode_attention, materialized_decode_attention
 from .rope import ExactRope
 
@@ -51,6 +54,19 @@ def scatter_pages(t: torch.Tensor, page_table: torch.Tensor, pool: torch.Tensor)
     return pool
 
 
+def scatter_scales(cache_scales: CacheScales, page_table: torch.Tensor, num_pages: int, page: int) -> CacheScales:
+    """A contiguous fp8 cache's scales for its paged copy (the same page table): per-token
+    scales [B, T, ...] become pages [num_pages, page, ...] (NaN where no slot is written, like
+    the garbage they stand beside); static scales are the same for every page."""
+    out = {}
+    for part, s in cache_scales.tensors().items():
+        if cache_scales.granularity_of(part) in DYNAMIC_GRANULARITIES:
+            pool = torch.full((num_pages, page, *s.shape[2:]), float("nan"), dtype=s.dtype, device=s.device)
+            s = scatter_pages(s, page_table, pool)
+        out[part] = s
+    return CacheScales(cache_scales.format, cache_scales.granularity, **out)
+
+
 def gather_cache(page_table, lengths, shared_k, shared_v, latent_k, latent_v, key_scale=None):
     """All cache tensors of a paged call, gathered (see `gather_pages`)."""
     return [gather_pages(page_table, lengths, t) for t in (shared_k, shared_v, latent_k, latent_v, key_scale)]
@@ -71,11 +87,14 @@ def paged_decode_attention(
     key_scale: torch.Tensor | None = None,  # [P, page, H]
     rope: ExactRope | None = None,
     check: bool = True,
+    cache_scales: CacheScales | None = None,  # fp8 pages' scales ([] / [H] / [P, page] / [P, page, H])
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Factored decode (Eqs. 6–7) over a paged cache. Returns out [B, H, d_h], lse [B, H]."""
     if check:
         validate_paged_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table,
-                              scale=scale, key_scale=key_scale, rope=rope)
+                              scale=scale, key_scale=key_scale, rope=rope, cache_scales=cache_scales)
+    shared_k, shared_v, latent_k, latent_v = dequantize_cache(cache_scales, q.dtype, shared_k, shared_v, latent_k,
+                                                              latent_v)
     sk, sv, lk, lv, ks = gather_cache(page_table, lengths, shared_k, shared_v, latent_k, latent_v, key_scale)
     return decode_attention(q, sk, sv, lk, lv, basis_k, basis_v, lengths, scale=scale, key_scale=ks, rope=rope,
                             check=False)
@@ -84,11 +103,14 @@ def paged_decode_attention(
 def materialized_paged_decode_attention(
     q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table, *,
     scale: float, key_scale=None, rope: ExactRope | None = None, check: bool = True,
+    cache_scales: CacheScales | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The same contract with K_h and V_h rebuilt explicitly (the `materialized` path)."""
     if check:
         validate_paged_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table,
-                              scale=scale, key_scale=key_scale, rope=rope)
+                              scale=scale, key_scale=key_scale, rope=rope, cache_scales=cache_scales)
+    shared_k, shared_v, latent_k, latent_v = dequantize_cache(cache_scales, q.dtype, shared_k, shared_v, latent_k,
+                                                              latent_v)
     sk, sv, lk, lv, ks = gather_cache(page_table, lengths, shared_k, shared_v, latent_k, latent_v, key_scale)
     return materialized_decode_attention(q, sk, sv, lk, lv, basis_k, basis_v, lengths, scale=scale,
                                          key_scale=ks, rope=rope, check=False)

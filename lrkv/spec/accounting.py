@@ -21,9 +21,10 @@ import numbers
 from collections.abc import Sequence
 from fractions import Fraction
 
-from ..checks import check_bool, check_int
+from ..checks import check_bool, check_choice, check_int
 from .attention import AttentionSpec
 from .dtypes import dtype_bytes
+from .fp8_scales import GRANULARITIES, PER_HEAD, PER_TENSOR, PER_TOKEN, SCALE_BYTES
 
 
 def _check_spec(spec) -> AttentionSpec:
@@ -184,6 +185,40 @@ def model_cache_bytes(
             raise ValueError("give lengths, or both batch and seq_len")
         tokens = check_int("batch", batch, minimum=0) * check_int("seq_len", seq_len, minimum=0)
     return n_layers * tokens * cache_bytes(spec, dtype, **kw)
+
+
+# ----------------------------------------------------------------------------- fp8 scales
+def fp8_scale_elements(spec: AttentionSpec, granularity: str) -> tuple[int, int]:
+    """The float32 scales of an fp8 LRKV cache, one layer (DESIGN §4, "FP8 caches"), as
+    (fixed per layer, per cached token): shared K, shared V, latent K, latent V each have
+    their own — a shared part's granularity drops the head axis.
+
+        per_tensor       (4, 0)              one scalar per part
+        per_head         (2 + 2·H, 0)        shared: scalars; latents: [H]
+        per_token        (0, 4)              one per token per part
+        per_token_head   (0, 2 + 2·H)        shared: per token; latents: per token and head
+    """
+    _check_spec(spec)
+    check_choice("granularity", granularity, GRANULARITIES)
+    if spec.family != "lrkv":
+        raise ValueError(f"fp8 cache scales are counted for lrkv specs, got family {spec.family!r}")
+    H = spec.n_heads
+    if granularity == PER_TENSOR:
+        return 4, 0
+    if granularity == PER_HEAD:
+        return 2 + 2 * H, 0
+    if granularity == PER_TOKEN:
+        return 0, 4
+    return 0, 2 + 2 * H
+
+
+def fp8_scale_bytes(spec: AttentionSpec, granularity: str, *, n_layers: int = 1, tokens: int = 0) -> int:
+    """Bytes of an fp8 LRKV cache's scales over `n_layers` layers holding `tokens` cached
+    tokens (B·T summed over sequences): N · 4 · (fixed + tokens · per token)."""
+    check_int("n_layers", n_layers, minimum=1)
+    check_int("tokens", tokens, minimum=0)
+    fixed, per_token = fp8_scale_elements(spec, granularity)
+    return n_layers * SCALE_BYTES * (fixed + tokens * per_token)
 
 
 # ----------------------------------------------------------------------------- tensor parallel

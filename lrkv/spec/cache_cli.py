@@ -3,12 +3,16 @@
     lrkv cache --preset 2.5B --seq-len 32K --batch 64
     lrkv cache --preset 6.3B --layers 32 --rank 54 --seq-len 8K --batch 16 --tp 4 --budget-gib 80
     lrkv cache --preset 2.5B --seq-len 32K --batch 64 --json     # one JSON object on stdout
+    lrkv cache --preset 2.5B --seq-len 32K --batch 64 --dtype fp8 --scales per_token_head
 
 Per family: bytes per token per layer, its fraction of MHA (Eq. 9 for LRKV), the whole-model
 cache (Eq. 8: N·B·T·b·elements), the bytes ONE device holds under --tp (LRKV replicates its
 shared block, MLA its single latent; heads and MLRA's latent heads shard), the tokens that
 fit one device's --budget-gib, and the physical bytes when every cached tensor's innermost
 width is padded to --align. Also: the largest LRKV rank within --target of MHA's cache.
+--scales (with --dtype fp8 or fp8_e5m2) adds the float32 scales of LRKV's fp8 cache at one
+granularity — per_tensor, per_head, per_token, per_token_head (DESIGN §4, "FP8 caches") — and
+the share of fp8's saving over bf16 that they take.
 32K means 32,768 (K = 1024, M = 1024²). Presets are the paper's scales (Tables 5 and 7);
 --layers is required where Table 5 gives no layer count (128M, 6.3B).
 
@@ -60,6 +64,7 @@ def _dtype(text: str) -> str:
 
 def register(subparsers) -> None:
     from lrkv.checks import arg_float, arg_int
+    from lrkv.spec.fp8_scales import GRANULARITIES
     from lrkv.spec.presets import PAPER_SCALES
 
     p = subparsers.add_parser("cache", help="size a deployment: KV cache of LRKV and its peers side by side",
@@ -71,7 +76,8 @@ def register(subparsers) -> None:
     p.add_argument("--layers", type=arg_int(minimum=1), help="layer count N (default: Table 5's, where it has one)")
     p.add_argument("--seq-len", type=_count, required=True, help="cached tokens per sequence, e.g. 32K")
     p.add_argument("--batch", type=_count, default=1, help="concurrent sequences (default 1)")
-    p.add_argument("--dtype", type=_dtype, default="bf16", help="cache storage dtype: bf16, fp16, fp32, fp8 (default bf16)")
+    p.add_argument("--dtype", type=_dtype, default="bf16",
+                   help="cache storage dtype: bf16, fp16, fp32, fp8 (e4m3fn), fp8_e5m2 (default bf16)")
     p.add_argument("--tp", type=arg_int(minimum=1), default=1, help="tensor-parallel devices (default 1)")
     p.add_argument("--budget-gib", type=arg_float(minimum=0, exclusive_minimum=True),
                    help="cache memory of ONE device in GiB: report the tokens that fit")
@@ -79,6 +85,9 @@ def register(subparsers) -> None:
                    help="target fraction of MHA's cache for the rank ceiling (default 1/2)")
     p.add_argument("--align", type=arg_int(minimum=1), default=16,
                    help="pad each cached tensor's innermost width to a multiple of this (default 16)")
+    p.add_argument("--scales", choices=GRANULARITIES,
+                   help="fp8 only: count LRKV's float32 cache scales at this granularity and their share of "
+                        "the fp8 saving over bf16")
     p.add_argument("--json", action="store_true", help="print the plan as JSON (schema lrkv.cache-plan/1)")
     p.set_defaults(func=run_cli)
 
@@ -91,6 +100,7 @@ def run_cli(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
+    from lrkv.spec.dtypes import FP8_DTYPES, as_dtype
     from lrkv.spec.planner import GIB, plan
     from lrkv.spec.presets import preset
 
@@ -104,10 +114,13 @@ def run_cli(args: argparse.Namespace) -> int:
         err.print(f"[red]--tp {args.tp} must divide the {scale.n_heads} query heads of {scale.label}[/]")
         return 2
     budget = None if args.budget_gib is None else int(Fraction(args.budget_gib) * GIB)
+    if args.scales is not None and as_dtype(args.dtype) not in FP8_DTYPES:
+        err.print(f"[red]--scales needs an fp8 --dtype (fp8, fp8_e5m2), got --dtype {args.dtype}[/]")
+        return 2
     try:
         result = plan(scale, n_layers=n_layers, batch=args.batch, seq_len=args.seq_len, dtype=args.dtype,
                       tp=args.tp, rank=args.rank, budget_bytes=budget, target_fraction=args.target,
-                      align=args.align)
+                      align=args.align, scales=args.scales)
     except (TypeError, ValueError) as e:
         err.print(f"[red]{e}[/]")
         return 2
@@ -134,6 +147,12 @@ def run_cli(args: argparse.Namespace) -> int:
             out.print(f"{r.family}: {r.note}")
     if budget is not None:
         out.print(f"budget: {args.budget_gib:g} GiB of cache per device")
+    if result.scales is not None:
+        sp = result.scales
+        out.print(f"lrkv fp8 scales ({sp.granularity}, float32): {sp.bytes_per_token_layer:,} B/token/layer + "
+                  f"{sp.bytes_per_layer:,} B/layer = {_gib(sp.model_bytes)} GiB for the model, "
+                  f"{float(sp.share_of_saving):.2%} of LRKV's fp8 saving over bf16 "
+                  f"({sp.saving_per_token_layer:,} B/token/layer, {_gib(sp.saving_model_bytes)} GiB)")
     c = float(result.target_fraction)
     out.print(f"LRKV rank ceiling for ≤ {c:.2%} of MHA: "
               + (f"r ≤ {result.rank_ceiling} (= d_h: every rank fits)" if result.rank_ceiling_capped

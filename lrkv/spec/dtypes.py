@@ -9,8 +9,10 @@ _ALIASES: dict[str, torch.dtype] = {
     "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
     "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
     "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
-    "float8_e4m3fn": torch.float8_e4m3fn, "fp8": torch.float8_e4m3fn,
+    "float8_e4m3fn": torch.float8_e4m3fn, "fp8": torch.float8_e4m3fn, "fp8_e4m3": torch.float8_e4m3fn,
+    "float8_e5m2": torch.float8_e5m2, "fp8_e5m2": torch.float8_e5m2,
 }
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)  # the cache formats with scales (DESIGN §4)
 
 
 def as_dtype(dtype: str | torch.dtype) -> torch.dtype:

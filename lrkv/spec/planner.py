@@ -9,6 +9,8 @@ adds is the arithmetic a serving engineer does next:
   tokens that fit       floor(budget / (N · b · per-device elements))  (B·T summed over sequences)
   padded bytes          every cached tensor's innermost width rounded up to `align`
   rank ceiling          floor(d_h (c − 1/H)) for a target fraction c of MHA (Eq. 9 solved for r)
+  fp8 scales            N · 4 · (fixed + tokens · per token) bytes of float32 scales of an fp8
+                        LRKV cache (`fp8_scale_elements`), beside the bytes fp8 saves over bf16
 
 The proofs cross-check these functions against the closed forms (`planner_formulas`).
 """
@@ -22,10 +24,12 @@ from fractions import Fraction
 from lrkv.checks import check_choice, check_int
 
 from .accounting import (
-    break_even_rank, cache_elements, mha_cache_elements, padded_rank, per_device_cache_elements, rank_ceiling,
+    break_even_rank, cache_elements, fp8_scale_bytes, fp8_scale_elements, mha_cache_elements, padded_rank,
+    per_device_cache_elements, rank_ceiling,
 )
 from .attention import AttentionSpec
-from .dtypes import dtype_bytes, dtype_name
+from .dtypes import FP8_DTYPES, as_dtype, dtype_bytes, dtype_name
+from .fp8_scales import GRANULARITIES, SCALE_BYTES
 from .presets import MLRA4, PaperScale
 
 GIB = 2**30
@@ -110,6 +114,40 @@ class PlanRow:
 
 
 @dataclass(frozen=True)
+class ScalePlan:
+    """The float32 scales of LRKV's fp8 cache, and how much of fp8's saving over bf16 they take."""
+
+    granularity: str
+    bytes_per_layer: int  # fixed scales (per_tensor, per_head), one layer
+    bytes_per_token_layer: int  # per-token scales (per_token, per_token_head)
+    model_bytes: int  # whole model: N · (fixed + tokens · per token)
+    saving_per_token_layer: int  # LRKV payload elements × (bf16 bytes − fp8 bytes)
+    saving_model_bytes: int  # N · tokens · saving_per_token_layer
+    share_of_saving: Fraction  # model_bytes / saving_model_bytes
+
+    def to_dict(self) -> dict:
+        d = dict(self.__dict__)
+        d["share_of_saving"] = float(self.share_of_saving)
+        return d
+
+
+def plan_scales(spec: AttentionSpec, granularity: str, *, n_layers: int, tokens: int, dtype) -> ScalePlan:
+    """Size the scales of an fp8 LRKV cache (`dtype` one of the fp8 formats) against the bytes
+    the fp8 payload saves over bf16 (key_scale, kept at compute precision, is no part of it)."""
+    if as_dtype(dtype) not in FP8_DTYPES:
+        raise ValueError(f"scales ({granularity}) apply to an fp8 cache: dtype must be one of "
+                         f"{[dtype_name(d) for d in FP8_DTYPES]}, got {dtype_name(dtype)}")
+    check_choice("granularity", granularity, GRANULARITIES)
+    fixed, per_token = fp8_scale_elements(spec, granularity)
+    saving = cache_elements(spec, include_key_scale=False) * (dtype_bytes("bfloat16") - dtype_bytes(dtype))
+    model = fp8_scale_bytes(spec, granularity, n_layers=n_layers, tokens=tokens)
+    saved = n_layers * tokens * saving
+    return ScalePlan(granularity=granularity, bytes_per_layer=SCALE_BYTES * fixed,
+                     bytes_per_token_layer=SCALE_BYTES * per_token, model_bytes=model,
+                     saving_per_token_layer=saving, saving_model_bytes=saved, share_of_saving=Fraction(model, saved))
+
+
+@dataclass(frozen=True)
 class Plan:
     preset: str
     n_layers: int
@@ -124,22 +162,25 @@ class Plan:
     rows: tuple[PlanRow, ...]
     warnings: tuple[str, ...] = ()  # a plan that is valid but saves nothing (the CLI prints each)
     rank_ceiling_capped: bool = False  # the formula's ceiling passed d_h; rank_ceiling is d_h
+    scales: ScalePlan | None = None  # fp8 only, when asked for: LRKV's scale bytes
 
     def to_dict(self) -> dict:
+        extra = {} if self.scales is None else {"scales": self.scales.to_dict()}  # absent unless asked for
         return {
             "schema": "lrkv.cache-plan/1", "preset": self.preset, "n_layers": self.n_layers,
             "batch": self.batch, "seq_len": self.seq_len, "tokens": self.batch * self.seq_len,
             "dtype": self.dtype, "tp": self.tp, "budget_bytes": self.budget_bytes,
             "target_fraction": float(self.target_fraction), "rank_ceiling": self.rank_ceiling,
             "align": self.align, "rows": [r.to_dict() for r in self.rows], "warnings": list(self.warnings),
-            "rank_ceiling_capped": self.rank_ceiling_capped,
+            "rank_ceiling_capped": self.rank_ceiling_capped, **extra,
         }
 
 
 def plan(scale: PaperScale, *, n_layers: int, batch: int, seq_len: int, dtype="bfloat16", tp: int = 1,
          rank: int | None = None, budget_bytes: int | None = None, target_fraction: Fraction = Fraction(1, 2),
-         align: int = 16, families: tuple[str, ...] = PEERS) -> Plan:
-    """Size one deployment for LRKV and its peers side by side."""
+         align: int = 16, families: tuple[str, ...] = PEERS, scales: str | None = None) -> Plan:
+    """Size one deployment for LRKV and its peers side by side; `scales` (an fp8 `dtype` only)
+    adds LRKV's fp8 scale bytes at that granularity (`plan_scales`)."""
     check_int("n_layers", n_layers, minimum=1)
     check_int("batch", batch, minimum=1)
     check_int("seq_len", seq_len, minimum=1)
@@ -180,10 +221,12 @@ def plan(scale: PaperScale, *, n_layers: int, batch: int, seq_len: int, dtype="b
         ceiling = None
     formula = ceiling
     ceiling, warnings = _saves_nothing(scale, rows, ceiling, Fraction(target_fraction))
+    scale_plan = None if scales is None else plan_scales(specs["lrkv"], scales, n_layers=n_layers, tokens=tokens,
+                                                         dtype=dtype)
     return Plan(preset=scale.label, n_layers=n_layers, batch=batch, seq_len=seq_len, dtype=dtype_name(dtype),
                 tp=tp, budget_bytes=budget_bytes, target_fraction=Fraction(target_fraction),
                 rank_ceiling=ceiling, align=align, rows=tuple(rows), warnings=tuple(warnings),
-                rank_ceiling_capped=formula != ceiling)
+                rank_ceiling_capped=formula != ceiling, scales=scale_plan)
 
 
 def _saves_nothing(scale: PaperScale, rows: list[PlanRow], ceiling: int | None,
