@@ -25,6 +25,7 @@ def test_writes_the_project_and_says_how_to_make_the_first_baseline(tmp_path, ca
     assert 'pip install "$LRKV_PACKAGE"' in wf and ".[dev]" not in wf and "-e ." not in wf
     assert f"lrkv verify --backend {MODULE}:backend" in wf and f"--baseline {BASELINE}" in wf
     assert "GITHUB_STEP_SUMMARY" in wf and "upload-artifact" in wf and "pytest -m equivalence" in wf
+    assert f"--baseline {BASELINE} --require-commit --replay 8" in wf  # the gate ties the report to HEAD, re-runs some
     test = (tmp_path / "tests/test_lrkv.py").read_text()
     assert f'BACKEND = "{MODULE}:backend"' in test and "pytestmark = pytest.mark.equivalence" in test
 

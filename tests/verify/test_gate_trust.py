@@ -550,6 +550,7 @@ def test_expect_set_to_differ_with_the_id_recomputed_is_not_in_the_selection(goo
     assert "not in the report's selection" in _entry(entries, bad["key"])[0].detail
     original = f"{bad['backend']}::{Case.from_dict(bad['case']).replace(expect='match').id}"
     assert [e.klass for e in _entry(entries, original)] == ["MISSING"]
+    assert gate.exit_code(entries, rep) == 1
 
 
 def test_a_record_whose_case_was_edited_under_its_id_is_an_error(good_report):
@@ -911,6 +912,18 @@ def test_tp_with_case_is_checked_not_ignored(case, extra, words, tmp_path, capsy
     --tp was silently ignored next to --case (or when it disagreed with the case)."""
     code = cli(["verify", "--backend", "reference", "--case", json.dumps(_tp_case(**case)), *extra,
                 "--out", str(tmp_path / "o"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and words in err, err
+    assert not (tmp_path / "o" / "report.json").exists()
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--tp", "2", "--grid", "quick"], "--tp 2 runs the tp grid; --grid quick would be ignored"),
+    (["--grid", "quick", "--case", F32.to_json()], "--grid quick and --case: give one"),
+])
+def test_a_grid_beside_tp_or_case_is_refused_not_ignored(argv, words, tmp_path, capsys):
+    """--grid next to --tp (or --case) was silently ignored: the report named a grid it never ran."""
+    code = cli(["verify", "--backend", "reference", *argv, "--out", str(tmp_path / "o"), "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2 and words in err, err
     assert not (tmp_path / "o" / "report.json").exists()

@@ -6,7 +6,10 @@ float64 oracle (Eqs. 6–7) on the *unquantized* cache:
     ref   = decode_attention(q, cache)                        float64, cache as given
     fp8   = decode_attention(q at τ, quantize_cache(cache))   dequantize-then-attend at τ
     max_abs = max |fp8 − ref|,  mean_abs = mean |fp8 − ref|,
-    sqnr_db = 20 · log10(‖ref‖ / ‖ref − fp8‖)                 (torchao's SQNR; +inf if equal)
+    sqnr_db = 10 · log10(Σref² / Σ(fp8 − ref)²)              (torchao's SQNR; +inf if equal)
+
+measured by the harness's own `error_metrics` (it lives in verify/, above the references,
+so that SQNR has one definition).
 
 With τ = float64 (the default) the cost is the quantization alone; at a half precision it
 adds that precision's arithmetic, as a kernel reading the fp8 cache would.
@@ -14,31 +17,22 @@ adds that precision's arithmetic, as a kernel reading the fp8 cache would.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
-from .fp8 import PARTS
-from .fp8_cache import quantize_cache
-from .lrkv import decode_attention
-from .rope import ExactRope
+from ..reference.fp8 import PARTS
+from ..reference.fp8_cache import quantize_cache
+from ..reference.lrkv import decode_attention
+from ..reference.rope import ExactRope
+from .metrics import error_metrics
 
 
 @dataclass(frozen=True)
 class QuantizationCost:
     max_abs: float  # max |fp8 − ref| over out
     mean_abs: float  # mean |fp8 − ref| over out
-    sqnr_db: float  # 20·log10(‖ref‖ / ‖ref − fp8‖); +inf when the outputs are equal
-
-
-def sqnr_db(ref: torch.Tensor, x: torch.Tensor) -> float:
-    """torchao's SQNR in dB, in float64: 20·log10(‖ref‖ / ‖ref − x‖)."""
-    ref, x = ref.to(torch.float64), x.to(torch.float64)
-    noise = torch.linalg.vector_norm(ref - x)
-    if noise == 0:
-        return math.inf
-    return float(20 * torch.log10(torch.linalg.vector_norm(ref) / noise))
+    sqnr_db: float  # 10·log10(Σref² / Σ(fp8 − ref)²); +inf when the outputs are equal
 
 
 def quantization_cost(
@@ -68,6 +62,5 @@ def quantization_cost(
     stored, scales = quantize_cache(parts, lengths, fmt, granularity)
     out, _ = decode_attention(tau(q), *(stored[p] for p in PARTS), tau(basis_k), tau(basis_v), lengths, scale=scale,
                               key_scale=tau(key_scale), rope=rope, cache_scales=scales)
-    err = (out.to(torch.float64) - ref).abs()
-    return QuantizationCost(float(err.max()) if err.numel() else 0.0, float(err.mean()) if err.numel() else 0.0,
-                            sqnr_db(ref, out))
+    m = error_metrics(out, ref)
+    return QuantizationCost(m.max_abs, m.mean_abs, m.sqnr_db)
