@@ -95,6 +95,11 @@ def is_interpreted() -> bool:
     return mode()[0] == "interpreter"
 
 
+def forced_mode() -> str | None:
+    """The mode forced by an enclosing `interpreter()` block, or None."""
+    return _FORCED[-1] if _FORCED else None
+
+
 @contextlib.contextmanager
 def interpreter():
     """Run the kernels in Triton's interpreter inside the block (CPU tensors welcome)."""

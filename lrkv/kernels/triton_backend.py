@@ -21,6 +21,8 @@ rejects each.
 
 from __future__ import annotations
 
+import contextlib
+
 import functools
 from typing import Any
 
@@ -52,6 +54,16 @@ class TritonBackend(BaseBackend):
             self.name = f"triton[{mutant}]"
 
     # ------------------------------------------------------------------ protocol
+    def __getstate__(self) -> dict:
+        # sent to lrkv's worker process (lrkv.verify.isolation) with the mode forced here, if any:
+        # `runtime.interpreter()` is state of this process, which the worker does not share
+        return {**self.__dict__, "_forced_mode": runtime.forced_mode()}
+
+    def worker_context(self):
+        """Each call in the worker process runs in the mode the harness had forced (isolation.py)."""
+        forced = self.__dict__.get("_forced_mode")
+        return runtime.interpreter() if forced == "interpreter" else contextlib.nullcontext()
+
     def available(self) -> tuple[bool, str]:
         which, why = runtime.mode()
         if which == "fallback":

@@ -122,7 +122,15 @@ def unusable(outs, expected: dict[str, tuple], device=None) -> str:
 
 # ----------------------------------------------------------------------------- the worker side
 def _do(backend, op: str, args: tuple):
-    """One backend call, as the harness would make it in-process."""
+    """One backend call, as the harness would make it in-process — inside the backend's
+    `worker_context()` when it has one: the process state it carried over in its pickle
+    (the Triton backend's forced interpreter mode) applies for the call."""
+    enter = getattr(backend, "worker_context", None)
+    with enter() if callable(enter) else contextlib.nullcontext():
+        return _op(backend, op, args)
+
+
+def _op(backend, op: str, args: tuple):
     from .case import Case
     from .levels import get_level
 
