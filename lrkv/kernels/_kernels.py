@@ -71,7 +71,11 @@ M_FP16_ACCUMULATION = tl.constexpr(7)  # l and both accumulators rounded to floa
 @triton.jit
 def _to_acc(x, ACC_FP64: tl.constexpr):
     # Loads are cast here, right after tl.load: float64 inputs stay float64 (the
-    # interpreter's tight check), everything else accumulates in float32.
+    # interpreter's tight check), everything else accumulates in float32. An fp8 cache tile
+    # goes through float32 first (exact: 4 significant bits; there is no direct fp8 ->
+    # float64 conversion); its scale is applied to the product it feeds (`_fp8_scaled`).
+    if x.dtype.is_fp8():
+        x = x.to(tl.float32)
     if ACC_FP64:
         return x.to(tl.float64)
     else:
@@ -213,6 +217,56 @@ def _online_softmax(m_i, l_i, logits):
     alpha = tl.exp(m_i - m_new)  # [BLOCK_H]
     p = tl.exp(logits - m_new[:, None])  # [BLOCK_H, BLOCK_T]
     return m_new, alpha, p, l_i * alpha + _rsum(p, 1)
+
+
+# ---- fp8 caches: each part's scale, applied to the product it feeds (DESIGN §4.1) ---------
+# Granularity codes of a part's scale (the split kernel's FP8_SK / FP8_SV / FP8_LK / FP8_LV;
+# lrkv.kernels.decode.FP8_CODES maps the reference's names to them). 0: the part is not fp8.
+FP8_NONE = tl.constexpr(0)
+FP8_TENSOR = tl.constexpr(1)  # []                  one scalar
+FP8_HEAD = tl.constexpr(2)  # [H]                 latents only
+FP8_TOKEN = tl.constexpr(3)  # [rows, slots]       one per slot, paged like the parts
+FP8_TOKEN_HEAD = tl.constexpr(4)  # [rows, slots, H]    latents only
+
+
+@triton.jit
+def _static_scale(S, s_h, heads, hmask, GRAN: tl.constexpr, ACC_FP64: tl.constexpr):
+    """A per-tensor or per-head scale as a [BLOCK_H] vector (head h's row), loaded once per
+    program; ones for the per-token granularities (read per tile) and for a non-fp8 part."""
+    if GRAN == FP8_TENSOR:
+        s = _to_acc(tl.load(S + heads * 0, mask=hmask, other=1.0), ACC_FP64)
+    elif GRAN == FP8_HEAD:
+        s = _to_acc(tl.load(S + heads * s_h, mask=hmask, other=1.0), ACC_FP64)
+    else:
+        s = _to_acc((heads * 0).to(tl.float32) + 1.0, ACC_FP64)
+    return s
+
+
+@triton.jit
+def _fp8_scaled(term, static, S, s_b, s_t, s_h, row0, row1, tmask, heads, hmask, GRAN: tl.constexpr,
+                ACC_FP64: tl.constexpr):
+    """term [BLOCK_H, BLOCK_T] (a logit term or the softmax weights) times its part's scale.
+
+    Every granularity's scale is constant along the axis the term's product contracts (d_h
+    for the shared parts, r for the latents), so scaling the product equals scaling the
+    stored tile — one multiply per (head, slot) instead of per element, and one rounding
+    fewer. K scales multiply their own logit term (shared and latent K never share a scale),
+    V scales the weights that meet their own values. Per-token scales are read at the tile's
+    rows exactly as the parts are (paged: the physical page and row); masked slots read 1,
+    so a garbage NaN scale never enters."""
+    if GRAN == FP8_TOKEN:
+        s = tl.load(S + row0[None, :] * s_b + row1[None, :] * s_t + heads[:, None] * 0,
+                    mask=hmask[:, None] & tmask[None, :], other=1.0)  # [BLOCK_H, BLOCK_T]
+        out = term * _to_acc(s, ACC_FP64)
+    elif GRAN == FP8_TOKEN_HEAD:
+        s = tl.load(S + row0[None, :] * s_b + row1[None, :] * s_t + heads[:, None] * s_h,
+                    mask=hmask[:, None] & tmask[None, :], other=1.0)  # [BLOCK_H, BLOCK_T]
+        out = term * _to_acc(s, ACC_FP64)
+    elif GRAN == FP8_NONE:
+        out = term
+    else:
+        out = term * static[:, None]  # per tensor (folded: a scalar), per head (its row)
+    return out
 
 
 # ---- the per-head private path: one [BLOCK_T, r] tile and product per head ----------------
@@ -463,6 +517,10 @@ def decode_split_kernel(
     WIDE: tl.constexpr = False, BLOCK_GR: tl.constexpr = 16, HR_CONTIG: tl.constexpr = False,
     TILE_IN_PAGE: tl.constexpr = False,
     CU=None, NSEQ=0, EXTEND: tl.constexpr = False, BLOCK_B: tl.constexpr = 16,
+    CS_SK=None, CS_SV=None, CS_LK=None, CS_LV=None,  # fp8 scales (DESIGN §4.1); never read when FP8_* is 0
+    s_cskb=0, s_cskt=0, s_csvb=0, s_csvt=0,  # shared scales  [B, T] / paged [P, page]
+    s_clkb=0, s_clkt=0, s_clkh=0, s_clvb=0, s_clvt=0, s_clvh=0,  # latent scales [H], [B, T], [B, T, H]
+    FP8_SK: tl.constexpr = 0, FP8_SV: tl.constexpr = 0, FP8_LK: tl.constexpr = 0, FP8_LV: tl.constexpr = 0,
 ):
     """Stage 1: one (b, head group, split) program; online softmax of Eq. 6 over the split.
 
@@ -473,7 +531,14 @@ def decode_split_kernel(
 
     EXTEND (chunked prefill, speculative verification; DESIGN §4): program row n is query
     token n of a ragged batch (`_extend_row`), and the same split loop runs over its causal
-    slots 0 … p. The splits are merged and B_h^V applied by the same stage 2."""
+    slots 0 … p. The splits are merged and B_h^V applied by the same stage 2.
+
+    FP8_SK / FP8_SV / FP8_LK / FP8_LV (an fp8 cache, DESIGN §4.1; the granularity codes
+    FP8_*): the parts are loaded as stored and each scale multiplies the product it feeds
+    (`_fp8_scaled`): the shared-K scale the shared logit term q_h S_K^T only, the latent-K
+    scale the private term (q_h B_h^K) R_h^{K T} only (Eq. 6), the V scales the softmax
+    weights that meet S_V and R_h^V (Eq. 7; l uses the unscaled weights). A per-tensor
+    scale is a scalar folded into its term."""
     pid_b = tl.program_id(0)  # decode: the batch row; extend: the query token
     pid_g = tl.program_id(1)
     pid_s = tl.program_id(2)
@@ -529,6 +594,14 @@ def decode_split_kernel(
     else:
         acc_p = tl.full([BLOCK_H, BLOCK_R], 0.0, dtype=q.dtype)  # a_h R_h^V
 
+    # ---- fp8 cache: the static (per-tensor / per-head) scales, once per program  [BLOCK_H]
+    CACHE_FP8: tl.constexpr = FP8_SK + FP8_SV + FP8_LK + FP8_LV > 0
+    if CACHE_FP8:
+        st_sk = _static_scale(CS_SK, 0, heads, hmask, FP8_SK, ACC_FP64)
+        st_sv = _static_scale(CS_SV, 0, heads, hmask, FP8_SV, ACC_FP64)
+        st_lk = _static_scale(CS_LK, s_clkh, heads, hmask, FP8_LK, ACC_FP64)
+        st_lv = _static_scale(CS_LV, s_clvh, heads, hmask, FP8_LV, ACC_FP64)
+
     # ---- running state of the online softmax
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=q.dtype)
     l_i = tl.full([BLOCK_H], 0.0, dtype=q.dtype)
@@ -544,6 +617,12 @@ def decode_split_kernel(
         # Eq. 6: shared logits q_h S_K^T, then each head's private logits added to its row
         logits = _shared_logits(q, SK, s_skb, s_skt, s_skd, row0, row1, tmask, offs_d, dmask,
                                 DOT, ACC_FP64)  # [BLOCK_H, BLOCK_T]
+        if CACHE_FP8:
+            # the shared-K scale multiplies the shared term alone; the private term is built
+            # from zero and scaled by the latent-K scale below
+            shared_term = _fp8_scaled(logits, st_sk, CS_SK, s_cskb, s_cskt, 0, row0, row1, tmask, heads, hmask,
+                                      FP8_SK, ACC_FP64)
+            logits = logits * 0.0
         if ROPE_EXACT:
             logits = _private_logits_rope(logits, Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, LK, s_lkb, s_lkt,
                                           s_lkh, s_lkr, row0, row1, tmask, COS, SIN, s_cst, s_csd, offs_t, offs_d,
@@ -555,6 +634,9 @@ def decode_split_kernel(
         else:
             logits = _private_logits_per_head(logits, q_lat, LK, s_lkb, s_lkt, s_lkh, s_lkr, row0, row1, tmask,
                                               offs_r, rmask, rows, pid_g, H, GROUP, ACC_FP64)
+        if CACHE_FP8:
+            logits = shared_term + _fp8_scaled(logits, st_lk, CS_LK, s_clkb, s_clkt, s_clkh, row0, row1, tmask,
+                                               heads, hmask, FP8_LK, ACC_FP64)
         if HAS_KS:
             # QK-RMSNorm: the joint inverse RMS multiplies the SUMMED dot product
             ks = _to_acc(tl.load(KS + row0[None, :] * s_ksb + row1[None, :] * s_kst + heads[:, None] * s_ksh,
@@ -567,15 +649,22 @@ def decode_split_kernel(
         m_new, alpha, p, l_i = _online_softmax(m_i, l_i, logits)
 
         # Eq. 7: both accumulators rescaled by alpha, then this tile's a_h S_V and a_h R_h^V
-        acc_s = _shared_values(acc_s, alpha, p, SV, s_svb, s_svt, s_svd, row0, row1, tmask, offs_d, dmask,
+        # (fp8: the weights that meet each value part carry that part's scale)
+        p_s = p
+        p_p = p
+        if CACHE_FP8:
+            p_s = _fp8_scaled(p, st_sv, CS_SV, s_csvb, s_csvt, 0, row0, row1, tmask, heads, hmask, FP8_SV, ACC_FP64)
+            p_p = _fp8_scaled(p, st_lv, CS_LV, s_clvb, s_clvt, s_clvh, row0, row1, tmask, heads, hmask, FP8_LV,
+                              ACC_FP64)
+        acc_s = _shared_values(acc_s, alpha, p_s, SV, s_svb, s_svt, s_svd, row0, row1, tmask, offs_d, dmask,
                                DOT, ACC_FP64)
         if MUTANT != M_NO_PRIVATE_RESCALE:
             acc_p = acc_p * alpha[:, None]
         if WIDE:
-            acc_p = _private_values_wide(acc_p, p, LV, s_lvb, s_lvt, col_v, row0, row1, tmask, cmask,
+            acc_p = _private_values_wide(acc_p, p_p, LV, s_lvb, s_lvt, col_v, row0, row1, tmask, cmask,
                                          DOT, ACC_FP64)
         else:
-            acc_p = _private_values_per_head(acc_p, p, LV, s_lvb, s_lvt, s_lvh, s_lvr, row0, row1, tmask, offs_r,
+            acc_p = _private_values_per_head(acc_p, p_p, LV, s_lvb, s_lvt, s_lvh, s_lvr, row0, row1, tmask, offs_r,
                                              rmask, rows, pid_g, H, GROUP, ACC_FP64)
         if MUTANT == M_FP16_ACCUMULATION:
             l_i = l_i.to(tl.float16).to(l_i.dtype)
