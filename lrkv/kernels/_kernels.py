@@ -27,6 +27,12 @@ Three kernels:
 * `append_kernel` — writes one token's cache entries at slot lengths[b] (contiguous or
   paged) as raw bits, so the copy is bit-exact whatever the float dtype.
 
+* `append_fp8_kernel` — the same write for an fp8 cache (DESIGN §4.1): each part's entry is
+  quantized, saturating round-to-nearest-even, with its static scale or with a dynamic one
+  (amax / max finite per token or token-head) that it also writes into the scale tensor; the
+  fp8 bits are computed in integer-exact arithmetic (`_fp8_bits`), bit for bit the reference's
+  `lrkv.reference.fp8.quantize`.
+
 The split kernel reads as the math, in the manner of Triton's fused-attention tutorial:
 load q → for each tile: where its slots live (`_slot_rows`), the shared logits
 (`_shared_logits`), the private logits of one of three variants (`_private_logits_per_head`,
@@ -71,7 +77,11 @@ M_FP16_ACCUMULATION = tl.constexpr(7)  # l and both accumulators rounded to floa
 @triton.jit
 def _to_acc(x, ACC_FP64: tl.constexpr):
     # Loads are cast here, right after tl.load: float64 inputs stay float64 (the
-    # interpreter's tight check), everything else accumulates in float32.
+    # interpreter's tight check), everything else accumulates in float32. An fp8 cache tile
+    # goes through float32 first (exact: 4 significant bits; there is no direct fp8 ->
+    # float64 conversion); its scale is applied to the product it feeds (`_fp8_scaled`).
+    if x.dtype.is_fp8():
+        x = x.to(tl.float32)
     if ACC_FP64:
         return x.to(tl.float64)
     else:
@@ -213,6 +223,56 @@ def _online_softmax(m_i, l_i, logits):
     alpha = tl.exp(m_i - m_new)  # [BLOCK_H]
     p = tl.exp(logits - m_new[:, None])  # [BLOCK_H, BLOCK_T]
     return m_new, alpha, p, l_i * alpha + _rsum(p, 1)
+
+
+# ---- fp8 caches: each part's scale, applied to the product it feeds (DESIGN §4.1) ---------
+# Granularity codes of a part's scale (the split kernel's FP8_SK / FP8_SV / FP8_LK / FP8_LV;
+# lrkv.kernels.decode.FP8_CODES maps the reference's names to them). 0: the part is not fp8.
+FP8_NONE = tl.constexpr(0)
+FP8_TENSOR = tl.constexpr(1)  # []                  one scalar
+FP8_HEAD = tl.constexpr(2)  # [H]                 latents only
+FP8_TOKEN = tl.constexpr(3)  # [rows, slots]       one per slot, paged like the parts
+FP8_TOKEN_HEAD = tl.constexpr(4)  # [rows, slots, H]    latents only
+
+
+@triton.jit
+def _static_scale(S, s_h, heads, hmask, GRAN: tl.constexpr, ACC_FP64: tl.constexpr):
+    """A per-tensor or per-head scale as a [BLOCK_H] vector (head h's row), loaded once per
+    program; ones for the per-token granularities (read per tile) and for a non-fp8 part."""
+    if GRAN == FP8_TENSOR:
+        s = _to_acc(tl.load(S + heads * 0, mask=hmask, other=1.0), ACC_FP64)
+    elif GRAN == FP8_HEAD:
+        s = _to_acc(tl.load(S + heads * s_h, mask=hmask, other=1.0), ACC_FP64)
+    else:
+        s = _to_acc((heads * 0).to(tl.float32) + 1.0, ACC_FP64)
+    return s
+
+
+@triton.jit
+def _fp8_scaled(term, static, S, s_b, s_t, s_h, row0, row1, tmask, heads, hmask, GRAN: tl.constexpr,
+                ACC_FP64: tl.constexpr):
+    """term [BLOCK_H, BLOCK_T] (a logit term or the softmax weights) times its part's scale.
+
+    Every granularity's scale is constant along the axis the term's product contracts (d_h
+    for the shared parts, r for the latents), so scaling the product equals scaling the
+    stored tile — one multiply per (head, slot) instead of per element, and one rounding
+    fewer. K scales multiply their own logit term (shared and latent K never share a scale),
+    V scales the weights that meet their own values. Per-token scales are read at the tile's
+    rows exactly as the parts are (paged: the physical page and row); masked slots read 1,
+    so a garbage NaN scale never enters."""
+    if GRAN == FP8_TOKEN:
+        s = tl.load(S + row0[None, :] * s_b + row1[None, :] * s_t + heads[:, None] * 0,
+                    mask=hmask[:, None] & tmask[None, :], other=1.0)  # [BLOCK_H, BLOCK_T]
+        out = term * _to_acc(s, ACC_FP64)
+    elif GRAN == FP8_TOKEN_HEAD:
+        s = tl.load(S + row0[None, :] * s_b + row1[None, :] * s_t + heads[:, None] * s_h,
+                    mask=hmask[:, None] & tmask[None, :], other=1.0)  # [BLOCK_H, BLOCK_T]
+        out = term * _to_acc(s, ACC_FP64)
+    elif GRAN == FP8_NONE:
+        out = term
+    else:
+        out = term * static[:, None]  # per tensor (folded: a scalar), per head (its row)
+    return out
 
 
 # ---- the per-head private path: one [BLOCK_T, r] tile and product per head ----------------
@@ -463,6 +523,10 @@ def decode_split_kernel(
     WIDE: tl.constexpr = False, BLOCK_GR: tl.constexpr = 16, HR_CONTIG: tl.constexpr = False,
     TILE_IN_PAGE: tl.constexpr = False,
     CU=None, NSEQ=0, EXTEND: tl.constexpr = False, BLOCK_B: tl.constexpr = 16,
+    CS_SK=None, CS_SV=None, CS_LK=None, CS_LV=None,  # fp8 scales (DESIGN §4.1); never read when FP8_* is 0
+    s_cskb=0, s_cskt=0, s_csvb=0, s_csvt=0,  # shared scales  [B, T] / paged [P, page]
+    s_clkb=0, s_clkt=0, s_clkh=0, s_clvb=0, s_clvt=0, s_clvh=0,  # latent scales [H], [B, T], [B, T, H]
+    FP8_SK: tl.constexpr = 0, FP8_SV: tl.constexpr = 0, FP8_LK: tl.constexpr = 0, FP8_LV: tl.constexpr = 0,
 ):
     """Stage 1: one (b, head group, split) program; online softmax of Eq. 6 over the split.
 
@@ -473,7 +537,14 @@ def decode_split_kernel(
 
     EXTEND (chunked prefill, speculative verification; DESIGN §4): program row n is query
     token n of a ragged batch (`_extend_row`), and the same split loop runs over its causal
-    slots 0 … p. The splits are merged and B_h^V applied by the same stage 2."""
+    slots 0 … p. The splits are merged and B_h^V applied by the same stage 2.
+
+    FP8_SK / FP8_SV / FP8_LK / FP8_LV (an fp8 cache, DESIGN §4.1; the granularity codes
+    FP8_*): the parts are loaded as stored and each scale multiplies the product it feeds
+    (`_fp8_scaled`): the shared-K scale the shared logit term q_h S_K^T only, the latent-K
+    scale the private term (q_h B_h^K) R_h^{K T} only (Eq. 6), the V scales the softmax
+    weights that meet S_V and R_h^V (Eq. 7; l uses the unscaled weights). A per-tensor
+    scale is a scalar folded into its term."""
     pid_b = tl.program_id(0)  # decode: the batch row; extend: the query token
     pid_g = tl.program_id(1)
     pid_s = tl.program_id(2)
@@ -529,6 +600,14 @@ def decode_split_kernel(
     else:
         acc_p = tl.full([BLOCK_H, BLOCK_R], 0.0, dtype=q.dtype)  # a_h R_h^V
 
+    # ---- fp8 cache: the static (per-tensor / per-head) scales, once per program  [BLOCK_H]
+    CACHE_FP8: tl.constexpr = FP8_SK + FP8_SV + FP8_LK + FP8_LV > 0
+    if CACHE_FP8:
+        st_sk = _static_scale(CS_SK, 0, heads, hmask, FP8_SK, ACC_FP64)
+        st_sv = _static_scale(CS_SV, 0, heads, hmask, FP8_SV, ACC_FP64)
+        st_lk = _static_scale(CS_LK, s_clkh, heads, hmask, FP8_LK, ACC_FP64)
+        st_lv = _static_scale(CS_LV, s_clvh, heads, hmask, FP8_LV, ACC_FP64)
+
     # ---- running state of the online softmax
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=q.dtype)
     l_i = tl.full([BLOCK_H], 0.0, dtype=q.dtype)
@@ -544,6 +623,12 @@ def decode_split_kernel(
         # Eq. 6: shared logits q_h S_K^T, then each head's private logits added to its row
         logits = _shared_logits(q, SK, s_skb, s_skt, s_skd, row0, row1, tmask, offs_d, dmask,
                                 DOT, ACC_FP64)  # [BLOCK_H, BLOCK_T]
+        if CACHE_FP8:
+            # the shared-K scale multiplies the shared term alone; the private term is built
+            # from zero and scaled by the latent-K scale below
+            shared_term = _fp8_scaled(logits, st_sk, CS_SK, s_cskb, s_cskt, 0, row0, row1, tmask, heads, hmask,
+                                      FP8_SK, ACC_FP64)
+            logits = logits * 0.0
         if ROPE_EXACT:
             logits = _private_logits_rope(logits, Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, LK, s_lkb, s_lkt,
                                           s_lkh, s_lkr, row0, row1, tmask, COS, SIN, s_cst, s_csd, offs_t, offs_d,
@@ -555,6 +640,9 @@ def decode_split_kernel(
         else:
             logits = _private_logits_per_head(logits, q_lat, LK, s_lkb, s_lkt, s_lkh, s_lkr, row0, row1, tmask,
                                               offs_r, rmask, rows, pid_g, H, GROUP, ACC_FP64)
+        if CACHE_FP8:
+            logits = shared_term + _fp8_scaled(logits, st_lk, CS_LK, s_clkb, s_clkt, s_clkh, row0, row1, tmask,
+                                               heads, hmask, FP8_LK, ACC_FP64)
         if HAS_KS:
             # QK-RMSNorm: the joint inverse RMS multiplies the SUMMED dot product
             ks = _to_acc(tl.load(KS + row0[None, :] * s_ksb + row1[None, :] * s_kst + heads[:, None] * s_ksh,
@@ -567,15 +655,22 @@ def decode_split_kernel(
         m_new, alpha, p, l_i = _online_softmax(m_i, l_i, logits)
 
         # Eq. 7: both accumulators rescaled by alpha, then this tile's a_h S_V and a_h R_h^V
-        acc_s = _shared_values(acc_s, alpha, p, SV, s_svb, s_svt, s_svd, row0, row1, tmask, offs_d, dmask,
+        # (fp8: the weights that meet each value part carry that part's scale)
+        p_s = p
+        p_p = p
+        if CACHE_FP8:
+            p_s = _fp8_scaled(p, st_sv, CS_SV, s_csvb, s_csvt, 0, row0, row1, tmask, heads, hmask, FP8_SV, ACC_FP64)
+            p_p = _fp8_scaled(p, st_lv, CS_LV, s_clvb, s_clvt, s_clvh, row0, row1, tmask, heads, hmask, FP8_LV,
+                              ACC_FP64)
+        acc_s = _shared_values(acc_s, alpha, p_s, SV, s_svb, s_svt, s_svd, row0, row1, tmask, offs_d, dmask,
                                DOT, ACC_FP64)
         if MUTANT != M_NO_PRIVATE_RESCALE:
             acc_p = acc_p * alpha[:, None]
         if WIDE:
-            acc_p = _private_values_wide(acc_p, p, LV, s_lvb, s_lvt, col_v, row0, row1, tmask, cmask,
+            acc_p = _private_values_wide(acc_p, p_p, LV, s_lvb, s_lvt, col_v, row0, row1, tmask, cmask,
                                          DOT, ACC_FP64)
         else:
-            acc_p = _private_values_per_head(acc_p, p, LV, s_lvb, s_lvt, s_lvh, s_lvr, row0, row1, tmask, offs_r,
+            acc_p = _private_values_per_head(acc_p, p_p, LV, s_lvb, s_lvt, s_lvh, s_lvr, row0, row1, tmask, offs_r,
                                              rmask, rows, pid_g, H, GROUP, ACC_FP64)
         if MUTANT == M_FP16_ACCUMULATION:
             l_i = l_i.to(tl.float16).to(l_i.dtype)
@@ -639,6 +734,32 @@ def decode_combine_kernel(
     tl.store(LSE + bh, lse, mask=pid_h < H)
 
 
+@triton.jit
+def _append_slot(POS, PT, pid_b, b64, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES, MAX_PAGES, SLOT_LIMIT, offs_x, offs_d, D,
+                 PAGED: tl.constexpr):
+    """Where sequence b's new token goes: (row0, row1, ok) as vectors over offs_x (every lane
+    the same: the interpreter mis-types scalar & vector masks, and vector lanes keep the masks
+    uniform), their lane 0 as scalars r0, r1, and ok_d, the d_h-wide mask of a valid slot.
+    Contiguous: row b, slot POS[b]; paged: page page_table[b, pos // page], row pos % page."""
+    pos = tl.load(POS + pid_b + offs_x * 0, mask=offs_x >= 0, other=-1).to(tl.int32)  # [BLOCK_HR]
+    ok = (pos >= 0) & (pos < SLOT_LIMIT)  # validated before launch; re-checked for safety
+    if PAGED:
+        pidx = tl.where(ok, pos // PAGE_SIZE, 0)
+        ok = ok & (pidx < MAX_PAGES)
+        page = tl.load(PT + b64 * s_ptb + pidx.to(tl.int64) * s_ptp, mask=ok, other=-1)
+        ok = ok & (page >= 0) & (page < NUM_PAGES)
+        row0 = page.to(tl.int64)
+        row1 = (pos % PAGE_SIZE).to(tl.int64)
+    else:
+        row0 = b64 + offs_x.to(tl.int64) * 0
+        row1 = pos.to(tl.int64)
+    # lane 0 of the [BLOCK_HR] vectors, broadcast to the d_h-wide rows
+    r0 = _rsum(tl.where(offs_x == 0, row0, 0), 0)
+    r1 = _rsum(tl.where(offs_x == 0, row1, 0), 0)
+    ok_d = (offs_d < D) & ((offs_d * 0 + _rsum(tl.where((offs_x == 0) & ok, 1, 0), 0)) > 0)
+    return row0, row1, ok, r0, r1, ok_d
+
+
 @triton.jit(do_not_specialize=["H", "D", "R", "PAGE_SIZE", "NUM_PAGES", "MAX_PAGES", "SLOT_LIMIT"])
 def append_kernel(
     POS, PT,
@@ -658,24 +779,8 @@ def append_kernel(
     b64 = pid_b.to(tl.int64)
     offs_d = tl.arange(0, BLOCK_D)
     offs_x = tl.arange(0, BLOCK_HR)
-    # The slot is held as a vector (every lane the same): the interpreter mis-types
-    # scalar & vector masks, and vector lanes keep the masks below uniform.
-    pos = tl.load(POS + pid_b + offs_x * 0, mask=offs_x >= 0, other=-1).to(tl.int32)  # [BLOCK_HR]
-    ok = (pos >= 0) & (pos < SLOT_LIMIT)  # validated before launch; re-checked for safety
-    if PAGED:
-        pidx = tl.where(ok, pos // PAGE_SIZE, 0)
-        ok = ok & (pidx < MAX_PAGES)
-        page = tl.load(PT + b64 * s_ptb + pidx.to(tl.int64) * s_ptp, mask=ok, other=-1)
-        ok = ok & (page >= 0) & (page < NUM_PAGES)
-        row0 = page.to(tl.int64)
-        row1 = (pos % PAGE_SIZE).to(tl.int64)
-    else:
-        row0 = b64 + offs_x.to(tl.int64) * 0
-        row1 = pos.to(tl.int64)
-    # lane 0 of the [BLOCK_HR] vectors, broadcast to the d_h-wide rows
-    r0 = _rsum(tl.where(offs_x == 0, row0, 0), 0)
-    r1 = _rsum(tl.where(offs_x == 0, row1, 0), 0)
-    ok_d = (offs_d < D) & ((offs_d * 0 + _rsum(tl.where((offs_x == 0) & ok, 1, 0), 0)) > 0)
+    row0, row1, ok, r0, r1, ok_d = _append_slot(POS, PT, pid_b, b64, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES, MAX_PAGES,
+                                                SLOT_LIMIT, offs_x, offs_d, D, PAGED)
 
     xs = tl.load(E_SK + b64 * s_esk_b + offs_d * s_esk_d, mask=ok_d, other=0)
     tl.store(SK + r0 * s_skb + r1 * s_skt + offs_d * s_skd, xs, mask=ok_d)
@@ -691,6 +796,160 @@ def append_kernel(
         tl.store(LK + row0 * s_lkb + row1 * s_lkt + h * s_lkh + rr * s_lkr, x, mask=hm)
         x = tl.load(E_LV + b64 * s_elv_b + h * s_elv_h + rr * s_elv_r, mask=hm, other=0)
         tl.store(LV + row0 * s_lvb + row1 * s_lvt + h * s_lvh + rr * s_lvr, x, mask=hm)
+    if HAS_KS:
+        for h0 in range(0, H, BLOCK_HR):
+            hh = h0 + offs_x
+            km = (hh < H) & ok
+            xk = tl.load(E_KS + b64 * s_eks_b + hh * s_eks_h, mask=km, other=0)
+            tl.store(KS + row0 * s_ksb + row1 * s_kst + hh * s_ksh, xk, mask=km)
+
+
+# ---- fp8 append: saturating RNE, bit for bit the reference's quantizer (DESIGN §4.1) --------
+@triton.jit
+def _to_f64(x):
+    # Entries at compute precision, exactly as float64 (bf16/fp16 through float32: the
+    # interpreter has no bfloat16 arithmetic).
+    if x.dtype == tl.float64:
+        return x
+    else:
+        return x.to(tl.float32).to(tl.float64)
+
+
+@triton.jit
+def _amax_scale(amax, MAX_FINITE: tl.constexpr):
+    """A dynamic scale from its group's amax (float64, exact: a max of entries): amax / max
+    finite rounded once to float32 — the reference's `dynamic_scale` operations; the float64
+    quotient never lies on a float32 midpoint, so this is also the correctly rounded float32
+    quotient. An all-zero group gets 1, a quotient below float32's smallest normal that normal."""
+    s = (amax / MAX_FINITE).to(tl.float32)
+    s = tl.maximum(s, 1.1754943508222875e-38)
+    return tl.where(amax == 0, 1.0, s)
+
+
+@triton.jit
+def _fp8_bits(x, s, MANT: tl.constexpr, MIN_EXP: tl.constexpr, MAX_FINITE: tl.constexpr):
+    """The fp8 bit pattern (uint8) of RNE(clamp(x / s, ±max finite)): x float64 entries,
+    s their float32 scale (broadcast).
+
+    Why float64 and integer arithmetic, not a float32 quotient and a cast: a float32 x / s
+    rounds once to 24 bits and the grid rounding a second time — a value just past a tie
+    lands on it and rounds to even the wrong way (x = 16.442968, s = 1.3154374: the float32
+    quotient is exactly 12.5, the exact one just above it: e4m3 0x54 against the correct
+    0x55), and the interpreter's float32 -> fp8 cast is not RNE at all. The float64 quotient
+    of two 24-bit numbers is never within 2^-53 of a tie without being on it, so its RNE is
+    the exact quotient's — the reference rounds the same float64 quotient, so the two agree
+    bit for bit. The grid step: clamp (saturation: no NaN or inf from an outlier), the binade
+    exponent e from the float64 bits (floored at the smallest normal binade: subnormals share
+    its ulp), v = |y| · 2^(MANT − e) exact, k = RNE(v) by adding and subtracting 1.5 · 2^52;
+    the bits are ((e − MIN_EXP + 1) << MANT) + k − 2^MANT (a carry of k into the next binade
+    is the next exponent, subnormals included), and y's sign bit (−0 stays 0x80)."""
+    y = x / s.to(tl.float64)
+    y = tl.minimum(tl.maximum(y, -MAX_FINITE), MAX_FINITE)
+    a = tl.abs(y)
+    e = ((a.to(tl.int64, bitcast=True) >> 52) & 0x7FF) - 1023
+    e = tl.maximum(e, MIN_EXP)
+    inv_ulp = ((MANT - e + 1023) << 52).to(tl.float64, bitcast=True)  # 2^(MANT − e)
+    v = a * inv_ulp  # [0, 2^(MANT+1)]: a power-of-two scaling, exact
+    k = (v + 6755399441055744.0) - 6755399441055744.0  # round half to even at integers
+    bits = ((e - MIN_EXP + 1) << MANT) + k.to(tl.int64) - (1 << MANT)
+    sign = (y.to(tl.int64, bitcast=True) >> 63) & 1
+    return (bits | (sign << 7)).to(tl.uint8)
+
+
+@triton.jit
+def _append_shared_fp8(E, s_eb, s_ed, C, s_cb, s_ct, s_cd, CS, s_csb, s_cst, b64, r0, r1, ok_d, offs_d,
+                       GRAN: tl.constexpr, MANT: tl.constexpr, MIN_EXP: tl.constexpr, MAX_FINITE: tl.constexpr):
+    """One shared part's entry [d_h] quantized into the cache row (r0, r1): per tensor with the
+    given scalar, per token with amax over d_h — the scale then written at [r0, r1] too."""
+    x = _to_f64(tl.load(E + b64 * s_eb + offs_d * s_ed, mask=ok_d, other=0.0))  # [BLOCK_D]
+    if GRAN == FP8_TOKEN:
+        s = _amax_scale(_rmax(tl.abs(x), 0), MAX_FINITE) + (offs_d * 0).to(tl.float32)  # [BLOCK_D], one value
+        tl.store(CS + r0 * s_csb + r1 * s_cst + offs_d * 0, s, mask=ok_d & (offs_d == 0))
+    else:
+        s = tl.load(CS + offs_d * 0, mask=ok_d, other=1.0)
+    tl.store(C + r0 * s_cb + r1 * s_ct + offs_d * s_cd, _fp8_bits(x, s, MANT, MIN_EXP, MAX_FINITE), mask=ok_d)
+
+
+@triton.jit
+def _append_latent_fp8(E, s_eb, s_eh, s_er, C, s_cb, s_ct, s_ch, s_cr, CS, s_csb, s_cst, s_csh, b64, r0, r1, okn,
+                       H, R, GRAN: tl.constexpr, MANT: tl.constexpr, MIN_EXP: tl.constexpr,
+                       MAX_FINITE: tl.constexpr, BLOCK_HH: tl.constexpr, BLOCK_R: tl.constexpr):
+    """One latent part's entry [H, r] quantized into the cache row (r0, r1), BLOCK_HH heads at
+    a time: per tensor / per head with the given scales; per token with amax over all (H, r)
+    (a first pass); per token-head with amax over r per head — dynamic scales written at
+    [r0, r1] ([r0, r1, h]) too. okn > 0: the slot is valid."""
+    offs_h = tl.arange(0, BLOCK_HH)
+    offs_r = tl.arange(0, BLOCK_R)
+    rm = offs_r < R
+    if GRAN == FP8_TOKEN:
+        am = tl.full([BLOCK_HH], 0.0, dtype=tl.float64)
+        for h0 in range(0, H, BLOCK_HH):
+            hh = h0 + offs_h
+            hm = (hh < H) & ((hh * 0 + okn) > 0)
+            x = _to_f64(tl.load(E + b64 * s_eb + hh[:, None] * s_eh + offs_r[None, :] * s_er,
+                                mask=hm[:, None] & rm[None, :], other=0.0))  # [BLOCK_HH, BLOCK_R]
+            am = tl.maximum(am, _rmax(tl.abs(x), 1))
+        s_tok = _amax_scale(_rmax(am, 0), MAX_FINITE)
+        tl.store(CS + r0 * s_csb + r1 * s_cst + offs_h * 0, s_tok + (offs_h * 0).to(tl.float32),
+                 mask=(offs_h == 0) & ((offs_h * 0 + okn) > 0))
+    for h0 in range(0, H, BLOCK_HH):
+        hh = h0 + offs_h
+        hm = (hh < H) & ((hh * 0 + okn) > 0)
+        m = hm[:, None] & rm[None, :]
+        x = _to_f64(tl.load(E + b64 * s_eb + hh[:, None] * s_eh + offs_r[None, :] * s_er, mask=m, other=0.0))
+        if GRAN == FP8_TENSOR:
+            s = tl.load(CS + hh * 0, mask=hm, other=1.0)  # [BLOCK_HH]
+        elif GRAN == FP8_HEAD:
+            s = tl.load(CS + hh * s_csh, mask=hm, other=1.0)
+        elif GRAN == FP8_TOKEN:
+            s = s_tok + (hh * 0).to(tl.float32)
+        else:
+            s = _amax_scale(_rmax(tl.abs(x), 1), MAX_FINITE)  # [BLOCK_HH] one per head
+            tl.store(CS + r0 * s_csb + r1 * s_cst + hh * s_csh, s, mask=hm)
+        tl.store(C + r0 * s_cb + r1 * s_ct + hh[:, None] * s_ch + offs_r[None, :] * s_cr,
+                 _fp8_bits(x, s[:, None], MANT, MIN_EXP, MAX_FINITE), mask=m)
+
+
+@triton.jit(do_not_specialize=["H", "D", "R", "PAGE_SIZE", "NUM_PAGES", "MAX_PAGES", "SLOT_LIMIT"])
+def append_fp8_kernel(
+    POS, PT,
+    E_SK, E_SV, E_LK, E_LV, E_KS,  # entries at compute precision: [B, d_h], [B, d_h], [B, H, r], [B, H, r], [B, H]
+    SK, SV, LK, LV, KS,  # caches: the fp8 parts as uint8 bits; key_scale as a same-width integer view
+    C_SK, C_SV, C_LK, C_LV,  # float32 scales: [] / [H] given, [rows, slots(, H)] written here
+    H, D, R, PAGE_SIZE, NUM_PAGES, MAX_PAGES, SLOT_LIMIT,
+    s_esk_b, s_esk_d, s_esv_b, s_esv_d,
+    s_elk_b, s_elk_h, s_elk_r, s_elv_b, s_elv_h, s_elv_r, s_eks_b, s_eks_h,
+    s_skb, s_skt, s_skd, s_svb, s_svt, s_svd,
+    s_lkb, s_lkt, s_lkh, s_lkr, s_lvb, s_lvt, s_lvh, s_lvr,
+    s_ksb, s_kst, s_ksh,
+    s_ptb, s_ptp,
+    s_cskb, s_cskt, s_csvb, s_csvt, s_clkb, s_clkt, s_clkh, s_clvb, s_clvt, s_clvh,
+    G_SK: tl.constexpr, G_SV: tl.constexpr, G_LK: tl.constexpr, G_LV: tl.constexpr,  # FP8_* codes
+    MANT: tl.constexpr, MIN_EXP: tl.constexpr, MAX_FINITE: tl.constexpr,  # the format (3, −6, 448 / 2, −14, 57344)
+    HAS_KS: tl.constexpr, PAGED: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_HR: tl.constexpr,
+    BLOCK_HH: tl.constexpr, BLOCK_R: tl.constexpr,
+):
+    """Write one token per sequence at slot POS[b] of an fp8 cache: each part quantized with
+    its own scale (`_append_shared_fp8`, `_append_latent_fp8`), key_scale copied as bits."""
+    pid_b = tl.program_id(0)
+    b64 = pid_b.to(tl.int64)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_x = tl.arange(0, BLOCK_HR)
+    row0, row1, ok, r0, r1, ok_d = _append_slot(POS, PT, pid_b, b64, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES, MAX_PAGES,
+                                                SLOT_LIMIT, offs_x, offs_d, D, PAGED)
+    okn = _rsum(tl.where((offs_x == 0) & ok, 1, 0), 0)  # 1: the slot is valid
+
+    # shared K/V: one d_h-wide row each, per tensor or per token
+    _append_shared_fp8(E_SK, s_esk_b, s_esk_d, SK, s_skb, s_skt, s_skd, C_SK, s_cskb, s_cskt, b64, r0, r1, ok_d,
+                       offs_d, G_SK, MANT, MIN_EXP, MAX_FINITE)
+    _append_shared_fp8(E_SV, s_esv_b, s_esv_d, SV, s_svb, s_svt, s_svd, C_SV, s_csvb, s_csvt, b64, r0, r1, ok_d,
+                       offs_d, G_SV, MANT, MIN_EXP, MAX_FINITE)
+    # latent K/V: [H, r], any granularity
+    _append_latent_fp8(E_LK, s_elk_b, s_elk_h, s_elk_r, LK, s_lkb, s_lkt, s_lkh, s_lkr, C_LK, s_clkb, s_clkt, s_clkh,
+                       b64, r0, r1, okn, H, R, G_LK, MANT, MIN_EXP, MAX_FINITE, BLOCK_HH, BLOCK_R)
+    _append_latent_fp8(E_LV, s_elv_b, s_elv_h, s_elv_r, LV, s_lvb, s_lvt, s_lvh, s_lvr, C_LV, s_clvb, s_clvt, s_clvh,
+                       b64, r0, r1, okn, H, R, G_LV, MANT, MIN_EXP, MAX_FINITE, BLOCK_HH, BLOCK_R)
+    # key_scale stays at compute precision: its bits, as append_kernel copies them
     if HAS_KS:
         for h0 in range(0, H, BLOCK_HR):
             hh = h0 + offs_x

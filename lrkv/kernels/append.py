@@ -6,8 +6,14 @@ The kernel copies raw bits (tensors are viewed as same-width integers), so the r
 bit-exact whatever the float dtype. The entries must already have the cache's dtype (and be
 finite, key_scale >= 0): append never rounds — float64 entries handed to a bfloat16 cache are
 refused (`lrkv.reference.contract.check_append_entries`), as by the reference's append.
-An fp8 cache is refused outright (`refuse_fp8_cache`): its append quantizes, which only the
-reference's append does.
+An fp8 cache (DESIGN §4.1: `cache.scales` set) is the exception: its four parts' entries
+come at compute precision and `append_fp8_kernel` quantizes them — saturating
+round-to-nearest-even with the static scales as given (per_tensor, per_head), or with the
+dynamic ones (per_token, per_token_head: amax / max finite) it computes and writes into
+`cache.scales` at the slot — bit for bit `lrkv.reference.fp8_cache.quantize_append` (the
+kernel rounds the same float64 quotient x / scale the reference does; `_kernels._fp8_bits`
+says why not float32). Before launch: the reference's `check_cache_scales` (an fp8 part
+without scales is a TypeError), static scales finite and > 0, the entries' contract.
 """
 
 from __future__ import annotations
@@ -16,19 +22,35 @@ import torch
 
 from ..reference.cache import FactoredCache
 from ..reference.contract import check_append_entries
+from ..reference.fp8 import PARTS, fp8_format
+from ..reference.fp8_cache import check_cache_scales, check_scale_values, quantize_append
 from ..reference.lrkv import append as reference_append
 from . import runtime
 from .paged import PagedCache
-from .validate import check_strides, next_pow2, refuse_fp8_cache
+from .decode import _scale_strides, fp8_part_codes
+from .validate import check_strides, next_pow2
 
 _BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _ORDER = ("shared_k", "shared_v", "latent_k", "latent_v", "key_scale")
 
 
-def _check_entries(entries: dict, cache_tensors: dict, B: int, H: int, r: int, d_h: int) -> dict:
-    """The reference contract's check (shape, the cache's dtype, device, finite, key_scale >= 0)."""
-    check_append_entries(entries, cache_tensors, B=B)
+def _check_entries(entries: dict, cache_tensors: dict, B: int, H: int, r: int, d_h: int, scales=None) -> dict:
+    """The reference contract's check (shape, the cache's dtype — any float but fp8 for an fp8
+    cache's parts, which append quantizes — device, finite, key_scale >= 0)."""
+    check_append_entries(entries, cache_tensors, B=B, quantized=PARTS if scales is not None else ())
     return {name: entries[name] for name in cache_tensors}
+
+
+def _check_fp8(tensors: dict, scales, *, rows: int, slots: int, H: int) -> None:
+    """An fp8 cache's scales before launch: the reference's dtype/shape check (an fp8 part
+    without scales, scales without an fp8 cache, mixed formats, wrong scale dtype/shape/device
+    are refused by name), and the static scales — read for every entry — finite and > 0.
+    Dynamic scales are written here, so their old contents do not matter."""
+    check_cache_scales({p: tensors[p] for p in PARTS}, scales, rows=rows, slots=slots, heads=H)
+    check_scale_values(scales, lambda t: t[:0])
+    if scales is not None:
+        for p in PARTS:
+            check_strides(f"cache_scales.{p}", scales.of(p), writable=scales.dynamic)
 
 
 def _check_positions(positions, lengths, B: int, capacity: int) -> None:
@@ -55,8 +77,11 @@ def _check_devices(tensors: dict, positions, page_table) -> None:
             raise ValueError(f"{name} is on {t.device}: the Triton kernels are compiled for CUDA here")
 
 
-def _launch(positions, page_table, entries, tensors, *, H, d_h, r, page, n_pages, max_pages, capacity):
+def _launch(positions, page_table, entries, tensors, *, H, d_h, r, page, n_pages, max_pages, capacity, scales=None):
     _check_devices(tensors, positions, page_table)
+    if scales is not None:
+        return _launch_fp8(positions, page_table, entries, tensors, scales, H=H, d_h=d_h, r=r, page=page,
+                           n_pages=n_pages, max_pages=max_pages, capacity=capacity)
     K = runtime.kernels()
     B = positions.shape[0]
     bits = lambda t: t.view(_BITS[t.element_size()])  # noqa: E731
@@ -81,21 +106,61 @@ def _launch(positions, page_table, entries, tensors, *, H, d_h, r, page, n_pages
     )
 
 
+def _launch_fp8(positions, page_table, entries, tensors, scales, *, H, d_h, r, page, n_pages, max_pages, capacity):
+    """`append_fp8_kernel`: the four parts quantized (their entries as given, at compute
+    precision), written as uint8 bits; dynamic scales written into `scales`; key_scale as bits."""
+    K = runtime.kernels()
+    B = positions.shape[0]
+    fmt = fp8_format(scales.format)
+    c = {p: tensors[p].view(torch.uint8) for p in PARTS}
+    has_ks = "key_scale" in tensors
+    if has_ks:
+        c["key_scale"] = tensors["key_scale"].view(_BITS[tensors["key_scale"].element_size()])
+        e_ks = entries["key_scale"].view(_BITS[entries["key_scale"].element_size()])
+    else:
+        c["key_scale"], e_ks = c["shared_k"], entries["shared_k"]  # never read when HAS_KS is False
+    e = {p: entries[p] for p in PARTS}
+    codes = fp8_part_codes(scales.granularity)
+    sst = [x for p in PARTS for x in _scale_strides(scales.of(p), codes[p], p.startswith("latent"))]
+    st = lambda t, n: list(t.stride()) if t is not None else [0] * n  # noqa: E731
+    block_r = next_pow2(max(r, 1), 16)
+    K.append_fp8_kernel[(B,)](
+        positions, page_table if page_table is not None else positions,
+        e["shared_k"], e["shared_v"], e["latent_k"], e["latent_v"], e_ks,
+        c["shared_k"], c["shared_v"], c["latent_k"], c["latent_v"], c["key_scale"],
+        *(scales.of(p) for p in PARTS),
+        H, d_h, r, page, n_pages, max_pages, capacity,
+        *e["shared_k"].stride(), *e["shared_v"].stride(), *e["latent_k"].stride(), *e["latent_v"].stride(),
+        *(entries["key_scale"].stride() if has_ks else (0, 0)),
+        *c["shared_k"].stride(), *c["shared_v"].stride(), *c["latent_k"].stride(), *c["latent_v"].stride(),
+        *(st(tensors.get("key_scale"), 3)),
+        *(page_table.stride() if page_table is not None else (0, 0)),
+        sst[0], sst[1], sst[2], sst[3], *sst[4:7], *sst[7:10],
+        G_SK=codes["shared_k"], G_SV=codes["shared_v"], G_LK=codes["latent_k"], G_LV=codes["latent_v"],
+        MANT=fmt.mantissa_bits, MIN_EXP=fmt.min_exponent, MAX_FINITE=fmt.max_finite,
+        HAS_KS=has_ks, PAGED=page_table is not None, BLOCK_D=next_pow2(d_h, 16),
+        BLOCK_HR=min(1024, next_pow2(H, 16)), BLOCK_HH=max(1, min(next_pow2(H), 2048 // block_r)), BLOCK_R=block_r,
+    )
+
+
 def append(cache: FactoredCache, entries: dict[str, torch.Tensor], positions: torch.Tensor) -> FactoredCache:
     """Write one token per sequence at slot positions[b] (must equal cache.lengths); lengths
-    become positions + 1. Same contract and result as `lrkv.reference.lrkv.append`."""
-    refuse_fp8_cache(cache.tensors(), "the Triton append kernel")
+    become positions + 1. Same contract and result as `lrkv.reference.lrkv.append` — for an
+    fp8 cache (`cache.scales`) the same bits and scales as its quantizing append."""
     B, T = cache.batch, cache.t_max
     H, r = cache.latent_k.shape[2], cache.latent_k.shape[3]
     d_h = cache.shared_k.shape[2]
     tensors = cache.tensors()
+    scales = getattr(cache, "scales", None)
+    _check_fp8(tensors, scales, rows=B, slots=T, H=H)
     _check_positions(positions, cache.lengths, B, T)
-    ent = _check_entries(entries, tensors, B, H, r, d_h)
+    ent = _check_entries(entries, tensors, B, H, r, d_h, scales)
     if runtime.mode()[0] == "fallback":
         return reference_append(cache, ent, positions)
     for name, t in tensors.items():
         check_strides(name, t, writable=True)
-    _launch(positions, None, ent, tensors, H=H, d_h=d_h, r=r, page=1, n_pages=0, max_pages=0, capacity=T)
+    _launch(positions, None, ent, tensors, H=H, d_h=d_h, r=r, page=1, n_pages=0, max_pages=0, capacity=T,
+            scales=scales)
     cache.lengths = (cache.lengths + 1).to(cache.lengths.dtype)
     return cache
 
@@ -104,8 +169,8 @@ def paged_append(cache: PagedCache, entries: dict[str, torch.Tensor], positions:
     """`append` for a paged cache: slot positions[b] lives in page page_table[b, pos // page].
 
     The target page of every sequence must be a valid page, and no two sequences may write
-    the same physical slot (that would be a race on the GPU)."""
-    refuse_fp8_cache(cache.tensors(), "the Triton paged append kernel")
+    the same physical slot (that would be a race on the GPU). An fp8 cache's per-token scales
+    are pages [P, page(, H)] like the parts, written at the same physical slot."""
     B, page = cache.batch, cache.page_size
     H, r = cache.latent_k.shape[2], cache.latent_k.shape[3]
     d_h = cache.shared_k.shape[2]
@@ -113,8 +178,10 @@ def paged_append(cache: PagedCache, entries: dict[str, torch.Tensor], positions:
     if not isinstance(pt, torch.Tensor) or pt.dtype != torch.int32 or pt.dim() != 2 or pt.shape[0] != B:
         raise ValueError(f"page_table must be an int32 tensor [B={B}, max_pages]")
     tensors = cache.tensors()
+    scales = cache.scales
+    _check_fp8(tensors, scales, rows=cache.num_pages, slots=page, H=H)
     _check_positions(positions, cache.lengths, B, cache.capacity)
-    ent = _check_entries(entries, tensors, B, H, r, d_h)
+    ent = _check_entries(entries, tensors, B, H, r, d_h, scales)
     pidx = (positions.long() // page)
     target = pt[torch.arange(B, device=pt.device), pidx].long()  # [B]
     bad = (target < 0) | (target >= cache.num_pages)
@@ -127,13 +194,15 @@ def paged_append(cache: PagedCache, entries: dict[str, torch.Tensor], positions:
         raise ValueError("two sequences would write the same physical slot (shared page at the write position)")
     if runtime.mode()[0] == "fallback":
         rows, within = target, positions.long() % page
+        if scales is not None:
+            ent = quantize_append(scales, ent, rows, within)
         for name, t in tensors.items():
             t[rows, within] = ent[name]
     else:
         for name, t in tensors.items():
             check_strides(name, t, writable=True)
         _launch(positions, pt, ent, tensors, H=H, d_h=d_h, r=r, page=page, n_pages=cache.num_pages,
-                max_pages=pt.shape[1], capacity=cache.capacity)
+                max_pages=pt.shape[1], capacity=cache.capacity, scales=scales)
     cache.lengths = (cache.lengths + 1).to(cache.lengths.dtype)
     return cache
 

@@ -45,6 +45,8 @@ class Variant:
     mutant: int = 0  # a switch of kernel_mutants.SWITCHES (0: the correct kernel)
     private: str = "per_head"  # 'wide': the group's latents as one [block_t, G·r] tile
     page_size: int = 16  # paged variants: tiles inside one page when it divides by block_t
+    fp8: str = ""  # an fp8 cache: "e4m3" | "e5m2" (parts stored so, float32 scales); "": none
+    fp8_granularity: str = "per_token_head"  # fp8 only: the scales' granularity (DESIGN §4.1)
 
     @classmethod
     def from_launch(cls, cfg, *, r: int, d_h: int, dtype: str = "bfloat16", **kw) -> "Variant":
@@ -74,6 +76,11 @@ DEFAULT_VARIANTS = (
     Variant(dtype="bfloat16", rope_exact=True, num_warps=8),
     Variant(dtype="float32", dot="tf32x3", num_warps=8),
     Variant(dtype="float64", block_t=16, d_h=32, r=8, group=4),
+    # fp8 caches (DESIGN §4.1): every granularity once, both private paths
+    Variant(block_t=16, num_warps=8, private="wide", fp8="e4m3"),
+    Variant(block_t=16, num_warps=8, private="wide", fp8="e5m2", fp8_granularity="per_tensor", paged=True),
+    Variant(block_t=64, num_warps=4, fp8="e4m3", fp8_granularity="per_head"),
+    Variant(dtype="float16", key_scale=True, paged=True, fp8="e4m3", fp8_granularity="per_token"),
 )
 
 EXTEND_VARIANTS = (  # the split kernel compiled as extend (EXTEND)
@@ -135,7 +142,14 @@ def compile_variant(v: Variant, arch: int = 90, *, extend: bool = False) -> dict
     dot = v.dot or default_dot(getattr(torch, v.dtype), on_gpu=True)
     el = _TL[v.dtype]
     acc = "fp64" if v.dtype == "float64" else "fp32"
+    from .decode import fp8_part_codes
+
     ptrs = {n: f"*{el}" for n in ("Q", "SK", "SV", "LK", "LV", "BK", "KS")}
+    codes = fp8_part_codes(v.fp8_granularity if v.fp8 else "")
+    if v.fp8:
+        ptrs.update({n: {"e4m3": "*fp8e4nv", "e5m2": "*fp8e5"}[v.fp8] for n in ("SK", "SV", "LK", "LV")})
+        dot = v.dot or "ieee"  # what decode runs on an fp8 cache (no 16-bit split products)
+    ptrs.update({n: "*fp32" if v.fp8 else f"*{el}" for n in ("CS_SK", "CS_SV", "CS_LK", "CS_LV")})
     ptrs.update(COS=f"*{acc}", SIN=f"*{acc}", LENGTHS="*i32", PT="*i32", SCALE=f"*{acc}",
                 M_OUT=f"*{acc}", L_OUT=f"*{acc}", ACC_S=f"*{acc}", ACC_P=f"*{acc}", CU="*i32")
     const = dict(GROUP=v.group, BLOCK_H=next_pow2(v.group, 16), BLOCK_T=v.block_t,
@@ -144,7 +158,8 @@ def compile_variant(v: Variant, arch: int = 90, *, extend: bool = False) -> dict
                  ACC_FP64=v.dtype == "float64", MUTANT=0 if extend else v.mutant, WIDE=v.private == "wide",
                  BLOCK_GR=next_pow2(v.group * v.r, 16) if v.private == "wide" else 16,
                  HR_CONTIG=v.private == "wide", TILE_IN_PAGE=v.paged and v.page_size % v.block_t == 0,
-                 EXTEND=extend, BLOCK_B=16)
+                 EXTEND=extend, BLOCK_B=16, FP8_SK=codes["shared_k"], FP8_SV=codes["shared_v"],
+                 FP8_LK=codes["latent_k"], FP8_LV=codes["latent_v"])
     sig, constexprs = _signature(K.decode_split_kernel, ptrs, const)
     t0 = time.perf_counter()
     with warnings.catch_warnings():  # triton 3.9's one-time notice about TRITON_DEFAULT_FP_FUSION

@@ -14,6 +14,18 @@ kernels on a GPU. In fallback mode (no GPU, TRITON_INTERPRET unset, see
 
 The launch shape (tile, warps, head group, splits, private path) comes from the launch
 table of `lrkv.kernels.launch` (`pick_launch`); every field can be overridden.
+
+FP8 caches (DESIGN §4.1): with `cache_scales=CacheScales(...)` (the reference's keyword and
+type) the four parts are fp8 — float8_e4m3fn or float8_e5m2, every granularity (per_tensor,
+per_head, per_token, per_token_head; paged: the per-token scales paged like the parts). The
+kernel loads each part as stored and multiplies its scale into the product that part feeds
+(the shared-K scale into the shared logit term only, the latent-K scale into the private
+term only, the V scales into the weights that meet their values; a per-tensor scale is a
+scalar folded there). q stays at its dtype, out has q's dtype, lse is float32 (float64 for
+float64 q). `check_cache_scales` runs before every launch, with check=False too (a scale of
+the wrong shape would be read out of bounds). Not implemented, refused by name: the 16-bit
+tensor-core products (dot='lp'); an fp8 cache runs dot='ieee' (fp32 products) instead, which
+is also what the interpreter runs.
 """
 
 from __future__ import annotations
@@ -24,6 +36,8 @@ import torch
 from torch.library import triton_op, wrap_triton
 
 from ..reference.contract import validate_decode_inputs
+from ..reference.fp8 import PER_HEAD, PER_TENSOR, PER_TOKEN, PER_TOKEN_HEAD, SHARED_PARTS, is_fp8
+from ..reference.fp8_cache import CacheScales, check_cache_scales
 from ..reference.lrkv import accumulation_dtype
 from ..reference.lrkv import decode_attention as reference_decode_attention
 from ..reference.paged import paged_decode_attention as reference_paged_decode_attention
@@ -31,7 +45,7 @@ from ..reference.rope import ExactRope, rope_freqs
 from . import runtime
 from .kernel_mutants import check_mutant, mutant_code, mutant_wrapper
 from .launch import DOT_MODES, WIDE_LIMIT_COLUMNS, default_dot, pick_launch, tile_in_page, wide_applies
-from .validate import check_kernel_extras, check_launch_options, next_pow2, refuse_fp8_cache, validate_paged_inputs
+from .validate import check_kernel_extras, check_launch_options, next_pow2, validate_paged_inputs
 
 MAX_BLOCK_B = 1024  # extend: sequences scanned per step when a program looks up its sequence
 
@@ -66,6 +80,55 @@ def _strides(t: torch.Tensor | None, n: int) -> list[int]:
     return list(t.stride()) if t is not None else [0] * n
 
 
+# ----------------------------------------------------------------------------- fp8 caches
+# The reference's granularity names -> the split kernel's FP8_* constexprs (_kernels.py).
+FP8_CODES = {PER_TENSOR: 1, PER_HEAD: 2, PER_TOKEN: 3, PER_TOKEN_HEAD: 4}
+PARTS = ("shared_k", "shared_v", "latent_k", "latent_v")
+
+
+def fp8_part_codes(granularity: str) -> dict[str, int]:
+    """FP8_SK, FP8_SV, FP8_LK, FP8_LV for a cache of `granularity` ("" : not fp8, all 0).
+    Shared parts drop the head axis (per_head -> per_tensor, per_token_head -> per_token)."""
+    if not granularity:
+        return {p: 0 for p in PARTS}
+    drop = {PER_HEAD: PER_TENSOR, PER_TOKEN_HEAD: PER_TOKEN}
+    return {p: FP8_CODES[drop.get(granularity, granularity) if p in SHARED_PARTS else granularity] for p in PARTS}
+
+
+def _scale_strides(t: torch.Tensor | None, code: int, latent: bool) -> list[int]:
+    """(s_b, s_t[, s_h]) of a part's scale: [rows, slots(, H)] per token, [H] per head (s_h),
+    zeros for a scalar — the kernel's addressing of `_fp8_scaled` / `_static_scale`."""
+    n = 3 if latent else 2
+    if t is None or code == FP8_CODES[PER_TENSOR]:
+        return [0] * n
+    if code == FP8_CODES[PER_HEAD]:
+        return [0, 0, t.stride(0)]
+    st = list(t.stride()) + [0] * (n - t.dim())
+    return st[:n]
+
+
+def check_fp8_cache(parts: dict[str, torch.Tensor], cache_scales, *, dot, who: str) -> None:
+    """Before any launch, with check=False too: the reference's `check_cache_scales` (an fp8
+    part needs cache_scales, scales need an fp8 cache; one format; float32 scales of the
+    granularity's shape — rows, slots = the parts' first two axes, B, T_max or P, page — on
+    the cache's device) and what the kernel does not implement for an fp8 cache, refused by
+    name. Malformed parts are left to the contract's own checks."""
+    if not all(isinstance(t, torch.Tensor) for t in parts.values()) or parts["latent_k"].dim() != 4:
+        return  # the contract check names the malformed part
+    rows, slots = parts["shared_k"].shape[:2]
+    check_cache_scales(parts, cache_scales, rows=rows, slots=slots, heads=parts["latent_k"].shape[2])
+    if cache_scales is not None and dot == "lp":
+        raise TypeError(f"{who} does not run dot='lp' (16-bit tensor-core products) on an fp8 cache; leave dot "
+                        "unset (an fp8 cache runs dot='ieee') or pass dot='ieee'")
+
+
+def scale_tensors(cache_scales: CacheScales | None) -> dict[str, torch.Tensor]:
+    """The scales by the names the kernel-side checks report (devices, strides)."""
+    if cache_scales is None:
+        return {}
+    return {f"cache_scales.{p}": cache_scales.of(p) for p in PARTS}
+
+
 # ----------------------------------------------------------------------------- custom op
 @triton_op("lrkv::factored_decode", mutates_args=())
 def factored_decode(
@@ -91,6 +154,11 @@ def factored_decode(
     mutant: int,  # the kernels' MUTANT switch (kernel_mutants.SWITCHES); 0: the correct kernel
     wide: bool = False,
     cu_seqlens_q: torch.Tensor | None = None,  # [B+1] int32: extend (q is then [N, H, d_h])
+    scale_sk: torch.Tensor | None = None,  # fp8 cache: float32 scales (DESIGN §4.1), [] or [rows, slots]
+    scale_sv: torch.Tensor | None = None,
+    scale_lk: torch.Tensor | None = None,  # [], [H], [rows, slots] or [rows, slots, H]
+    scale_lv: torch.Tensor | None = None,
+    fp8_granularity: str = "",  # the scales' granularity; "" for a cache at compute precision
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch stage 1 (splits) on a (rows, head groups, splits) grid — a row is a batch row,
     or with `cu_seqlens_q` a query token of the ragged extend batch — then stage 2 (merge)
@@ -123,6 +191,11 @@ def factored_decode(
     cos = rope_cos if rope_cos is not None else q
     sin = rope_sin if rope_sin is not None else q
     pt = page_table if paged else lengths
+    codes = fp8_part_codes(fp8_granularity)
+    sc = {p: (t if t is not None else q) for p, t in  # never read when the part's code is 0
+          zip(PARTS, (scale_sk, scale_sv, scale_lk, scale_lv))}
+    sc_st = {p: _scale_strides(t, codes[p], p not in SHARED_PARTS) for p, t in
+             zip(PARTS, (scale_sk, scale_sv, scale_lk, scale_lv))}
 
     wrap_triton(K.decode_split_kernel)[(B, n_groups, num_splits)](
         q, shared_k, shared_v, latent_k, latent_v, basis_k, ks, cos, sin, lengths, pt, scale_t,
@@ -143,6 +216,12 @@ def factored_decode(
         NSEQ=B if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1,
         EXTEND=cu_seqlens_q is not None,
         BLOCK_B=16 if cu_seqlens_q is None else min(next_pow2(cu_seqlens_q.shape[0] - 1, 16), MAX_BLOCK_B),
+        CS_SK=sc["shared_k"], CS_SV=sc["shared_v"], CS_LK=sc["latent_k"], CS_LV=sc["latent_v"],
+        s_cskb=sc_st["shared_k"][0], s_cskt=sc_st["shared_k"][1],
+        s_csvb=sc_st["shared_v"][0], s_csvt=sc_st["shared_v"][1],
+        s_clkb=sc_st["latent_k"][0], s_clkt=sc_st["latent_k"][1], s_clkh=sc_st["latent_k"][2],
+        s_clvb=sc_st["latent_v"][0], s_clvt=sc_st["latent_v"][1], s_clvh=sc_st["latent_v"][2],
+        FP8_SK=codes["shared_k"], FP8_SV=codes["shared_v"], FP8_LK=codes["latent_k"], FP8_LV=codes["latent_v"],
     )
     wrap_triton(K.decode_combine_kernel)[(B, H)](
         m_part, l_part, acc_s, acc_p, basis_v, out, lse,
@@ -166,16 +245,23 @@ def _device_ok(t: torch.Tensor) -> tuple[bool, str]:
 
 def run_factored_decode(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table, *,
             scale, key_scale, rope, slots, num_splits, group_size, block_t, num_warps, mutant, dot,
-            private=None, programs_per_sm=None, cu_seqlens_q=None):
+            private=None, programs_per_sm=None, cu_seqlens_q=None, cache_scales=None):
     """Pick the launch shape and run the custom op — decode, paged decode and (with
-    `cu_seqlens_q`) extend alike. A wrapper mutant runs the op its own (wrong) way."""
+    `cu_seqlens_q`) extend alike, over an fp8 cache with `cache_scales`. A wrapper mutant
+    runs the op its own (wrong) way."""
     extend = cu_seqlens_q is not None
     rows, H, d_h = q.shape  # rows: B (extend: N query tokens)
+    if cache_scales is not None and dot is None:
+        # fp8 tiles feed fp32 products (check_fp8_cache refuses 'lp'): the default for fp32 q,
+        # and on the GPU in place of the 16-bit split products a bf16/fp16 q would take
+        on_gpu = q.device.type == "cuda" and not runtime.is_interpreted()
+        dot = "ieee" if default_dot(q.dtype, on_gpu) == "lp" else None
     cfg = pick_launch(B=max(rows, 1) if extend else rows, H=H, d_h=d_h, r=latent_k.shape[3], slots=slots,
                       dtype=q.dtype, device=q.device, num_splits=num_splits, group_size=group_size,
                       block_t=block_t, num_warps=num_warps, dot=dot, private=private,
                       programs_per_sm=programs_per_sm, rope_exact=rope is not None, paged=page_table is not None,
                       extend=extend)
+    fp8_args = () if cache_scales is None else (*(cache_scales.of(p) for p in PARTS), cache_scales.granularity)
     cos = sin = None
     if rope is not None:
         cos, sin = rope_tables(slots, d_h, rope.theta, torch.float64 if cfg.acc_fp64 else torch.float32,
@@ -186,6 +272,7 @@ def run_factored_decode(q, shared_k, shared_v, latent_k, latent_v, basis_k, basi
             q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table, key_scale,
             cos, sin, float(scale), cfg.num_splits, cfg.split_size, cfg.group_size, cfg.block_t,
             cfg.num_warps, DOT_MODES[cfg.dot], mutant_code(mutant), cfg.private == "wide", cu_seqlens_q,
+            *fp8_args,
         )
 
     cache = dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v)
@@ -197,9 +284,17 @@ def reference_fallback(fn, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]
     """Fallback mode (no GPU, TRITON_INTERPRET unset): the float64 reference `fn` on the float
     inputs upcast, cast back to the contract's dtypes — what the kernel computes, minus the
     kernel. Integer tensors (lengths, page tables, cu_seqlens) pass as they are."""
-    f = lambda t: t.to(torch.float64) if isinstance(t, torch.Tensor) and t.is_floating_point() else t  # noqa: E731
+    # fp8 parts pass as stored (the reference dequantizes them with cache_scales, a kwarg)
+    f = lambda t: (t.to(torch.float64) if isinstance(t, torch.Tensor) and t.is_floating_point()  # noqa: E731
+                   and not is_fp8(t.dtype) else t)
     out, lse = fn(*map(f, args), **{k: f(v) for k, v in kwargs.items()}, check=False)
     return out.to(args[0].dtype), lse.to(accumulation_dtype(args[0].dtype))
+
+
+def fp8_kwargs(cache_scales) -> dict:
+    """cache_scales for a reference call, only when given (the fallback's reference keeps its
+    non-fp8 call as it was)."""
+    return {} if cache_scales is None else {"cache_scales": cache_scales}
 
 
 def refuse_mutant_in_fallback(mutant) -> None:
@@ -251,31 +346,35 @@ def decode_attention(
     dot: str | None = None,
     private: str | None = None,
     programs_per_sm: int | None = None,
+    cache_scales: CacheScales | None = None,  # fp8 cache: [] / [H] / [B, T_max] / [B, T_max, H] scales
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Factored decode over a contiguous cache (Eqs. 6–7). Returns out [B, H, d_h], lse [B, H].
 
     `check=False` skips validation (for benchmarks that validated once); the kernel still
-    masks every access, but garbage inputs then give garbage outputs. An fp8 cache is refused
-    either way (`refuse_fp8_cache`).
+    masks every access, but garbage inputs then give garbage outputs. An fp8 cache needs
+    `cache_scales` (module doc); its dtypes and scale shapes are checked either way.
     """
-    refuse_fp8_cache(dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v),
-                     "the Triton decode kernel")
+    parts = dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v)
+    check_fp8_cache(parts, cache_scales, dot=dot, who="the Triton decode kernel")
     if check:
         validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                               scale=scale, key_scale=key_scale, rope=rope)
+                               scale=scale, key_scale=key_scale, rope=rope, cache_scales=cache_scales)
         check_launch(q, dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v,
-                             basis_k=basis_k, basis_v=basis_v, lengths=lengths, key_scale=key_scale),
+                             basis_k=basis_k, basis_v=basis_v, lengths=lengths, key_scale=key_scale,
+                             **scale_tensors(cache_scales)),
                      num_splits=num_splits, group_size=group_size, block_t=block_t, num_warps=num_warps,
                      dot=dot, mutant=mutant, private=private, programs_per_sm=programs_per_sm,
                      r=latent_k.shape[3])
     if runtime.mode()[0] == "fallback":
         refuse_mutant_in_fallback(mutant)
         return reference_fallback(reference_decode_attention, q, shared_k, shared_v, latent_k, latent_v, basis_k,
-                                  basis_v, lengths, scale=scale, key_scale=key_scale, rope=rope)
+                                  basis_v, lengths, scale=scale, key_scale=key_scale, rope=rope,
+                                  **fp8_kwargs(cache_scales))
     return run_factored_decode(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, None,
                                scale=scale, key_scale=key_scale, rope=rope, slots=shared_k.shape[1],
                                num_splits=num_splits, group_size=group_size, block_t=block_t, num_warps=num_warps,
-                               mutant=mutant, dot=dot, private=private, programs_per_sm=programs_per_sm)
+                               mutant=mutant, dot=dot, private=private, programs_per_sm=programs_per_sm,
+                               cache_scales=cache_scales)
 
 
 def paged_decode_attention(
@@ -301,26 +400,29 @@ def paged_decode_attention(
     dot: str | None = None,
     private: str | None = None,
     programs_per_sm: int | None = None,
+    cache_scales: CacheScales | None = None,  # fp8 cache: per-token scales paged [P, page(, H)]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Factored decode over a paged cache: slot t of sequence b is page_table[b, t // page],
-    row t % page. Exact RoPE rotates by the logical slot t. Same outputs as `decode_attention`."""
-    refuse_fp8_cache(dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v),
-                     "the Triton paged decode kernel")
+    row t % page. Exact RoPE rotates by the logical slot t. Same outputs as `decode_attention`;
+    an fp8 cache's per-token scales are read at the same physical page and row as its parts."""
+    parts = dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v)
+    check_fp8_cache(parts, cache_scales, dot=dot, who="the Triton paged decode kernel")
     if check:
         validate_paged_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                              page_table, scale=scale, key_scale=key_scale, rope=rope)
+                              page_table, scale=scale, key_scale=key_scale, rope=rope, cache_scales=cache_scales)
         check_launch(q, dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v,
                              basis_k=basis_k, basis_v=basis_v, lengths=lengths, page_table=page_table,
-                             key_scale=key_scale),
+                             key_scale=key_scale, **scale_tensors(cache_scales)),
                      num_splits=num_splits, group_size=group_size, block_t=block_t, num_warps=num_warps,
                      dot=dot, mutant=mutant, private=private, programs_per_sm=programs_per_sm,
                      r=latent_k.shape[3])
     if runtime.mode()[0] == "fallback":
         refuse_mutant_in_fallback(mutant)
         return reference_fallback(reference_paged_decode_attention, q, shared_k, shared_v, latent_k, latent_v,
-                                  basis_k, basis_v, lengths, page_table, scale=scale, key_scale=key_scale, rope=rope)
+                                  basis_k, basis_v, lengths, page_table, scale=scale, key_scale=key_scale, rope=rope,
+                                  **fp8_kwargs(cache_scales))
     return run_factored_decode(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table,
                                scale=scale, key_scale=key_scale, rope=rope,
                                slots=page_table.shape[1] * shared_k.shape[1], num_splits=num_splits,
                                group_size=group_size, block_t=block_t, num_warps=num_warps, mutant=mutant, dot=dot,
-                               private=private, programs_per_sm=programs_per_sm)
+                               private=private, programs_per_sm=programs_per_sm, cache_scales=cache_scales)

@@ -15,7 +15,8 @@ through decode's own path: `pick_launch` (the N query tokens are the rows) and t
 `torch.ops.lrkv.factored_decode` with `cu_seqlens_q` — the split kernel then runs one
 program row per query token over its causal range, and the same merge follows.
 In fallback mode (no GPU, TRITON_INTERPRET unset) it computes the float64 reference
-(`lrkv.reference.extend`) instead.
+(`lrkv.reference.extend`) instead. An fp8 cache takes `cache_scales` as decode does
+(`lrkv.kernels.decode`, module doc; paged: its per-token scales paged like the parts).
 """
 
 from __future__ import annotations
@@ -25,8 +26,12 @@ import torch
 from ..reference.extend import extend_attention as reference_extend_attention
 from ..reference.rope import ExactRope
 from . import runtime
-from .decode import check_launch, reference_fallback, refuse_mutant_in_fallback, run_factored_decode
-from .validate import refuse_fp8_cache, validate_extend_inputs
+from ..reference.fp8_cache import CacheScales
+from .decode import (
+    check_fp8_cache, check_launch, fp8_kwargs, reference_fallback, refuse_mutant_in_fallback, run_factored_decode,
+    scale_tensors,
+)
+from .validate import validate_extend_inputs
 
 
 def extend_attention(
@@ -53,29 +58,31 @@ def extend_attention(
     private: str | None = None,
     programs_per_sm: int | None = None,
     mutant: str | int | None = None,
+    cache_scales: CacheScales | None = None,  # fp8 cache (DESIGN §4.1)
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal factored attention (Eqs. 6–7) for ragged queries. Returns out [N, H, d_h], lse [N, H].
 
     The launch options are decode's (`pick_launch`), with the N query tokens as the rows:
     splits divide each token's causal range 0 … p (splits past p are empty and ignored)."""
-    refuse_fp8_cache(dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v),
-                     "the Triton extend kernel")
+    check_fp8_cache(dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v), cache_scales,
+                    dot=dot, who="the Triton extend kernel")
     if check:
         validate_extend_inputs(q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                               scale=scale, key_scale=key_scale, rope=rope, page_table=page_table)
+                               scale=scale, key_scale=key_scale, rope=rope, page_table=page_table,
+                               cache_scales=cache_scales)
         check_launch(q, dict(cu_seqlens_q=cu_seqlens_q, shared_k=shared_k, shared_v=shared_v, latent_k=latent_k,
                              latent_v=latent_v, basis_k=basis_k, basis_v=basis_v, lengths=lengths,
-                             page_table=page_table, key_scale=key_scale),
+                             page_table=page_table, key_scale=key_scale, **scale_tensors(cache_scales)),
                      num_splits=num_splits, group_size=group_size, block_t=block_t, num_warps=num_warps, dot=dot,
                      mutant=mutant, private=private, programs_per_sm=programs_per_sm, r=latent_k.shape[3])
     if runtime.mode()[0] == "fallback":
         refuse_mutant_in_fallback(mutant)
         return reference_fallback(reference_extend_attention, q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v,
                                   basis_k, basis_v, lengths, scale=scale, key_scale=key_scale, rope=rope,
-                                  page_table=page_table)
+                                  page_table=page_table, **fp8_kwargs(cache_scales))
     slots = page_table.shape[1] * shared_k.shape[1] if page_table is not None else shared_k.shape[1]
     return run_factored_decode(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table,
                                scale=scale, key_scale=key_scale, rope=rope, slots=slots, num_splits=num_splits,
                                group_size=group_size, block_t=block_t, num_warps=num_warps, mutant=mutant, dot=dot,
                                private=private, programs_per_sm=programs_per_sm,
-                               cu_seqlens_q=cu_seqlens_q.to(torch.int32))
+                               cu_seqlens_q=cu_seqlens_q.to(torch.int32), cache_scales=cache_scales)

@@ -17,7 +17,8 @@ from dataclasses import dataclass, fields
 import torch
 
 from ..reference.cache import FactoredCache
-from ..reference.paged import scatter_pages
+from ..reference.fp8_cache import CacheScales
+from ..reference.paged import scatter_pages, scatter_scales
 
 
 @dataclass
@@ -29,6 +30,7 @@ class PagedCache:
     page_table: torch.Tensor  # [B, max_pages] int32; entries past a sequence's pages may be -1
     lengths: torch.Tensor  # [B] int32
     key_scale: torch.Tensor | None = None  # [P, page, H] (QK-RMSNorm only)
+    scales: CacheScales | None = None  # fp8 caches only (DESIGN §4.1): per-token scales paged [P, page(, H)]
 
     @property
     def page_size(self) -> int:
@@ -49,7 +51,7 @@ class PagedCache:
 
     def tensors(self) -> dict[str, torch.Tensor]:
         """Payload tensors by name (page_table and lengths are bookkeeping)."""
-        skip = ("page_table", "lengths")
+        skip = ("page_table", "lengths", "scales")
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
         return {k: v for k, v in out.items() if v is not None}
 
@@ -80,4 +82,5 @@ def paginate(
     for name, t in cache.tensors().items():
         pool = torch.full((n_pages, page_size, *t.shape[2:]), fill, dtype=t.dtype, device=device)
         out[name] = scatter_pages(t, page_table, pool)
-    return PagedCache(page_table=page_table, lengths=cache.lengths.clone(), **out)
+    scales = None if cache.scales is None else scatter_scales(cache.scales, page_table, n_pages, page_size)
+    return PagedCache(page_table=page_table, lengths=cache.lengths.clone(), scales=scales, **out)

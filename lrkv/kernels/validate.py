@@ -17,7 +17,6 @@ import torch
 from ..reference.contract import (  # noqa: F401  (re-exported for the kernels)
     validate_extend_inputs, validate_paged_inputs,
 )
-from ..reference.fp8 import is_fp8
 
 MAX_SPLITS = 256  # stage 2 holds all splits of one head in registers
 BLOCK_T_CHOICES = (16, 32, 64, 128)
@@ -44,17 +43,6 @@ def check_strides(name: str, t: torch.Tensor, *, writable: bool = False) -> None
                 raise ValueError(f"{name} (strides {t.stride()}, shape {list(t.shape)}) overlaps itself; "
                                  "the kernel writes it, so it must not be an expanded or aliased view")
             span = s * n
-
-
-def refuse_fp8_cache(tensors: dict, who: str) -> None:
-    """The Triton kernels load the cache in the compute dtype and know no scales: an fp8 cache
-    (DESIGN §4, "FP8 caches") would be misread, so it is refused by dtype before anything else
-    — with check=False too, since the dtype test costs nothing."""
-    for name, t in tensors.items():
-        if isinstance(t, torch.Tensor) and is_fp8(t.dtype):
-            raise TypeError(f"{who} does not read fp8 caches: {name} has dtype {t.dtype} (the kernels know no "
-                            "cache scales); dequantize it first (lrkv.reference.fp8_cache.dequantize_cache) or "
-                            "use the reference backend")
 
 
 DOT_CHOICES = ("ieee", "lp", "fma", "tf32x3")

@@ -1,6 +1,7 @@
-"""The Triton kernels know no cache scales: an fp8 LRKV cache (DESIGN §4, "FP8 caches") is
-refused by dtype with a TypeError that says so — by decode, paged decode, extend and both
-appends, with check=False too — rather than read as if it were the compute dtype."""
+"""An fp8 LRKV cache (DESIGN §4.1) without its `cache_scales` is refused by dtype with a
+TypeError that says so — by decode, paged decode, extend and both appends, with check=False
+too — rather than read as if it were the compute dtype; and the triton backend declines an
+fp8 case, which the verify layer cannot express yet."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from lrkv.reference.fp8 import E4M3, E5M2, PARTS, PER_TOKEN_HEAD
 from lrkv.reference.fp8_cache import quantize_cache
 from lrkv.spec import AttentionSpec
 
-REFUSED = r"does not read fp8 caches: shared_k has dtype torch.float8_e\w+ \(the kernels know no cache scales\)"
+REFUSED = r"shared_k has dtype torch.float8_e\w+: an fp8 cache needs cache_scales"
 
 
 def fp8_kernel_args(fmt, paged=False):
@@ -38,34 +39,37 @@ def fp8_kernel_args(fmt, paged=False):
 
 @pytest.mark.parametrize("fmt", [E4M3, E5M2], ids=["e4m3fn", "e5m2"])
 @pytest.mark.parametrize("check", [True, False])
-def test_decode_and_extend_refuse_fp8(fmt, check):
+def test_decode_and_extend_refuse_fp8_without_scales(fmt, check):
+    # the kernels read fp8 caches with cache_scales (test_fp8_kernels.py); without them an fp8
+    # cache is refused by dtype, with check=False too, rather than read as the compute dtype
     d, _ = fp8_kernel_args(fmt)
     args = [d[k] for k in ("q", *PARTS, "basis_k", "basis_v", "lengths")]
-    with pytest.raises(TypeError, match="the Triton decode kernel " + REFUSED):
+    with pytest.raises(TypeError, match=REFUSED):
         decode_attention(*args, scale=0.25, check=check)
     cu = torch.tensor([0, 1, 2], dtype=torch.int32, device=d["q"].device)
-    with pytest.raises(TypeError, match="the Triton extend kernel " + REFUSED):
+    with pytest.raises(TypeError, match=REFUSED):
         extend_attention(d["q"], cu, *args[1:], scale=0.25, check=check)
 
 
-def test_paged_decode_refuses_fp8():
+def test_paged_decode_refuses_fp8_without_scales():
     d, inp = fp8_kernel_args(E4M3, paged=True)
     args = [d[k] for k in ("q", *PARTS, "basis_k", "basis_v", "lengths")]
-    with pytest.raises(TypeError, match="the Triton paged decode kernel " + REFUSED):
+    with pytest.raises(TypeError, match=REFUSED):
         paged_decode_attention(*args, inp.page_table, scale=0.25)
 
 
-def test_appends_refuse_fp8_caches():
+def test_appends_refuse_fp8_caches_without_scales():
     spec = AttentionSpec.lrkv(3, 16, 4)
     cache = allocate_cache(spec, 2, 8, torch.float32, fp8=E4M3)
+    cache.scales = None
     entries = {"shared_k": torch.zeros(2, 16), "shared_v": torch.zeros(2, 16), "latent_k": torch.zeros(2, 3, 4),
                "latent_v": torch.zeros(2, 3, 4)}
-    with pytest.raises(TypeError, match="the Triton append kernel " + REFUSED):
+    with pytest.raises(TypeError, match=REFUSED):
         append(cache, entries, cache.lengths.clone())
     assert cache.lengths.tolist() == [0, 0]
     paged = PagedCache(**{p: getattr(cache, p) for p in PARTS}, lengths=cache.lengths.clone(),
                        page_table=torch.arange(2, dtype=torch.int32)[:, None])
-    with pytest.raises(TypeError, match="the Triton paged append kernel " + REFUSED):
+    with pytest.raises(TypeError, match=REFUSED):
         paged_append(paged, entries, paged.lengths.clone())
 
 
