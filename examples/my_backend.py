@@ -45,6 +45,9 @@ class SplitKDecode:
     name = "my-splitk"
     levels = frozenset({"kernel"})
     dtypes = (torch.float32, torch.bfloat16, torch.float16)
+    deterministic = True  # the same inputs give the same bits (no atomics): required, once declared
+    batch_invariant = True  # a fixed split count: a sequence's result does not depend on its batch
+    scratch_inputs = ()  # names of inputs the kernel may overwrite (none)
 
     def available(self) -> tuple[bool, str]:
         return True, ""

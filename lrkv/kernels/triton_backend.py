@@ -33,6 +33,9 @@ from ..reference.lrkv import decode_rope, project_token
 from ..verify.protocol import BaseBackend
 from . import runtime
 from .kernel_mutants import check_mutant
+from .validate import MAX_SPLITS
+
+BATCH_INVARIANT_SPLIT_TOKENS = 256  # batch-invariant mode: one split per this many cache slots
 
 
 class TritonBackend(BaseBackend):
@@ -43,15 +46,25 @@ class TritonBackend(BaseBackend):
     dtypes = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
     description = "fused split-K factored decode + append (Triton)"
 
-    def __init__(self, mutant: str | int | None = None, **launch: Any):
+    batch_invariant = False  # the default launch picks its split count from the batch (pick_launch)
+
+    def __init__(self, mutant: str | int | None = None, *, batch_invariant: bool = False, **launch: Any):
         """`launch` overrides the launch shape (num_splits, group_size, block_t, num_warps, dot,
-        private, programs_per_sm)."""
+        private, programs_per_sm). batch_invariant=True: the split count comes from the cache's
+        slots alone — one split per BATCH_INVARIANT_SPLIT_TOKENS slots — never from the batch or
+        the SM count, so a sequence's result does not depend on its neighbours (declared, and
+        verified by the harness's batch_invariant property)."""
         self.mutant = mutant
         check_mutant(mutant)  # fail early on a bad name
+        if not isinstance(batch_invariant, bool):
+            raise TypeError(f"batch_invariant must be a bool, got {type(batch_invariant).__name__}")
+        self.batch_invariant = batch_invariant
         self.launch = dict(launch)
         self._hints: dict[str, int] = {}  # per-case launch hints from configure()
         if mutant is not None and mutant != "none":
             self.name = f"triton[{mutant}]"
+        if batch_invariant:
+            self.name += "-batch-invariant"
 
     # ------------------------------------------------------------------ protocol
     def __getstate__(self) -> dict:
@@ -110,8 +123,11 @@ class TritonBackend(BaseBackend):
     def _device(self) -> torch.device | None:
         return torch.device("cuda") if runtime.mode()[0] == "cuda" else None
 
-    def _launch(self) -> dict:
-        return {**self._hints, **self.launch}  # explicit constructor overrides win
+    def _launch(self, slots: int) -> dict:
+        cfg = {**self._hints, **self.launch}  # explicit constructor overrides win
+        if self.batch_invariant and "num_splits" not in cfg:  # fixed split size in tokens
+            cfg["num_splits"] = min(MAX_SPLITS, max(1, -(-slots // BATCH_INVARIANT_SPLIT_TOKENS)))
+        return cfg
 
     # ------------------------------------------------------------------ kernel level
     def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
@@ -124,7 +140,7 @@ class TritonBackend(BaseBackend):
         out, lse = decode_attention(
             move(q), move(shared_k), move(shared_v), move(latent_k), move(latent_v), move(basis_k),
             move(basis_v), move(lengths), scale=scale, key_scale=move(key_scale), rope=rope,
-            mutant=self.mutant, **self._launch())
+            mutant=self.mutant, **self._launch(shared_k.shape[1]))
         return out.to(home), lse.to(home)
 
     def _mover(self, home: torch.device):
@@ -142,7 +158,7 @@ class TritonBackend(BaseBackend):
         out, lse = paged_decode_attention(
             move(q), move(shared_k), move(shared_v), move(latent_k), move(latent_v), move(basis_k),
             move(basis_v), move(lengths), move(page_table), scale=scale, key_scale=move(key_scale), rope=rope,
-            mutant=self.mutant, **self._launch())
+            mutant=self.mutant, **self._launch(page_table.shape[1] * shared_k.shape[1]))
         return out.to(home), lse.to(home)
 
     def extend_attention(self, q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v,
@@ -151,7 +167,7 @@ class TritonBackend(BaseBackend):
 
         home = q.device
         move = self._mover(home)
-        launch = self._launch()
+        launch = self._launch(shared_k.shape[1] if page_table is None else page_table.shape[1] * shared_k.shape[1])
         out, lse = extend_attention(
             move(q), move(cu_seqlens_q), move(shared_k), move(shared_v), move(latent_k), move(latent_v),
             move(basis_k), move(basis_v), move(lengths), scale=scale, key_scale=move(key_scale), rope=rope,
@@ -184,7 +200,8 @@ class TritonBackend(BaseBackend):
         out, _ = decode_attention(
             entries["q"], work.shared_k, work.shared_v, work.latent_k, work.latent_v,
             weights_d.basis_k, weights_d.basis_v, work.lengths, scale=spec.head_dim ** -0.5,
-            key_scale=work.key_scale, rope=decode_rope(spec), mutant=self.mutant, **self._launch())
+            key_scale=work.key_scale, rope=decode_rope(spec), mutant=self.mutant,
+            **self._launch(work.shared_k.shape[1]))
         y = torch.einsum("bhd,hde->be", out, weights_d.w_o)
         if moved:
             for name, t in cache.tensors().items():
@@ -204,3 +221,8 @@ mutant_scale_rank = functools.partial(TritonBackend, mutant="scale_rank")
 mutant_read_past_length = functools.partial(TritonBackend, mutant="read_past_length")
 mutant_fp16_accumulation = functools.partial(TritonBackend, mutant="fp16_accumulation")
 mutant_separate_softmax = functools.partial(TritonBackend, mutant="separate_softmax")
+
+
+def batch_invariant() -> TritonBackend:
+    """The Triton backend in its batch-invariant launch mode (registered as 'triton-batch-invariant')."""
+    return TritonBackend(batch_invariant=True)

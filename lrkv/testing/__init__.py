@@ -20,7 +20,7 @@ import importlib
 # name -> submodule; loaded on first use, so that the pytest plugin (lrkv.testing.plugin)
 # costs nothing in test runs that do not use it
 _EXPORTS = {"check_backend": "check", "check_case": "check", "cases_for": "check", "grid_cases": "check",
-            "NotVerified": "check",
+            "NotVerified": "check", "check_server_properties": "check",
             "Report": "report_view", "Target": "target", "resolve": "target", "properties": None}
 
 __all__ = list(_EXPORTS)

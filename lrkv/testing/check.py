@@ -127,7 +127,8 @@ def cases_for(backend: Any, grid: str | Iterable[Case] = "default", *, levels=No
     return out
 
 
-def check_case(backend: Any, case: Case, *, policy=None, backend_ref: str | None = None) -> dict:
+def check_case(backend: Any, case: Case, *, policy=None, backend_ref: str | None = None,
+               properties: bool = False) -> dict:
     """Run one case through the harness and return its record (status pass or xfail).
 
     Raises AssertionError (with the replay command) if the case fails or errors, and
@@ -141,7 +142,8 @@ def check_case(backend: Any, case: Case, *, policy=None, backend_ref: str | None
     if not isinstance(case, Case):
         raise TypeError(f"case must be a lrkv.verify.case.Case, got {type(case).__name__}")
     target = backend if isinstance(backend, Target) else resolve(backend, backend_ref)
-    records = run([case], [(target.label, target.backend)], _policy(policy))
+    check_bool("properties", properties)
+    records = run([case], [(target.label, target.backend)], _policy(policy), properties=properties)
     rec = records[0]
     twin = next((r for r in records[1:] if "twin" in r), None)  # a declined case's nearest supported variant
     if rec["status"] == "skip" and twin is not None and twin["status"] in ("fail", "error"):
@@ -154,6 +156,37 @@ def check_case(backend: Any, case: Case, *, policy=None, backend_ref: str | None
         raise NotVerified(f"NOT VERIFIED {rec['backend']} {rec['id']}: {rec['reason']}\n"
                           f"  replay: {rec['repro']}", rec["reason"], rec)
     return rec
+
+
+def check_server_properties(backend: Any, cases: Iterable[Case] | None = None, *, policy=None,
+                            backend_ref: str | None = None) -> dict:
+    """Run the server properties (lrkv.verify.server_properties: same buffers, outputs written,
+    inputs untouched, determinism, batch invariance, and compile when declared) on one case per
+    kernel level the backend implements (the default grid's first it supports), as `lrkv
+    verify` does. Raises AssertionError naming every required property that failed, and
+    NotVerified if no case could run them; returns {property: {ran, held, ...}}."""
+    from ..verify.levels import get_level
+    from ..verify.runner import backend_accepts, run
+    from ..verify.server_properties import LEVELS, failures
+    from ..verify.tolerance import Tolerance
+    from ..verify.tolerance_report import property_table
+
+    target = resolve(backend, backend_ref)
+    if cases is None:
+        accepts = backend_accepts(target.backend, Tolerance())
+        cases = [next((c for c in grid_cases("default") if c.level == lv and accepts(c)), None)
+                 for lv in LEVELS if get_level(lv).needs in target.backend.levels]
+        cases = [c for c in cases if c is not None]
+    records = run(list(cases), [(target.label, target.backend)], _policy(policy), twins=False)
+    bad = failures(records)
+    if bad:
+        raise AssertionError("\n".join(f"PROPERTY {n} {r['backend']} {r['id']}: {e['reason']}\n  replay: {r['repro']}"
+                                        for r, n, e in bad) + _note(target))
+    table = property_table(records).get(target.backend.name, {})
+    if not any(t["ran"] for t in table.values()):
+        why = "; ".join(sorted({r["reason"] for r in records if r["reason"]})) or "no kernel-level case"
+        raise NotVerified(f"NOT VERIFIED {target.label}: no server property ran ({why})", why)
+    return table
 
 
 def _note(target: Target) -> str:

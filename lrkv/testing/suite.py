@@ -8,6 +8,8 @@ tests/verify/test_equivalence.py runs the same tests on its built-in backends):
   test_kernel_matches_reference hypothesis: drawn kernel cases under the rule (DESIGN §6)
   test_layer_matches_reference  hypothesis: layer step, and incremental decode vs the model
   test_<property>               hypothesis: the checks of lrkv.testing.properties
+  test_server_properties        same buffers, outputs written, inputs untouched, determinism,
+                                batch invariance (lrkv.verify.server_properties), one case a level
 
 A failure prints the one-line replay, `lrkv verify --backend <label> --case '<json>'`.
 Each case that met the rule is counted for the plugin's end-of-session summary: a
@@ -30,7 +32,7 @@ from ..verify.case import Case
 from ..verify.runner import repro_command
 from ..verify.strategies import PROFILES, cases, lrkv_specs
 from . import properties
-from .check import NotVerified, check_case
+from .check import NotVerified, check_case, check_server_properties
 from .tally import record_unavailable, record_verified
 from .target import Target, resolve
 
@@ -172,3 +174,13 @@ def test_softmax_shift_invariance(lrkv_target: str) -> None:
     _needs(target, "kernel")
     strategy, cap = family(target, "kernel", qk_norm=False)
     check(target, strategy, cap, lambda case: properties.softmax_shift_invariance(target, case))
+
+
+def test_server_properties(lrkv_target: str) -> None:
+    """How the backend behaves inside a server (DESIGN §7): every required server property holds."""
+    target = load(lrkv_target)
+    try:
+        check_server_properties(target)
+    except NotVerified as e:
+        pytest.skip(f"{target.label}: {e.reason}")
+    record_verified(target.label)

@@ -26,6 +26,7 @@ _REGISTRY: dict[str, str | Callable[[], Any]] = {
     "inductor-cudagraphs": "lrkv.verify.builtin_backends:inductor_cudagraphs",  # CUDA graphs; CUDA only
     "tiled": "lrkv.verify.tiled:TiledBackend",
     "triton": "lrkv.kernels.triton_backend:TritonBackend",
+    "triton-batch-invariant": "lrkv.kernels.triton_backend:batch_invariant",  # split size fixed in tokens
     "onnxruntime": "lrkv.compiled.engine_backends:OnnxRuntimeBackend",
     "aoti": "lrkv.compiled.engine_backends:AOTIBackend",
     "tensorrt": "lrkv.compiled.engine_backends:TensorRTBackend",

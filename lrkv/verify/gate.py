@@ -93,7 +93,13 @@ def baseline_from_report(report: dict) -> dict:
                        "device": report["environment"]["device"]},
             "policy": {"source": report["policy"]["source"], "sha256": report["policy"]["sha256"]},
             "coverage": covered_features(cov),
+            "properties": held_properties(report.get("properties") or {}),
             "entries": dict(sorted(entries.items()))}
+
+
+def held_properties(table: dict) -> dict:
+    """backend -> the server properties that ran and held on every case (what a baseline keeps)."""
+    return {b: sorted(n for n, t in props.items() if t["ran"] and not t["failed"]) for b, props in sorted(table.items())}
 
 
 def load_baseline(path: str | Path) -> dict:
@@ -258,12 +264,83 @@ def classify(report: dict, baseline: dict, *, subset: bool = False, check_policy
         entries.append(GateEntry(key, b["backend"], b["id"], b["dtype"], "MISSING",
                                  "in the baseline, absent from the report"))
     entries += coverage_entries(report, judged, policy, baseline, ran if subset else None)
+    entries += property_entries(report, judged, policy, baseline, live, ran if subset else None)
     for name in sorted(ran):
         if not verified[name]:
             n = sum(1 for r in report["records"] if r["backend"] == name)
             entries.append(GateEntry(f"{name}::*", name, "*", "*", "UNVERIFIED",
                                      f"no case of {name} was verified ({n} records, none a pass)"))
     return entries
+
+
+def property_entries(report: dict, judged: list[tuple[dict, str]], policy: Policy, baseline: dict, live: dict,
+                     ran: set[str] | None) -> list[GateEntry]:
+    """The server properties (server_properties.py), re-judged: `required` recomputed from what
+    the backend declares (as it imports here, else the report's entry); a property with outputs
+    re-judged from them by judge_record; a required one that failed is FAIL (ERROR if it could
+    not run); one the baseline held that fails now is REGRESSED, and one not checked now MISSING."""
+    from .server_properties import PROPERTIES, required, second_draw
+    from .case import Case
+
+    infos = {b["name"]: b for b in report.get("backends", [])}
+    out: list[GateEntry] = []
+    mine = [r for r, st in judged if st != "error" and r.get("properties")]
+    for r in mine:
+        b = r["backend"]
+        live_b = (live.get(b) or (None, ""))[0]
+        declared = live_b if live_b is not None else _Declared((infos.get(b) or {}).get("declares") or {})
+        tol = policy.resolve(b, r["dtype"])
+        for name, e in r["properties"].items():
+            key = f"{r['key']}#{name}"
+            if name not in PROPERTIES:
+                out.append(GateEntry(key, b, r["id"], r["dtype"], "ERROR", f"report altered: unknown property {name!r}"))
+                continue
+            want = required(name, declared)
+            why = "" if e.get("required") == want else \
+                f"report altered: property {name} recorded as required={e.get('required')}, the backend declares {want}"
+            if not why and "outputs" in e:
+                case = Case.from_dict(r["case"])
+                expected = [second_draw(case), case.replace(seed=case.seed + 7919)] if name == "same_buffers" else [case]
+                got, _ = judge_record({"outputs": e["outputs"], "dtype": r["dtype"], "expect": "match",
+                                       "spec": r["spec"], "oracle": None}, tol)
+                try:
+                    drawn = Case.from_dict(e.get("case"))
+                except (ValueError, TypeError, KeyError, AttributeError):
+                    drawn = None
+                if drawn not in expected:
+                    why = f"report altered: property {name}'s case is not the one the harness draws"
+                elif got != e["status"]:
+                    why = f"report altered: property {name} stored {e['status']!r}, its evidence says {got!r}"
+            if why:
+                out.append(GateEntry(key, b, r["id"], r["dtype"], "ERROR", why))
+            elif want and e["status"] in ("fail", "error"):
+                out.append(GateEntry(key, b, r["id"], r["dtype"], "FAIL" if e["status"] == "fail" else "ERROR",
+                                     f"property {name}: {e.get('reason', '')}"))
+    from .tolerance_report import property_table
+
+    now = property_table([r for r, st in judged if st != "error"])
+    for b, names in (baseline.get("properties") or {}).items():
+        if ran is not None and b not in ran:
+            continue
+        for name in names:
+            t = now.get(b, {}).get(name)
+            key = f"{b}::property:{name}"
+            if t is None or not t["ran"]:
+                out.append(GateEntry(key, b, f"property:{name}", "*", "MISSING",
+                                     f"held by the baseline, not checked in this report: {name}"))
+            elif t["failed"] and not any(e.key.startswith(f"{b}::") and e.key.endswith(f"#{name}") for e in out):
+                out.append(GateEntry(key, b, f"property:{name}", "*", "REGRESSED",
+                                     f"held by the baseline, fails now: {name} ({t['first']})"))
+    return out
+
+
+class _Declared:
+    """A report's `declares` entry with the attributes server_properties.required reads."""
+
+    def __init__(self, d: dict):
+        self.deterministic = d.get("deterministic") is True
+        self.batch_invariant = d.get("batch_invariant") is True
+        self.compile_safe = d.get("compile_safe") is True
 
 
 def _live_for_skips(report: dict, led, live: dict | None) -> dict:

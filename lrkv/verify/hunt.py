@@ -123,10 +123,13 @@ def is_false_failure(rec: dict) -> bool:
     return not (status in ("pass", "skip") or (status == "xfail" and rec.get("expect") == "differ"))
 
 
-def hunt(labels, levels, examples: int, seed: int, progress=None, *, strict: bool = False) -> dict:
+def hunt(labels, levels, examples: int, seed: int, progress=None, *, strict: bool = False,
+         properties: bool = False) -> dict:
     """Draw `examples` cases per level; run them through `runner.run`; collect non-passes.
 
-    strict: a level that no hunted backend declares is an error (else it is left out)."""
+    strict: a level that no hunted backend declares is an error (else it is left out).
+    properties: also run the server properties (server_properties.py) on their share of the
+    drawn cases; a required one that fails on a correct backend is a false failure too."""
     policy = load_policy()
     backends = [(label, get_backend(label)) for label in labels]
     for label, b in backends:
@@ -171,6 +174,14 @@ def hunt(labels, levels, examples: int, seed: int, progress=None, *, strict: boo
                 if twin:
                     per["twins"] += 1
                     stats["twins"] += 1
+                for name, e in (rec.get("properties") or {}).items():
+                    stats[f"property {e['status']}"] += 1
+                    if e.get("required") and e["status"] in ("fail", "error"):
+                        failures.append({"level": level, "backend": rec["backend"], "id": rec["id"],
+                                         "status": f"property {name} {e['status']}", "reason": e["reason"],
+                                         "repro": rec["repro"]})
+                        print(f"FALSE FAILURE property {name} {rec['backend']} {rec['id']}: {e['reason'][:300]}",
+                              file=sys.stderr, flush=True)
                 if is_false_failure(rec):
                     f = {"level": level, "backend": rec["backend"], "id": rec["id"], "status": rec["status"],
                          "reason": rec["reason"], "repro": rec["repro"]}
@@ -185,7 +196,8 @@ def hunt(labels, levels, examples: int, seed: int, progress=None, *, strict: boo
 
         # every hunted backend goes in: runner.run decides what each claims, and may add a
         # twin record for the nearest variant a declining backend supports (`twin`, twins.py)
-        run(drawn, backends, policy, on_step=tally, records=records)
+        # the server properties (server_properties.py) only with --properties: they add calls
+        run(drawn, backends, policy, on_step=tally, records=records, properties=properties)
         tally("")  # any record made after the last on_step
     return {"examples_per_level": examples, "levels": run_levels, "backends": [b.name for _, b in backends],
             "seed": seed, "stats": dict(stats),
@@ -215,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--examples", type=arg_int(minimum=1), default=200, help="cases drawn per level")
     p.add_argument("--seed", type=arg_int(minimum=0), default=0)
     p.add_argument("--out", type=arg_out_file(), help="write the result as JSON")
+    p.add_argument("--properties", action="store_true",
+                   help="also run the server properties on their share of the drawn cases (a required one "
+                        "failing on a correct backend is a false failure)")
     args = p.parse_args(argv)
     t0 = time.perf_counter()
     last = [0.0]
@@ -227,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         result = hunt(args.backend or CORRECT, args.level or LEVELS, args.examples, args.seed, progress,
-                      strict=bool(args.level))
+                      strict=bool(args.level), properties=args.properties)
     except (ValueError, TypeError) as e:
         print(f"hunt: {e}", file=sys.stderr)
         return 2

@@ -144,6 +144,11 @@ def _op(backend, op: str, args: tuple):
         outs = get_level(case.level).call(backend, inputs, case)
         why = unusable(outs, expected)
         return ("bad", why) if why else ("ok", {name: outs[name] for name in expected})
+    if op == "properties":  # the server properties that are facts of this process (server_properties.py)
+        from .server_properties import run_properties
+
+        case_dict, inputs, second, wanted = args
+        return run_properties(backend, Case.from_dict(case_dict), inputs, second, wanted)
     if op == "invoke":  # a property's direct call: backend.<name>(*args, **kwargs)
         name, a, kw = args
         return getattr(backend, name)(*a, **kw)

@@ -43,7 +43,9 @@ from .metrics import ErrorMetrics, error_metrics, json_float, worst_of
 from .tolerance import Policy, Tolerance, fa3_atol, judge_record, make_bound, ulp
 from .coverage import declined
 from .twins import changes_text, find_twin, twin_id
-from .isolation import Calls, Timeout, WorkerDied, default_mode
+from .isolation import Calls, Timeout, WorkerDied, default_mode, unusable
+from .server_properties import required as prop_required
+from .server_properties import declarations, eligible, second_draw, selected
 from .isolation import call_in_thread as call_with_timeout  # the in-process time limit (supports(), the gate)
 
 REASON_CHARS = 600  # keep reasons readable in a PR comment
@@ -211,9 +213,11 @@ def judge_outputs(prep: Prepared, outs: dict[str, torch.Tensor], tol: Tolerance)
     return verdicts
 
 
-def run_case(prep: Prepared, backend, label: str, tol: Tolerance, calls: Calls | None = None) -> dict:
+def run_case(prep: Prepared, backend, label: str, tol: Tolerance, calls: Calls | None = None,
+             server: tuple[list[str], Policy] | None = None) -> dict:
     """Run one backend on a prepared case and judge it (calls: where the call runs; default
-    in this process, as a property or a replay outside `run` needs)."""
+    in this process, as a property or a replay outside `run` needs). server: the server
+    properties to run on it (server_properties.py) and the policy for their second draw."""
     case = prep.case
     if prep.inconsistent:
         return error_record(case, backend, label, f"oracle inconsistent: {prep.inconsistent}")
@@ -246,7 +250,65 @@ def run_case(prep: Prepared, backend, label: str, tol: Tolerance, calls: Calls |
         m = error_metrics(outs[main], prep.oracle)
         rec["oracle"] = {"metrics": m.to_dict(), "bound": json_float(prep.float64[main])}
     rec["status"], rec["reason"] = judge_record(rec, tol)
+    if server is not None and server[0]:
+        rec["properties"] = check_properties(prep, backend, label, tol, calls, *server)
     return rec
+
+
+def _same_shapes(a, b) -> bool:
+    from dataclasses import fields as dc_fields
+
+    return all(not isinstance(getattr(a, f.name), torch.Tensor) or getattr(a, f.name).shape == getattr(b, f.name).shape
+               for f in dc_fields(a))
+
+
+def check_properties(prep: Prepared, backend, label: str, tol: Tolerance, calls: Calls, wanted: list[str],
+                     policy: Policy) -> dict:
+    """name -> {status, required, reason[, outputs]} for each wanted server property
+    (server_properties.py): the bitwise ones decided in the backend's process, the ones with
+    outputs (same_buffers, compiles) judged here by the tolerance rule, their evidence kept
+    for the gate to re-judge."""
+    case = prep.case
+    wanted, second, prep_b, result = list(wanted), None, None, {}
+    if "same_buffers" in wanted:
+        for case_b in (second_draw(case), case.replace(seed=case.seed + 7919)):
+            try:
+                prep_b = prepare(case_b, policy)
+            except Exception:  # noqa: BLE001 — a draw the oracle cannot make: try the plain reseed
+                continue
+            if not prep_b.inconsistent and _same_shapes(prep.inputs, prep_b.inputs):
+                second = prep_b.inputs
+                break
+        if second is None:
+            wanted.remove("same_buffers")
+            result["same_buffers"] = {"status": "skip", "required": False,
+                                      "reason": "no second draw of this case has the same shapes"}
+    try:
+        raw = calls.call(label, backend, "properties", (case.to_dict(), prep.inputs, second, wanted),
+                         tol.case_timeout * (len(wanted) + 3))
+    except (Exception, SystemExit, Timeout, WorkerDied) as e:  # noqa: BLE001 — recorded per property
+        why = f"{'crashed' if isinstance(e, WorkerDied) else type(e).__name__}: {e}"[:REASON_CHARS]
+        return result | {p: {"status": "error", "required": prop_required(p, backend), "reason": why} for p in wanted}
+    for p in wanted:
+        kind, value = raw[p]
+        entry = {"required": prop_required(p, backend)}
+        if kind == "outputs":
+            target = prep_b if p == "same_buffers" else prep
+            usable = unusable(value, {n: s for n, (s, _) in target.expected.items()})
+            if usable:
+                entry.update(status="fail", reason=usable)
+            else:
+                ev = _evidence(target, {n: value[n] for n in target.expected}, tol)
+                status, why = judge_record({"outputs": ev, "dtype": case.dtype, "expect": "match",
+                                            "spec": case.spec.to_dict(), "oracle": None}, tol)
+                what = "the second draw in the same buffers" if p == "same_buffers" else "the compiled call"
+                entry.update(status="pass" if status == "pass" else "fail",
+                             reason="" if status == "pass" else f"{what}: {why}", outputs=ev,
+                             case=target.case.to_dict())
+        else:
+            entry.update(status={"ok": "pass", "fail": "fail", "error": "error"}[kind], reason=value[:REASON_CHARS])
+        result[p] = entry
+    return result
 
 
 # ----------------------------------------------------------------------------- many
@@ -257,7 +319,7 @@ def backend_info(backend, label: str) -> dict:
         ok, why = False, str(e)
     info = {"name": backend.name, "ref": label, "role": role_of(backend), "available": bool(ok),
             "reason": why or "", "levels": sorted(backend.levels), "dtypes": [dtype_name(d) for d in backend.dtypes],
-            "description": str(getattr(backend, "description", ""))}
+            "description": str(getattr(backend, "description", "")), "declares": declarations(backend)}
     device = getattr(backend, "device", None)  # where a device-generic backend runs ('cpu', 'cuda')
     if isinstance(device, str) and device:
         info["device"] = device
@@ -311,7 +373,8 @@ def twin_record(rec: dict, declined_case: Case, changes: dict) -> dict:
 
 
 def _run_prepared(case: Case, todo: list, policy: Policy, records: list[dict], hung: dict[str, str],
-                  calls: Calls, wrap: Callable[[dict], dict] | None = None) -> None:
+                  calls: Calls, wrap: Callable[[dict], dict] | None = None,
+                  properties: Callable[[object], list[str]] | None = None) -> None:
     """Prepare the case once and run every (label, backend, tol) of todo on it."""
     try:
         prep = prepare(case, policy)
@@ -321,7 +384,8 @@ def _run_prepared(case: Case, todo: list, policy: Policy, records: list[dict], h
             records.append(wrap(rec) if wrap else rec)
         return
     for label, b, tol in todo:
-        rec = run_case(prep, b, label, tol, calls)
+        wanted = properties(b) if properties is not None else []
+        rec = run_case(prep, b, label, tol, calls, (wanted, policy) if wanted else None)
         if rec["status"] == "error" and rec["reason"].startswith("timeout:"):
             hung[label] = case.id
         records.append(wrap(rec) if wrap else rec)
@@ -329,7 +393,8 @@ def _run_prepared(case: Case, todo: list, policy: Policy, records: list[dict], h
 
 def run(cases: Iterable[Case], backends: list[tuple[str, object]], policy: Policy,
         on_step: Callable[[str], None] | None = None, records: list[dict] | None = None,
-        twins: bool = True, isolation: str | None = None, notes: list[str] | None = None) -> list[dict]:
+        twins: bool = True, isolation: str | None = None, notes: list[str] | None = None,
+        properties: bool = True) -> list[dict]:
     """One record per (case, backend), plus a twin record per declined case (twins.py).
 
     on_step(description) is called after each case and backend — for a progress bar. Records
@@ -338,11 +403,12 @@ def run(cases: Iterable[Case], backends: list[tuple[str, object]], policy: Polic
     (role 'baseline') never get twins — they are the oracle's own algorithms. isolation:
     'process' (every backend call in a worker process, isolation.py) or 'inprocess'; default
     isolation.default_mode(). notes: receives what the isolation could not do (a backend
-    kept in-process, and why)."""
+    kept in-process, and why). properties: run the server properties (server_properties.py)
+    on their share of each kernel level's cases, for every verified (non-baseline) backend."""
     records = [] if records is None else records
     calls = Calls(backends, isolation or default_mode())
     try:
-        _run(cases, backends, policy, on_step, records, twins, calls)
+        _run(cases, backends, policy, on_step, records, twins, calls, properties)
     finally:
         calls.close()
         if notes is not None:
@@ -353,7 +419,8 @@ def run(cases: Iterable[Case], backends: list[tuple[str, object]], policy: Polic
     return records
 
 
-def _run(cases, backends, policy: Policy, on_step, records: list[dict], twins: bool, calls: Calls) -> None:
+def _run(cases, backends, policy: Policy, on_step, records: list[dict], twins: bool, calls: Calls,
+         properties: bool = True) -> None:
     avail, broken = {}, {}
     for label, b in backends:
         try:
@@ -361,8 +428,13 @@ def _run(cases, backends, policy: Policy, on_step, records: list[dict], twins: b
         except (ValueError, TypeError) as e:
             avail[label], broken[label] = (False, str(e)), str(e)
     hung: dict[str, str] = {}
+    level_index: dict[str, int] = {}
     for case in cases:
         todo, declined_by = [], []
+        wanted = None
+        if properties and eligible(case):  # every N-th small case of each kernel level (server_properties.py)
+            index = level_index[case.level] = level_index.get(case.level, -1) + 1
+            wanted = lambda b, i=index: selected(i, b) if role_of(b) != "baseline" else []  # noqa: E731
         for label, b in backends:
             tol = policy.resolve(b.name, case.dtype)
             if label in broken:
@@ -388,7 +460,7 @@ def _run(cases, backends, policy: Policy, on_step, records: list[dict], twins: b
                 continue
             todo.append((label, b, tol))
         if todo:
-            _run_prepared(case, todo, policy, records, hung, calls)
+            _run_prepared(case, todo, policy, records, hung, calls, properties=wanted)
         groups: list[tuple[Case, dict, list]] = []  # one prepare per distinct twin case
         for label, b, tol in declined_by:
             found = find_twin(case, backend_accepts(b, tol, calls, label))

@@ -99,8 +99,16 @@ def build_report(records: list[dict], policy, backends: list[dict], *, selection
         "backends": backends,
         "summary": summarize(records),
         "coverage": report_coverage(records, policy, backends),
+        "properties": property_table(records),
         "records": records,
     }
+
+
+def property_table(records: list[dict]) -> dict:
+    """The server properties per backend (server_properties.py): how often each ran and held."""
+    from .server_properties import table
+
+    return table(records)
 
 
 def report_coverage(records: list[dict], policy, backends: list[dict]) -> dict:
@@ -153,7 +161,9 @@ def verification(records: list[dict], backends: list[dict]) -> Verification:
     independent = tuple(n for n, recs in by.items()
                         if roles.get(n) != "baseline" and any(r["status"] == "pass" for r in recs))
     unavailable = frozenset(b["name"] for b in backends if not b.get("available", True))
-    failed = any(r["status"] in ("fail", "error") for r in records)
+    from .server_properties import failures
+
+    failed = any(r["status"] in ("fail", "error") for r in records) or bool(failures(records))
     return Verification(failed, empty, unavailable, independent)
 
 
@@ -269,6 +279,17 @@ def coverage_markdown(cov: dict) -> list[str]:
 
 
 
+def properties_markdown(props: dict) -> list[str]:
+    """The per-backend table of server properties (held/ran, required, the first failure)."""
+    if not props:
+        return []
+    rows = [[b, name, f"{t['held']}/{t['ran']}", "yes" if t["required"] else "recorded",
+             "✅" if t["ran"] and not t["failed"] else ("—" if not t["ran"] else "❌"), t["first"] or ""]
+            for b, table in props.items() for name, t in table.items()]
+    return ["", "### Server properties (same buffers, outputs written, inputs untouched, determinism, batch "
+            "invariance)", ""] + _table(["backend", "property", "held/ran", "required", "", "first failure"], rows)
+
+
 def _g(x) -> str:
     v = parse_float(x) if x is not None else None
     return "—" if v is None else f"{v:.3g}"
@@ -347,6 +368,7 @@ def render_markdown(report: dict) -> str:
                           _g(r["ratio"])] for r in xfail])
         lines += ["</details>"]
     lines += coverage_markdown(report.get("coverage") or {})
+    lines += properties_markdown(report.get("properties") or {})
     skipped = [r for r in recs if r["status"] == "skip"]
     if skipped:
         reasons = Counter(f"{r['backend']}: {r['reason']}" for r in skipped)

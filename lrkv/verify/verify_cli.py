@@ -198,6 +198,7 @@ def _verify(args, console, state: dict) -> int:
     _say(console, f"{len(cases)} cases, {len(records)} records in {seconds:.1f}s: "
          + ", ".join(f"{n} {s}" for s, n in tot.items() if n))
     _print_coverage(console, report.get("coverage") or {})
+    _print_properties(console, report.get("properties") or {})
     for note in notes:
         _say(console, f"isolation: {note}", "yellow")
     annotate_records(records)
@@ -223,12 +224,19 @@ def _verify(args, console, state: dict) -> int:
 def failure_groups(records: list[dict]) -> list[tuple[str, list[dict]]]:
     """FAIL/ERROR records grouped by backend, level and the output that failed ('error' for an
     ERROR), each group worst ratio first, the group with the worst case first."""
+    from .server_properties import failures
+
     groups: dict[str, list[dict]] = {}
     for r in records:
         if r["status"] not in ("fail", "error"):
             continue
         what = "error" if r["status"] == "error" else (r["reason"].split(":", 1)[0] or "out")
         groups.setdefault(f"{r['backend']} · {r['level']} · {what}", []).append(r)
+    for r, name, e in failures(records):  # a required server property that failed: its own group
+        if r["status"] in ("fail", "error"):
+            continue  # the record's own failure is shown; its properties add nothing a person needs first
+        groups.setdefault(f"{r['backend']} · {r['level']} · property {name}", []).append(
+            {**r, "status": e["status"], "reason": f"property {name}: {e['reason']}", "ratio": None})
     ratio = lambda r: r["ratio"] if isinstance(r.get("ratio"), (int, float)) else float("inf")  # noqa: E731
     for recs in groups.values():
         recs.sort(key=ratio, reverse=True)
@@ -246,6 +254,14 @@ def _print_failures(console, records: list[dict], everything: bool = False) -> N
         if len(recs) > len(shown):
             _say(console, f"  … and {len(recs) - len(shown)} more in this group (report.md and report.json list "
                           "every one; -v prints them all)")
+
+
+def _print_properties(console, props: dict) -> None:
+    """One line per backend: each server property as held/ran (required ones marked *)."""
+    for b, table in props.items():
+        parts = [f"{name}{'*' if t['required'] else ''} {t['held']}/{t['ran']}" for name, t in table.items()]
+        bad = any(t["failed"] and t["required"] for t in table.values())
+        _say(console, f"server properties of {b} (held/ran; * required): " + ", ".join(parts), "red" if bad else "")
 
 
 def _print_coverage(console, cov: dict) -> None:

@@ -92,3 +92,31 @@ def test_cuda_graph_capture():
     g.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(out, ref, rtol=0, atol=0)
+
+
+def test_cuda_graph_replays_new_data_and_lengths():
+    """A captured decode replayed after the server writes the next step into the SAME buffers —
+    new values and new lengths — gives that step's answer, not the captured one (the stale-replay
+    bug a graph keyed by pointer has)."""
+    first = kernel_inputs(kernel_case(H=8, d_h=64, r=16, lengths=[256, 100], dtype=torch.bfloat16, seed=54))
+    second = kernel_inputs(kernel_case(H=8, d_h=64, r=16, lengths=[97, 256], t_max=256, dtype=torch.bfloat16,
+                                       seed=55))
+    args = first.args()
+    kw = dict(scale=first.scale, num_splits=4, check=False)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        decode_attention(*args, **kw)  # warm-up compiles outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out, lse = decode_attention(*args, **kw)
+    for dst, src in zip(args, second.args()):
+        if isinstance(dst, torch.Tensor):
+            dst.copy_(src)  # same storage, new data
+    g.replay()
+    torch.cuda.synchronize()
+    ref_out, ref_lse = decode_attention(*second.args(), **kw)
+    torch.testing.assert_close(out, ref_out, rtol=0, atol=0)
+    torch.testing.assert_close(lse, ref_lse, rtol=0, atol=0)
+

@@ -762,7 +762,7 @@ def test_backend_calls_run_in_a_worker_unless_in_process(tmp_path, planted, monk
     assert seen and str(os.getpid()) not in seen
     pids.unlink()
     assert verify(tmp_path, "planted:Pid", cases=(F32,), extra=("--in-process",))[0] == 0
-    assert pids.read_text().split() == [str(os.getpid())]
+    assert set(pids.read_text().split()) == {str(os.getpid())}  # (the server properties call it again)
 
 
 def test_ctrl_c_during_a_backend_call_exits_130_with_an_incomplete_report(tmp_path, planted):

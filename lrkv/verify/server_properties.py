@@ -1,0 +1,280 @@
+"""How a kernel behaves inside a server (DESIGN §7): the harness's server properties.
+
+A serving engine calls an attention kernel thousands of times a second on the same buffers,
+with batches that change every step. A kernel can meet the tolerance rule on fresh tensors
+and still break a server; these properties catch the known ways (each a public bug or a
+peer's test):
+
+  same_buffers      called again on the SAME tensors (same storage, same pointers) after a
+                    second draw — new values, new lengths, new page table — is written into
+                    them, the result must match the second draw's oracle (a cache keyed by
+                    pointer or shape replays stale results: SGLang reverted a CUDA-graph
+                    change for this)
+  outputs_written   every output element is written: the call runs with torch's
+                    uninitialized-memory fill on (torch.empty returns NaN), so an output
+                    left unwritten is NaN where the plain call is not — even when freed
+                    memory happened to hold the right answer (FlashMLA, KernelBench)
+  inputs_untouched  every input's storage is bit for bit what it was (an in-place rotation of
+                    the shared cache corrupts the server's cache); a backend may declare
+                    inputs it owns as scratch (`scratch_inputs`)
+  deterministic     two calls on identical inputs agree bit for bit (atomics, racing partial
+                    writes); always recorded, required when the backend declares
+                    `deterministic = True`
+  batch_invariant   sequence b's outputs are bit for bit the same decoded alone and at another
+                    batch position (split counts chosen from the batch size break this:
+                    FlashAttention's and FlashInfer's batch-invariant modes, vLLM's
+                    `supports_batch_invariance`); always recorded, required when the backend
+                    declares `batch_invariant = True`
+  compiles          opt-in (`compile_safe = True`): the call under
+                    torch.compile(fullgraph=True) meets the rule
+
+`run_properties` runs in the backend's process (the worker: isolation.py), since allocation,
+pointers and in-place writes are facts of that process; the runner judges what needs the
+oracle (same_buffers, compiles) with the tolerance rule and records every verdict on the
+case's record (`record["properties"]`). Properties run on a subset of each level's cases
+(`selected`) to stay within ~30 % of a run's time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import fields, replace
+
+import torch
+
+LEVELS = ("kernel", "kernel-paged", "kernel-extend")
+PROPERTIES = ("same_buffers", "outputs_written", "inputs_untouched", "deterministic", "batch_invariant", "compiles")
+ALWAYS_REQUIRED = ("same_buffers", "outputs_written", "inputs_untouched")
+DECLARED = {"deterministic": "deterministic", "batch_invariant": "batch_invariant", "compiles": "compile_safe"}
+EVERY = {"same_buffers": 12, "outputs_written": 12, "inputs_untouched": 12, "deterministic": 12,
+         "batch_invariant": 40, "compiles": 40}  # a property runs on every N-th case of a level (grid order)
+ROWS_SHOWN = 6  # unwritten rows named in a reason
+MAX_SLOTS = 4096  # batch × T_max of a case the properties run on: their second draw and extra calls stay cheap
+
+
+def required(name: str, backend) -> bool:
+    """Whether a failure of `name` blocks: always for the first three, else when declared."""
+    return name in ALWAYS_REQUIRED or getattr(backend, DECLARED[name], False) is True
+
+
+def declarations(backend) -> dict:
+    """What a backend declares about itself (recorded in the report's backend entry)."""
+    scratch = getattr(backend, "scratch_inputs", ())
+    return {"deterministic": getattr(backend, "deterministic", False) is True,
+            "batch_invariant": getattr(backend, "batch_invariant", False) is True,
+            "compile_safe": getattr(backend, "compile_safe", False) is True,
+            "scratch_inputs": sorted(scratch) if isinstance(scratch, (tuple, list, set, frozenset)) else []}
+
+
+def eligible(case) -> bool:
+    """Whether the properties may run on a case: a kernel level, and small (MAX_SLOTS)."""
+    return case.level in LEVELS and len(case.lengths) * case.t_max <= MAX_SLOTS
+
+
+def selected(level_index: int, backend) -> list[str]:
+    """The properties the level's `level_index`-th eligible case runs (the rest record nothing)."""
+    return [p for p in PROPERTIES if level_index % EVERY[p] == 0
+            and (p != "compiles" or getattr(backend, "compile_safe", False) is True)]
+
+
+def second_draw(case):
+    """The case of the second draw written into the same buffers: a new seed and, where the
+    case allows it, the lengths rotated by one (new lengths, new page table, same shapes)."""
+    seed = case.seed + 7919
+    if len(case.lengths) > 1 and len(set(case.lengths)) > 1:
+        rot = case.lengths[1:] + case.lengths[:1]
+        rot_new = (case.n_new[1:] + case.n_new[:1]) if case.n_new else case.n_new
+        try:
+            return case.replace(lengths=rot, n_new=rot_new, seed=seed)
+        except (ValueError, TypeError):  # the rotation breaks a constraint (a shared prefix, say)
+            pass
+    return case.replace(seed=seed)
+
+
+def failures(records: list[dict]) -> list[tuple[dict, str, dict]]:
+    """(record, property, entry) for every required property that failed or errored."""
+    return [(r, n, e) for r in records for n, e in (r.get("properties") or {}).items()
+            if e.get("required") and e.get("status") in ("fail", "error")]
+
+
+def table(records: list[dict]) -> dict:
+    """backend -> property -> {ran, held, failed, required, first}: the report's property table."""
+    out: dict = {}
+    for r in records:
+        for name, e in (r.get("properties") or {}).items():
+            row = out.setdefault(r["backend"], {}).setdefault(
+                name, {"ran": 0, "held": 0, "failed": 0, "required": False, "first": ""})
+            if e.get("status") == "skip":
+                continue
+            row["ran"] += 1
+            row["required"] = row["required"] or bool(e.get("required"))
+            if e.get("status") == "pass":
+                row["held"] += 1
+            else:
+                row["failed"] += 1
+                row["first"] = row["first"] or f"{r['id']}: {e.get('reason', '')}"[:300]
+    return {b: dict(sorted(props.items(), key=lambda kv: PROPERTIES.index(kv[0]))) for b, props in out.items()}
+
+
+# ----------------------------------------------------------------------------- in the worker
+def _tensors(inp) -> dict[str, torch.Tensor]:
+    return {f.name: getattr(inp, f.name) for f in fields(inp) if isinstance(getattr(inp, f.name), torch.Tensor)}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """t's bytes, so that equality is bitwise (NaN == NaN, -0.0 != 0.0)."""
+    return t.detach().contiguous().view(torch.uint8)
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_bits(a), _bits(b))
+
+
+def _storage_snapshot(inp) -> dict[str, torch.Tensor]:
+    """A copy of every input tensor's whole storage (a strided view's padding included), as bytes."""
+    return {name: torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage()).clone()
+            for name, t in _tensors(inp).items()}
+
+
+@contextlib.contextmanager
+def _poisoned_allocations():
+    """torch.empty & co. return NaN (floats) / the largest integer while inside."""
+    det, warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    fill = torch.utils.deterministic.fill_uninitialized_memory
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+        torch.use_deterministic_algorithms(det, warn_only=warn)
+
+
+def _unwritten(plain: dict, poisoned: dict) -> str:
+    """'' when the poisoned call wrote every element the plain call did; else which rows not."""
+    problems = []
+    for name, t in poisoned.items():
+        holes = torch.isnan(t) & ~torch.isnan(plain[name])
+        if holes.any():
+            rows = holes.reshape(*holes.shape[:2], -1).any(-1) if holes.dim() > 2 else holes
+            idx = rows.nonzero().tolist()
+            problems.append(f"{name}: {int(holes.sum())} elements never written, rows (b|token, head) "
+                            f"{idx[:ROWS_SHOWN]}{' …' if len(idx) > ROWS_SHOWN else ''}")
+    return "; ".join(problems)
+
+
+def _select(level: str, inp, idx: list[int]):
+    """The input bundle of sequences idx (in that order): a smaller or reordered batch."""
+    ix = torch.tensor(idx, dtype=torch.long)
+    if level == "kernel":
+        batched = ("q", "shared_k", "shared_v", "latent_k", "latent_v", "lengths", "key_scale")
+        return replace(inp, **{n: getattr(inp, n)[ix] for n in batched if getattr(inp, n) is not None})
+    if level == "kernel-paged":
+        return replace(inp, q=inp.q[ix], lengths=inp.lengths[ix], page_table=inp.page_table[ix])
+    cu = inp.cu_seqlens_q.tolist()  # kernel-extend: the query rows of each sequence, in order
+    rows = torch.cat([torch.arange(cu[i], cu[i + 1]) for i in idx]) if idx else torch.zeros(0, dtype=torch.long)
+    counts = torch.tensor([cu[i + 1] - cu[i] for i in idx], dtype=inp.cu_seqlens_q.dtype)
+    new_cu = torch.cat([torch.zeros(1, dtype=counts.dtype), counts.cumsum(0).to(counts.dtype)])
+    change = {"q": inp.q[rows], "cu_seqlens_q": new_cu, "lengths": inp.lengths[ix]}
+    if inp.page_table is not None:
+        change["page_table"] = inp.page_table[ix]
+    else:
+        change.update({n: getattr(inp, n)[ix] for n in ("shared_k", "shared_v", "latent_k", "latent_v", "key_scale")
+                       if getattr(inp, n) is not None})
+    return replace(inp, **change)
+
+
+def _rows(level: str, inp, outs: dict, b: int) -> dict:
+    """Sequence b's rows of every output."""
+    if level != "kernel-extend":
+        return {k: v[b] for k, v in outs.items()}
+    cu = inp.cu_seqlens_q.tolist()
+    return {k: v[cu[b]:cu[b + 1]] for k, v in outs.items()}
+
+
+def _batch_variance(level: str, call, inp, base: dict) -> str:
+    """'' when each sequence's outputs do not depend on its batch position or neighbours."""
+    B = int(inp.lengths.shape[0])
+    if B < 2:
+        return ""
+    order = list(range(B))[::-1]
+    moved = call(_select(level, inp.clone(), order))
+    for pos, b in enumerate(order):
+        a, c = _rows(level, inp, base, b), _rows(level, _select(level, inp, order), moved, pos)
+        for name in a:
+            if not same_bits(a[name], c[name]):
+                return f"sequence {b}'s {name} changes when the batch is reversed (position {b} -> {pos})"
+    longest = max(range(B), key=lambda i: int(inp.lengths[i]))
+    alone = call(_select(level, inp.clone(), [longest]))
+    a = _rows(level, inp, base, longest)
+    for name in a:
+        if not same_bits(a[name], _rows(level, _select(level, inp, [longest]), alone, 0)[name]):
+            return f"sequence {longest}'s {name} changes when it is decoded alone (batch {B} -> 1)"
+    return ""
+
+
+def run_properties(backend, case, inputs, second, wanted: list[str]) -> dict:
+    """Run the wanted properties on the backend (in its process). Returns name ->
+    ('ok' | 'fail' | 'error', reason) for the bitwise ones, and ('outputs', outputs) for the
+    judged ones ('same_buffers': the second call's; 'compiles': the compiled call's). One
+    property that raises is an 'error' of that property alone."""
+    from .levels import get_level
+
+    level = get_level(case.level)
+    if hasattr(backend, "configure"):
+        backend.configure(case)
+    call = lambda inp: level.call(backend, inp, case)  # noqa: E731
+    scratch = set(getattr(backend, "scratch_inputs", ()) or ())
+    buffers = inputs.clone()  # the tensors the server reuses: the first call is on them, not a copy
+    before = _storage_snapshot(buffers)
+    plain = call(buffers)
+    reference = {k: v.clone() for k, v in plain.items()}
+    after = _storage_snapshot(buffers)
+
+    def inputs_untouched():
+        written = [n for n in before if n not in scratch and not torch.equal(before[n], after[n])]
+        return ("fail", f"the backend wrote into its inputs: {', '.join(written)} (declare a tensor it owns "
+                        "in scratch_inputs)") if written else ("ok", "")
+
+    def deterministic():
+        again = call(inputs.clone())
+        diff = [n for n in reference if not same_bits(reference[n], again[n])]
+        return ("fail", f"two calls on identical inputs differ in {', '.join(diff)}") if diff else ("ok", "")
+
+    def outputs_written():
+        for t in [torch.full_like(v, float("nan")) for v in reference.values()]:
+            del t  # on CUDA the caching allocator hands these poisoned blocks to the next torch.empty
+        with _poisoned_allocations():
+            poisoned = call(inputs.clone())
+        holes = _unwritten(reference, poisoned)
+        return ("fail", holes) if holes else ("ok", "")
+
+    def batch_invariant():
+        why = _batch_variance(case.level, call, inputs, reference)
+        return ("fail", why) if why else ("ok", "")
+
+    def compiles():
+        try:
+            compiled = torch.compile(lambda: call(inputs.clone()), fullgraph=True)
+            return ("outputs", {k: v.clone() for k, v in compiled().items()})
+        except Exception as e:  # noqa: BLE001 — a graph break or a compile error is the finding
+            return ("fail", f"torch.compile(fullgraph=True) failed: {type(e).__name__}: {str(e)[:300]}")
+
+    def same_buffers():  # last: it overwrites the buffers
+        dst = _tensors(buffers)
+        for name, t in _tensors(second).items():
+            if dst[name].shape != t.shape:
+                raise ValueError(f"second draw: {name} has shape {list(t.shape)}, the buffers {list(dst[name].shape)}")
+            dst[name].copy_(t)  # same storage, same pointers, new data
+        return ("outputs", {k: v.clone() for k, v in call(buffers).items()})
+
+    checks = {"inputs_untouched": inputs_untouched, "deterministic": deterministic, "outputs_written": outputs_written,
+              "batch_invariant": batch_invariant, "compiles": compiles, "same_buffers": same_buffers}
+    out: dict = {}
+    for name, check in checks.items():  # same_buffers last: it overwrites the buffers
+        if name in wanted:
+            try:
+                out[name] = check()
+            except Exception as e:  # noqa: BLE001 — this property could not run here: its own error
+                out[name] = ("error", f"{type(e).__name__}: {str(e)[:300]}")
+    return out

@@ -1,0 +1,141 @@
+"""The server properties (lrkv.verify.server_properties): every planted server bug
+(lrkv.verify.server_mutants) is rejected through `lrkv verify` and `lrkv gate`, the correct
+backends hold every property they declare, and the gate re-judges what it can."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from lrkv.cli import main
+from lrkv.spec import AttentionSpec
+from lrkv.verify import gate
+from lrkv.verify.backend_registry import get_backend
+from lrkv.verify.case import Case
+from lrkv.verify.runner import backend_info, run
+from lrkv.verify.selection import Selection
+from lrkv.verify.server_mutants import SERVER_MUTANTS
+from lrkv.verify.server_properties import ALWAYS_REQUIRED, PROPERTIES, failures, required, second_draw, selected
+from lrkv.verify.tolerance import load_policy
+from lrkv.verify.tolerance_report import build_report
+
+SPEC = AttentionSpec.lrkv(3, 16, 5)
+F32 = Case("kernel", SPEC, "float32", (9, 40, 23), 48, seed=3)  # ragged: rotation gives new lengths
+F64 = Case("kernel", SPEC, "float64", (17, 5, 30), 32, splits=2)
+
+
+def cli(argv) -> int:
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return int(e.code)
+
+
+def _report(cases, backends):
+    pol = load_policy()
+    recs = run(list(cases), backends, pol)
+    return build_report(recs, pol, [backend_info(b, n) for n, b in backends],
+                        selection=Selection("case", cases=tuple(cases)))
+
+
+@pytest.mark.parametrize("prop", list(SERVER_MUTANTS))
+def test_each_server_bug_is_rejected_by_verify_and_the_gate(prop, tmp_path, capsys):
+    ref = f"lrkv.verify.server_mutants:{SERVER_MUTANTS[prop].__name__}"
+    out = tmp_path / "r"
+    code = cli(["verify", "--backend", ref, "--case", F32.to_json(), "--case", F64.to_json(), "--out", str(out),
+                "--no-progress"])
+    text = capsys.readouterr()
+    assert code == 1, text.err[-2000:]
+    rep = json.loads((out / "report.json").read_text())
+    bad = [(r, n) for r, n, _ in failures(rep["records"])]
+    assert any(n == prop for _, n in bad), rep["properties"]
+    if any(n == prop and r["status"] == "pass" for r, n in bad):  # printed unless the record itself failed
+        assert f"property {prop}" in text.err or f"property {prop}" in text.out
+    # the gate blocks it, also against an empty baseline
+    assert cli(["gate", str(out / "report.json"), "--baseline", str(tmp_path / "b.json"), "--update-baseline"]) == 1
+    entries = gate.classify(rep, {"entries": {}, "policy": None})
+    assert any(e.klass == "FAIL" and e.key.endswith(f"#{prop}") for e in entries)
+    assert gate.exit_code(entries, rep) == 1
+
+
+def test_an_unwritten_head_is_rejected_whatever_the_plain_call_returned():
+    """The plain call's head 0 holds whatever memory held — the answer, sometimes; the property
+    runs with torch.empty poisoned, so it names the rows either way."""
+    rep = _report([F32], [("unwritten", SERVER_MUTANTS["outputs_written"]())])
+    (rec,) = rep["records"]
+    entry = rec["properties"]["outputs_written"]
+    assert entry["status"] == "fail" and "never written" in entry["reason"] and "[0, 0]" in entry["reason"]
+
+
+@pytest.mark.parametrize("name", ["tiled", "examples.my_backend:backend", "examples.my_paged_backend:backend",
+                                  "examples.my_extend_backend:backend"])
+def test_correct_backends_hold_every_property(name):
+    from lrkv.verify.grids import mutant_grid
+
+    b = get_backend(name)
+    level = sorted(b.levels & {"kernel", "kernel-paged", "kernel-extend"})[0]
+    case = next(c for c in mutant_grid() if c.level == level and c.dtype == "float32")
+    rep = _report([case], [(name, b)])
+    (props,) = [r["properties"] for r in rep["records"] if r.get("properties")]
+    assert set(props) == set(PROPERTIES) - {"compiles"}, props
+    assert all(e["status"] == "pass" for e in props.values()), props
+
+
+def test_triton_batch_invariant_mode_is_declared_and_verified(kernel_interpreter):
+    from lrkv.kernels.triton_backend import TritonBackend
+
+    case = Case("kernel", SPEC, "float32", (300, 17, 520, 9), 600)  # long enough for several splits
+    default, invariant = TritonBackend(), TritonBackend(batch_invariant=True)
+    assert invariant.batch_invariant is True and TritonBackend.batch_invariant is False
+    rep = _report([case], [("triton", default), ("triton-batch-invariant", invariant)])
+    by = {r["backend"]: r["properties"] for r in rep["records"]}
+    bi = by[invariant.name]
+    assert bi["batch_invariant"] == {"status": "pass", "required": True, "reason": ""}
+    assert all(e["status"] == "pass" for e in bi.values())
+    assert by["triton"]["batch_invariant"]["required"] is False  # the default mode does not claim it
+
+
+@pytest.fixture()
+def kernel_interpreter():
+    pytest.importorskip("triton")
+    from lrkv.kernels import runtime
+
+    with runtime.interpreter():
+        yield
+
+
+def test_required_follows_the_declarations():
+    tiled = get_backend("tiled")
+    assert [p for p in PROPERTIES if required(p, tiled)] == list(ALWAYS_REQUIRED)
+    assert required("deterministic", SERVER_MUTANTS["deterministic"]())
+    assert required("batch_invariant", SERVER_MUTANTS["batch_invariant"]())
+    assert "compiles" not in selected(0, tiled) and "compiles" in selected(0, SERVER_MUTANTS["compiles"]())
+    assert second_draw(F32).lengths == (40, 23, 9) and second_draw(F32).seed != F32.seed
+
+
+def test_the_gate_re_judges_properties():
+    rep = _report([F32], [("tiled", get_backend("tiled"))])
+    base = gate.baseline_from_report(rep)
+    assert base["properties"]["tiled"] == sorted(set(PROPERTIES) - {"compiles"})
+    assert gate.exit_code(gate.classify(rep, base), rep) == 0
+    # `required` flipped off: recomputed from the backend's declarations
+    flipped = copy.deepcopy(rep)
+    flipped["records"][0]["properties"]["same_buffers"]["required"] = False
+    assert any(e.klass == "ERROR" and "required" in e.detail for e in gate.classify(flipped, base))
+    # the same-buffers verdict is re-judged from its evidence
+    lied = copy.deepcopy(rep)
+    ev = lied["records"][0]["properties"]["same_buffers"]["outputs"]["out"]["metrics"]
+    ev["max_abs"] = 1.0
+    assert any(e.klass == "ERROR" and "its evidence says 'fail'" in e.detail for e in gate.classify(lied, base))
+    # a property the baseline held, failing now: the failing record blocks (FAIL), and unchecked is MISSING
+    failing = copy.deepcopy(rep)
+    failing["records"][0]["properties"]["deterministic"] = {"status": "fail", "required": False, "reason": "differs"}
+    from lrkv.verify.tolerance_report import property_table
+    failing["properties"] = property_table(failing["records"])
+    assert any(e.klass == "REGRESSED" and "deterministic" in e.detail for e in gate.classify(failing, base))
+    unchecked = copy.deepcopy(rep)
+    del unchecked["records"][0]["properties"]
+    unchecked["properties"] = {}
+    assert any(e.klass == "MISSING" and "not checked" in e.detail for e in gate.classify(unchecked, base))
