@@ -75,12 +75,9 @@ def test_torch_compile_sees_the_triton_op():
     torch.testing.assert_close(compiled[1], eager[1], rtol=1.6e-2, atol=1e-2)
 
 
-def test_cuda_graph_capture():
-    # a serving loop replays decode in a CUDA graph: no host sync inside the op
-    inp = kernel_inputs(kernel_case(H=8, d_h=64, r=16, lengths=[256, 100], dtype=torch.bfloat16, seed=54))
-    args = inp.args()
-    kw = dict(scale=inp.scale, num_splits=4, check=False)
-    ref, _ = decode_attention(*args, **kw)
+def _captured(args, kw):
+    """decode_attention(*args, **kw) captured in a CUDA graph (warmed up outside the capture)
+    and the outputs the graph writes."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -88,7 +85,17 @@ def test_cuda_graph_capture():
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        out, _ = decode_attention(*args, **kw)
+        outs = decode_attention(*args, **kw)
+    return g, outs
+
+
+def test_cuda_graph_capture():
+    # a serving loop replays decode in a CUDA graph: no host sync inside the op
+    inp = kernel_inputs(kernel_case(H=8, d_h=64, r=16, lengths=[256, 100], dtype=torch.bfloat16, seed=54))
+    args = inp.args()
+    kw = dict(scale=inp.scale, num_splits=4, check=False)
+    ref, _ = decode_attention(*args, **kw)
+    g, (out, _) = _captured(args, kw)
     g.replay()
     torch.cuda.synchronize()
     torch.testing.assert_close(out, ref, rtol=0, atol=0)
@@ -103,14 +110,7 @@ def test_cuda_graph_replays_new_data_and_lengths():
                                        seed=55))
     args = first.args()
     kw = dict(scale=first.scale, num_splits=4, check=False)
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        decode_attention(*args, **kw)  # warm-up compiles outside the capture
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out, lse = decode_attention(*args, **kw)
+    g, (out, lse) = _captured(args, kw)
     for dst, src in zip(args, second.args()):
         if isinstance(dst, torch.Tensor):
             dst.copy_(src)  # same storage, new data

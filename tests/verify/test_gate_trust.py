@@ -767,14 +767,14 @@ def test_backend_calls_run_in_a_worker_unless_in_process(tmp_path, planted, monk
 
 def test_ctrl_c_during_a_backend_call_exits_130_with_an_incomplete_report(tmp_path, planted):
     """In-process, Ctrl-C during a call aborted ("terminate called without an active exception",
-    rc -6) in about 1 run of 4; now: exit 130, an incomplete report, no traceback, every time."""
+    rc -6) in about 1 run of 4; now: exit 130, an incomplete report, no traceback (twice)."""
     import os
     import signal
     import subprocess
     import sys
     import time as _time
 
-    for attempt in range(3):
+    for attempt in range(2):
         marker, out = tmp_path / f"entered{attempt}", tmp_path / f"o{attempt}"
         env = dict(os.environ, LRKV_TEST_PID_FILE=str(marker),
                    PYTHONPATH=os.pathsep.join([str(planted), str(Path(__file__).resolve().parents[2])]))
