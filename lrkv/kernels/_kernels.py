@@ -735,6 +735,18 @@ def decode_combine_kernel(
 
 
 @triton.jit
+def _append_key_scale(E_KS, s_eks_b, s_eks_h, KS, s_ksb, s_kst, s_ksh, b64, row0, row1, ok, offs_x, H,
+                      BLOCK_HR: tl.constexpr):
+    """Copy one token's key_scale [H] into its slot as bits (both append kernels: it stays at
+    compute precision in an fp8 cache too)."""
+    for h0 in range(0, H, BLOCK_HR):
+        hh = h0 + offs_x
+        km = (hh < H) & ok
+        xk = tl.load(E_KS + b64 * s_eks_b + hh * s_eks_h, mask=km, other=0)
+        tl.store(KS + row0 * s_ksb + row1 * s_kst + hh * s_ksh, xk, mask=km)
+
+
+@triton.jit
 def _append_slot(POS, PT, pid_b, b64, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES, MAX_PAGES, SLOT_LIMIT, offs_x, offs_d, D,
                  PAGED: tl.constexpr):
     """Where sequence b's new token goes: (row0, row1, ok) as vectors over offs_x (every lane
@@ -797,11 +809,7 @@ def append_kernel(
         x = tl.load(E_LV + b64 * s_elv_b + h * s_elv_h + rr * s_elv_r, mask=hm, other=0)
         tl.store(LV + row0 * s_lvb + row1 * s_lvt + h * s_lvh + rr * s_lvr, x, mask=hm)
     if HAS_KS:
-        for h0 in range(0, H, BLOCK_HR):
-            hh = h0 + offs_x
-            km = (hh < H) & ok
-            xk = tl.load(E_KS + b64 * s_eks_b + hh * s_eks_h, mask=km, other=0)
-            tl.store(KS + row0 * s_ksb + row1 * s_kst + hh * s_ksh, xk, mask=km)
+        _append_key_scale(E_KS, s_eks_b, s_eks_h, KS, s_ksb, s_kst, s_ksh, b64, row0, row1, ok, offs_x, H, BLOCK_HR)
 
 
 # ---- fp8 append: saturating RNE, bit for bit the reference's quantizer (DESIGN §4.1) --------
@@ -951,8 +959,4 @@ def append_fp8_kernel(
                        b64, r0, r1, okn, H, R, G_LV, MANT, MIN_EXP, MAX_FINITE, BLOCK_HH, BLOCK_R)
     # key_scale stays at compute precision: its bits, as append_kernel copies them
     if HAS_KS:
-        for h0 in range(0, H, BLOCK_HR):
-            hh = h0 + offs_x
-            km = (hh < H) & ok
-            xk = tl.load(E_KS + b64 * s_eks_b + hh * s_eks_h, mask=km, other=0)
-            tl.store(KS + row0 * s_ksb + row1 * s_kst + hh * s_ksh, xk, mask=km)
+        _append_key_scale(E_KS, s_eks_b, s_eks_h, KS, s_ksb, s_kst, s_ksh, b64, row0, row1, ok, offs_x, H, BLOCK_HR)

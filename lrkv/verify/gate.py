@@ -279,7 +279,7 @@ def property_entries(report: dict, judged: list[tuple[dict, str]], policy: Polic
     the backend declares (as it imports here, else the report's entry); a property with outputs
     re-judged from them by judge_record; a required one that failed is FAIL (ERROR if it could
     not run); one the baseline held that fails now is REGRESSED, and one not checked now MISSING."""
-    from .server_properties import PROPERTIES, required, second_draw
+    from .server_properties import PROPERTIES, declarations, required, second_draws
     from .case import Case
 
     infos = {b["name"]: b for b in report.get("backends", [])}
@@ -288,7 +288,7 @@ def property_entries(report: dict, judged: list[tuple[dict, str]], policy: Polic
     for r in mine:
         b = r["backend"]
         live_b = (live.get(b) or (None, ""))[0]
-        declared = live_b if live_b is not None else _Declared((infos.get(b) or {}).get("declares") or {})
+        declared = declarations(live_b) if live_b is not None else ((infos.get(b) or {}).get("declares") or {})
         tol = policy.resolve(b, r["dtype"])
         for name, e in r["properties"].items():
             key = f"{r['key']}#{name}"
@@ -300,7 +300,7 @@ def property_entries(report: dict, judged: list[tuple[dict, str]], policy: Polic
                 f"report altered: property {name} recorded as required={e.get('required')}, the backend declares {want}"
             if not why and "outputs" in e:
                 case = Case.from_dict(r["case"])
-                expected = [second_draw(case), case.replace(seed=case.seed + 7919)] if name == "same_buffers" else [case]
+                expected = second_draws(case) if name == "same_buffers" else [case]
                 got, _ = judge_record({"outputs": e["outputs"], "dtype": r["dtype"], "expect": "match",
                                        "spec": r["spec"], "oracle": None}, tol)
                 try:
@@ -332,15 +332,6 @@ def property_entries(report: dict, judged: list[tuple[dict, str]], policy: Polic
                 out.append(GateEntry(key, b, f"property:{name}", "*", "REGRESSED",
                                      f"held by the baseline, fails now: {name} ({t['first']})"))
     return out
-
-
-class _Declared:
-    """A report's `declares` entry with the attributes server_properties.required reads."""
-
-    def __init__(self, d: dict):
-        self.deterministic = d.get("deterministic") is True
-        self.batch_invariant = d.get("batch_invariant") is True
-        self.compile_safe = d.get("compile_safe") is True
 
 
 def _live_for_skips(report: dict, led, live: dict | None) -> dict:

@@ -195,7 +195,8 @@ def check_info(info: dict, live) -> str:
 def recheck_skip(rec: dict, info: dict, live, why_not_live: str, timeout: float) -> tuple[str, str]:
     """(status, detail) of a skip record: 'skip' when the backend would skip it again (or
     cannot be asked here: the detail says so), 'error' "report altered" when it would not."""
-    from .runner import call_with_timeout, not_applicable
+    from .isolation import call_in_thread
+    from .runner import not_applicable
 
     reason, case = rec.get("reason") or "", _case(rec.get("case"))
     if case is None:
@@ -215,7 +216,7 @@ def recheck_skip(rec: dict, info: dict, live, why_not_live: str, timeout: float)
         note = why_not_live or "the backend has no supports() here"
         return "skip", f"{reason} (supports() not re-asked: {note[:160]})"
     try:
-        ok, _ = call_with_timeout(lambda: live.supports(case), timeout)
+        ok, _ = call_in_thread(lambda: live.supports(case), timeout)
     except Exception as e:  # noqa: BLE001 — a supports() that fails here cannot confirm the skip
         return "skip", f"{reason} (supports() not re-asked: it raised {type(e).__name__}: {e})"
     if ok:

@@ -30,7 +30,7 @@ import time
 import warnings
 import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 
@@ -45,8 +45,8 @@ from .coverage import declined
 from .twins import changes_text, find_twin, twin_id
 from .isolation import Calls, Timeout, WorkerDied, default_mode, unusable
 from .server_properties import required as prop_required
-from .server_properties import declarations, eligible, second_draw, selected
-from .isolation import call_in_thread as call_with_timeout  # the in-process time limit (supports(), the gate)
+from .server_properties import declarations, eligible, second_draws, selected
+from .isolation import call_in_thread
 
 REASON_CHARS = 600  # keep reasons readable in a PR comment
 ORACLE_TOLERANCE_KEY = "oracle"  # the policy is resolved for this pseudo-backend for the oracle's own checks
@@ -256,10 +256,9 @@ def run_case(prep: Prepared, backend, label: str, tol: Tolerance, calls: Calls |
 
 
 def _same_shapes(a, b) -> bool:
-    from dataclasses import fields as dc_fields
-
+    """Whether two input bundles' tensors have the same shapes (a second draw fits the buffers)."""
     return all(not isinstance(getattr(a, f.name), torch.Tensor) or getattr(a, f.name).shape == getattr(b, f.name).shape
-               for f in dc_fields(a))
+               for f in fields(a))
 
 
 def check_properties(prep: Prepared, backend, label: str, tol: Tolerance, calls: Calls, wanted: list[str],
@@ -271,7 +270,7 @@ def check_properties(prep: Prepared, backend, label: str, tol: Tolerance, calls:
     case = prep.case
     wanted, second, prep_b, result = list(wanted), None, None, {}
     if "same_buffers" in wanted:
-        for case_b in (second_draw(case), case.replace(seed=case.seed + 7919)):
+        for case_b in second_draws(case):
             try:
                 prep_b = prepare(case_b, policy)
             except Exception:  # noqa: BLE001 — a draw the oracle cannot make: try the plain reseed
@@ -288,10 +287,10 @@ def check_properties(prep: Prepared, backend, label: str, tol: Tolerance, calls:
                          tol.case_timeout * (len(wanted) + 3))
     except (Exception, SystemExit, Timeout, WorkerDied) as e:  # noqa: BLE001 — recorded per property
         why = f"{'crashed' if isinstance(e, WorkerDied) else type(e).__name__}: {e}"[:REASON_CHARS]
-        return result | {p: {"status": "error", "required": prop_required(p, backend), "reason": why} for p in wanted}
+        return result | {p: {"status": "error", "required": prop_required(p, declarations(backend)), "reason": why} for p in wanted}
     for p in wanted:
         kind, value = raw[p]
-        entry = {"required": prop_required(p, backend)}
+        entry = {"required": prop_required(p, declarations(backend))}
         if kind == "outputs":
             target = prep_b if p == "same_buffers" else prep
             usable = unusable(value, {n: s for n, (s, _) in target.expected.items()})
@@ -359,7 +358,7 @@ def backend_accepts(b, tol: Tolerance, calls: Calls | None = None, label: str = 
 
 def _supports(b, case: Case, tol: Tolerance, calls: Calls | None, label: str):
     if calls is None:
-        return call_with_timeout(lambda: b.supports(case), tol.case_timeout)
+        return call_in_thread(lambda: b.supports(case), tol.case_timeout)
     return calls.call(label, b, "supports", (case.to_dict(),), tol.case_timeout)
 
 

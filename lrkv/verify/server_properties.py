@@ -49,12 +49,14 @@ DECLARED = {"deterministic": "deterministic", "batch_invariant": "batch_invarian
 EVERY = {"same_buffers": 12, "outputs_written": 12, "inputs_untouched": 12, "deterministic": 12,
          "batch_invariant": 40, "compiles": 40}  # a property runs on every N-th case of a level (grid order)
 ROWS_SHOWN = 6  # unwritten rows named in a reason
+SECOND_SEED = 7919  # the second draw's seed offset
 MAX_SLOTS = 4096  # batch × T_max of a case the properties run on: their second draw and extra calls stay cheap
 
 
-def required(name: str, backend) -> bool:
-    """Whether a failure of `name` blocks: always for the first three, else when declared."""
-    return name in ALWAYS_REQUIRED or getattr(backend, DECLARED[name], False) is True
+def required(name: str, declared: dict) -> bool:
+    """Whether a failure of `name` blocks: always for the first three, else when declared
+    (`declared`: `declarations(backend)`, or a report's `declares` entry)."""
+    return name in ALWAYS_REQUIRED or declared.get(DECLARED[name]) is True
 
 
 def declarations(backend) -> dict:
@@ -74,21 +76,24 @@ def eligible(case) -> bool:
 def selected(level_index: int, backend) -> list[str]:
     """The properties the level's `level_index`-th eligible case runs (the rest record nothing)."""
     return [p for p in PROPERTIES if level_index % EVERY[p] == 0
-            and (p != "compiles" or getattr(backend, "compile_safe", False) is True)]
+            and (p != "compiles" or declarations(backend)["compile_safe"])]
 
 
-def second_draw(case):
-    """The case of the second draw written into the same buffers: a new seed and, where the
-    case allows it, the lengths rotated by one (new lengths, new page table, same shapes)."""
-    seed = case.seed + 7919
+def second_draws(case) -> list:
+    """The candidate cases of the second draw written into the same buffers, in order: a new
+    seed with the lengths rotated by one (new lengths, new page table) where the case allows
+    it, then the new seed alone. The runner takes the first with the same shapes; the gate
+    accepts only these."""
+    seed = case.seed + SECOND_SEED
+    out = []
     if len(case.lengths) > 1 and len(set(case.lengths)) > 1:
         rot = case.lengths[1:] + case.lengths[:1]
         rot_new = (case.n_new[1:] + case.n_new[:1]) if case.n_new else case.n_new
         try:
-            return case.replace(lengths=rot, n_new=rot_new, seed=seed)
+            out.append(case.replace(lengths=rot, n_new=rot_new, seed=seed))
         except (ValueError, TypeError):  # the rotation breaks a constraint (a shared prefix, say)
             pass
-    return case.replace(seed=seed)
+    return out + [case.replace(seed=seed)]
 
 
 def failures(records: list[dict]) -> list[tuple[dict, str, dict]]:

@@ -20,7 +20,8 @@ from lrkv.verify.builtin_backends import InductorBackend
 from lrkv.verify.case import Case
 from lrkv.verify.grids import BASE, default_grid
 from lrkv.verify.tolerance_report import build_report, render_markdown, validate_report
-from lrkv.verify.runner import backend_info, call_with_timeout, not_applicable, run
+from lrkv.verify.isolation import call_in_thread
+from lrkv.verify.runner import backend_info, not_applicable, run
 from lrkv.verify.tolerance import load_policy
 from lrkv.verify.selection import Selection
 
@@ -153,7 +154,7 @@ def test_cuda_graph_calls_run_on_one_thread_and_return_copies():
         return {"y": static.copy_(x * 2)}
 
     x = torch.ones(3)
-    outs = [call_with_timeout(lambda: inductor._run(graph, x, mode="reduce-overhead"), 30) for _ in range(2)]
+    outs = [call_in_thread(lambda: inductor._run(graph, x, mode="reduce-overhead"), 30) for _ in range(2)]
     assert seen == ["lrkv-cudagraphs"] * (2 * inductor.CUDA_GRAPH_CALLS)
     static.fill_(-1.0)  # the next replay overwrites the buffer ...
     assert all(torch.equal(o["y"], x * 2) for o in outs)  # ... the returned outputs keep their values
