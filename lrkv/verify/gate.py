@@ -264,7 +264,7 @@ def classify(report: dict, baseline: dict, *, subset: bool = False, check_policy
         entries.append(GateEntry(key, b["backend"], b["id"], b["dtype"], "MISSING",
                                  "in the baseline, absent from the report"))
     entries += coverage_entries(report, judged, policy, baseline, ran if subset else None)
-    entries += property_entries(report, judged, policy, baseline, live, ran if subset else None)
+    entries += property_entries(report, judged, policy, baseline, live, led, ran if subset else None)
     for name in sorted(ran):
         if not verified[name]:
             n = sum(1 for r in report["records"] if r["backend"] == name)
@@ -274,30 +274,43 @@ def classify(report: dict, baseline: dict, *, subset: bool = False, check_policy
 
 
 def property_entries(report: dict, judged: list[tuple[dict, str]], policy: Policy, baseline: dict, live: dict,
-                     ran: set[str] | None) -> list[GateEntry]:
-    """The server properties (server_properties.py), re-judged: `required` recomputed from what
-    the backend declares (as it imports here, else the report's entry); a property with outputs
+                     led, ran: set[str] | None) -> list[GateEntry]:
+    """The server properties (server_properties.py), re-judged: each judged record must carry
+    exactly the properties the harness runs on its case (`plan` and `selected`, counted from the
+    selection, led: ledger.account's); `required` recomputed from what the backend declares (as
+    it imports here, else the report's entry) and what the policy asks; a property with outputs
     re-judged from them by judge_record; a required one that failed is FAIL (ERROR if it could
     not run); one the baseline held that fails now is REGRESSED, and one not checked now MISSING."""
-    from .server_properties import PROPERTIES, declarations, required, second_draws
+    from .server_properties import declarations, plan, required, second_draws, selected
     from .case import Case
 
     infos = {b["name"]: b for b in report.get("backends", [])}
+    shares = plan(led.expected.values()) if led.selection is not None else {}
     out: list[GateEntry] = []
-    mine = [r for r, st in judged if st != "error" and r.get("properties")]
-    for r in mine:
+    for r, st in judged:
+        if st == "error":
+            continue
         b = r["backend"]
         live_b = (live.get(b) or (None, ""))[0]
         declared = declarations(live_b) if live_b is not None else ((infos.get(b) or {}).get("declares") or {})
+        asked = policy.required_properties(b)
+        judged_here = st in ("pass", "fail", "xfail") and "twin" not in r \
+            and (infos.get(b) or {}).get("role") != "baseline"
+        should = set(selected(shares[r["id"]], declared, asked)) if judged_here and r["id"] in shares else set()
+        have = set(r.get("properties") or {})
+        if have != should:
+            what = [f"no {n}" for n in sorted(should - have)] + [f"an unexpected {n}" for n in sorted(have - should)]
+            out.append(GateEntry(f"{r['key']}#properties", b, r["id"], r["dtype"], "ERROR",
+                                 f"report altered: the record has {', '.join(what)} (the harness runs "
+                                 f"{', '.join(sorted(should)) or 'no server property'} on this case)"))
+            continue
         tol = policy.resolve(b, r["dtype"])
-        for name, e in r["properties"].items():
+        for name, e in (r.get("properties") or {}).items():
             key = f"{r['key']}#{name}"
-            if name not in PROPERTIES:
-                out.append(GateEntry(key, b, r["id"], r["dtype"], "ERROR", f"report altered: unknown property {name!r}"))
-                continue
-            want = required(name, declared)
+            want = required(name, declared, asked)
             why = "" if e.get("required") == want else \
-                f"report altered: property {name} recorded as required={e.get('required')}, the backend declares {want}"
+                f"report altered: property {name} recorded as required={e.get('required')}, the backend " \
+                f"declares and the policy asks {want}"
             if not why and "outputs" in e:
                 case = Case.from_dict(r["case"])
                 expected = second_draws(case) if name == "same_buffers" else [case]

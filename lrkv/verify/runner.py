@@ -45,7 +45,7 @@ from .coverage import declined
 from .twins import changes_text, find_twin, twin_id
 from .isolation import Calls, Timeout, WorkerDied, default_mode, unusable
 from .server_properties import required as prop_required
-from .server_properties import declarations, eligible, second_draws, selected
+from .server_properties import declarations, plan, second_draws, selected
 from .isolation import call_in_thread
 
 REASON_CHARS = 600  # keep reasons readable in a PR comment
@@ -269,6 +269,11 @@ def check_properties(prep: Prepared, backend, label: str, tol: Tolerance, calls:
     for the gate to re-judge."""
     case = prep.case
     wanted, second, prep_b, result = list(wanted), None, None, {}
+    declared, asked = declarations(backend), policy.required_properties(backend.name)
+
+    def must(p: str) -> bool:
+        return prop_required(p, declared, asked)
+
     if "same_buffers" in wanted:
         for case_b in second_draws(case):
             try:
@@ -287,10 +292,10 @@ def check_properties(prep: Prepared, backend, label: str, tol: Tolerance, calls:
                          tol.case_timeout * (len(wanted) + 3))
     except (Exception, SystemExit, Timeout, WorkerDied) as e:  # noqa: BLE001 — recorded per property
         why = f"{'crashed' if isinstance(e, WorkerDied) else type(e).__name__}: {e}"[:REASON_CHARS]
-        return result | {p: {"status": "error", "required": prop_required(p, declarations(backend)), "reason": why} for p in wanted}
+        return result | {p: {"status": "error", "required": must(p), "reason": why} for p in wanted}
     for p in wanted:
         kind, value = raw[p]
-        entry = {"required": prop_required(p, declarations(backend))}
+        entry = {"required": must(p)}
         if kind == "outputs":
             target = prep_b if p == "same_buffers" else prep
             usable = unusable(value, {n: s for n, (s, _) in target.expected.items()})
@@ -427,13 +432,14 @@ def _run(cases, backends, policy: Policy, on_step, records: list[dict], twins: b
         except (ValueError, TypeError) as e:
             avail[label], broken[label] = (False, str(e)), str(e)
     hung: dict[str, str] = {}
-    level_index: dict[str, int] = {}
+    cases = list(cases)
+    shares = plan(cases) if properties else {}  # every N-th small case of each kernel level (server_properties.py)
     for case in cases:
         todo, declined_by = [], []
         wanted = None
-        if properties and eligible(case):  # every N-th small case of each kernel level (server_properties.py)
-            index = level_index[case.level] = level_index.get(case.level, -1) + 1
-            wanted = lambda b, i=index: selected(i, b) if role_of(b) != "baseline" else []  # noqa: E731
+        if case.id in shares:
+            wanted = lambda b, i=shares[case.id]: selected(  # noqa: E731
+                i, declarations(b), policy.required_properties(b.name)) if role_of(b) != "baseline" else []
         for label, b in backends:
             tol = policy.resolve(b.name, case.dtype)
             if label in broken:

@@ -53,10 +53,11 @@ SECOND_SEED = 7919  # the second draw's seed offset
 MAX_SLOTS = 4096  # batch × T_max of a case the properties run on: their second draw and extra calls stay cheap
 
 
-def required(name: str, declared: dict) -> bool:
+def required(name: str, declared: dict, asked=frozenset()) -> bool:
     """Whether a failure of `name` blocks: always for the first three, else when declared
-    (`declared`: `declarations(backend)`, or a report's `declares` entry)."""
-    return name in ALWAYS_REQUIRED or declared.get(DECLARED[name]) is True
+    (`declared`: `declarations(backend)`, or a report's `declares` entry) or when the policy
+    asks for it (`asked`: `Policy.required_properties(backend)`)."""
+    return name in ALWAYS_REQUIRED or declared.get(DECLARED[name]) is True or name in asked
 
 
 def declarations(backend) -> dict:
@@ -73,10 +74,23 @@ def eligible(case) -> bool:
     return case.level in LEVELS and len(case.lengths) * case.t_max <= MAX_SLOTS
 
 
-def selected(level_index: int, backend) -> list[str]:
-    """The properties the level's `level_index`-th eligible case runs (the rest record nothing)."""
+def plan(cases) -> dict[str, int]:
+    """case id -> its index among the eligible cases of its level, in run order: the share of
+    properties each case runs (`selected`). The runner and the gate both count from this, so
+    the gate knows which property every record must carry."""
+    out: dict[str, int] = {}
+    seen: dict[str, int] = {}
+    for case in cases:
+        if eligible(case) and case.id not in out:
+            out[case.id] = seen[case.level] = seen.get(case.level, -1) + 1
+    return out
+
+
+def selected(level_index: int, declared: dict, asked=frozenset()) -> list[str]:
+    """The properties the level's `level_index`-th eligible case runs (the rest record
+    nothing): `compiles` only where the backend declares `compile_safe` or the policy asks."""
     return [p for p in PROPERTIES if level_index % EVERY[p] == 0
-            and (p != "compiles" or declarations(backend)["compile_safe"])]
+            and (p != "compiles" or declared.get("compile_safe") is True or p in asked)]
 
 
 def second_draws(case) -> list:

@@ -53,7 +53,7 @@ FA3_FACTOR = 2.0
 ATOL_ULPS = 4.0  # floor of atol: this many ulps of the output's dtype at its largest magnitude
 ATOL_PROBES = 1024  # extra points spanning [−max|y|, max|y|]: a 2-element output must not get atol 0 by luck
 PROBE_STEP = 0.7548776662466927  # an irrational step (plastic-number based) so the probes are generic
-TABLES = ("defaults", "dtype", "backend", "coverage")
+TABLES = ("defaults", "dtype", "backend", "coverage", "properties")
 MAX_CASE_TIMEOUT = 86400.0  # one day: a timer past threading.TIMEOUT_MAX raises OverflowError in every case
 
 
@@ -87,6 +87,9 @@ class Policy:
     # [coverage]: features no backend must cover (optional = [...]), and per backend
     # ([coverage.backend.<name>] optional = [...]); names from lrkv/verify/features.py
     coverage: dict = field(default_factory=dict)
+    # [properties]: server properties every verified backend must hold (require = [...]), and
+    # per backend ([properties.backend.<name>] require = [...]); names from server_properties.py
+    properties: dict = field(default_factory=dict)
 
     def resolve(self, backend: str, dtype) -> Tolerance:
         """backend.<name>.<dtype> > backend.<name> > dtype.<dtype> > defaults > built-in."""
@@ -97,12 +100,19 @@ class Policy:
         tol = replace(tol, **{k: v for k, v in b.items() if k in _KNOBS})
         return replace(tol, **b.get(dt, {}))
 
+    def required_properties(self, backend: str) -> frozenset[str]:
+        """The server properties the policy requires of `backend` (on top of what it declares)."""
+        per = (self.properties.get("backend") or {}).get(backend, {})
+        return frozenset(self.properties.get("require", ())) | frozenset(per.get("require", ()))
+
     def tables(self) -> dict:
         """What the policy says — the content its sha256 covers (comments and order do not count)."""
         tables = {"builtin": asdict(Tolerance()), "defaults": self.defaults, "dtype": self.dtype,
                   "backend": self.backend}
         if self.coverage:  # absent when empty: policies without one keep their sha256
             tables["coverage"] = self.coverage
+        if self.properties:  # likewise
+            tables["properties"] = self.properties
         return tables
 
     @property
@@ -116,7 +126,7 @@ class Policy:
     def from_dict(cls, data: dict, source: str = "report") -> Policy:
         """A policy recorded in a report; its sha256, when present, must match its content."""
         pol = _validated(data.get("defaults", {}), data.get("dtype", {}), data.get("backend", {}),
-                         data.get("source", source), data.get("coverage", {}))
+                         data.get("source", source), data.get("coverage", {}), data.get("properties", {}))
         sha = data.get("sha256")
         if sha is not None and sha != pol.sha256:
             raise ValueError(f"policy: sha256 {sha[:12]}… does not match its content ({pol.sha256[:12]}…): "
@@ -165,7 +175,42 @@ def _check_coverage(table) -> dict:
     return out
 
 
-def _validated(defaults: dict, dtypes: dict, backends: dict, source: str, coverage: dict | None = None) -> Policy:
+def _check_properties(table) -> dict:
+    """[properties]: require = [property, ...] and backend.<name>.require = [property, ...]."""
+    from .server_properties import PROPERTIES
+
+    def names(value, where: str) -> list[str]:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ValueError(f"{where} must be a list of property names, got {value!r}")
+        unknown = sorted(set(value) - set(PROPERTIES))
+        if unknown:
+            raise ValueError(f"{where}: unknown server properties {unknown}; known: {', '.join(PROPERTIES)}")
+        return sorted(set(value))
+
+    if not isinstance(table, dict):
+        raise ValueError(f"properties must be a table, got {type(table).__name__}")
+    unknown = set(table) - {"require", "backend"}
+    if unknown:
+        raise ValueError(f"properties: unknown keys {sorted(unknown)}; expected require, backend")
+    out = {}
+    if table.get("require"):
+        out["require"] = names(table["require"], "properties.require")
+    backends = table.get("backend", {})
+    if not isinstance(backends, dict):
+        raise ValueError("properties.backend must be a table of backend names")
+    per = {}
+    for name, t in backends.items():
+        if not isinstance(t, dict) or set(t) - {"require"}:
+            raise ValueError(f"properties.backend.{name} must be a table with one key, require")
+        if t.get("require"):
+            per[name] = {"require": names(t["require"], f"properties.backend.{name}.require")}
+    if per:
+        out["backend"] = per
+    return out
+
+
+def _validated(defaults: dict, dtypes: dict, backends: dict, source: str, coverage: dict | None = None,
+               properties: dict | None = None) -> Policy:
     d = _check_knobs(defaults, "defaults")
     if not isinstance(dtypes, dict) or not isinstance(backends, dict):
         raise ValueError("policy: 'dtype' and 'backend' must be tables")
@@ -185,7 +230,7 @@ def _validated(defaults: dict, dtypes: dict, backends: dict, source: str, covera
         for dname, t in per_dtype.items():
             entry[dtype_name(dname)] = _check_knobs(t, f"backend.{name}.{dname}")
         bk[name] = entry
-    return Policy(d, dt, bk, source, _check_coverage(coverage or {}))
+    return Policy(d, dt, bk, source, _check_coverage(coverage or {}), _check_properties(properties or {}))
 
 
 def _read_toml(path: Path) -> dict:
@@ -215,7 +260,7 @@ def _from_tables(data: dict, source: str) -> Policy:
     if unknown:
         raise ValueError(f"{source}: unknown policy tables {sorted(unknown)}; expected {', '.join(TABLES)}")
     return _validated(data.get("defaults", {}), data.get("dtype", {}), data.get("backend", {}), source,
-                      data.get("coverage", {}))
+                      data.get("coverage", {}), data.get("properties", {}))
 
 
 def packaged_policy() -> Policy:

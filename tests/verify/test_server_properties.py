@@ -20,7 +20,7 @@ from lrkv.verify.server_mutants import SERVER_MUTANTS
 from lrkv.verify.server_properties import (ALWAYS_REQUIRED, PROPERTIES, declarations, failures, required,
                                             second_draws, selected)
 from lrkv.verify.tolerance import load_policy
-from lrkv.verify.tolerance_report import build_report
+from lrkv.verify.tolerance_report import build_report, validate_report
 
 SPEC = AttentionSpec.lrkv(3, 16, 5)
 F32 = Case("kernel", SPEC, "float32", (9, 40, 23), 48, seed=3)  # ragged: rotation gives new lengths
@@ -112,7 +112,10 @@ def test_required_follows_the_declarations():
     assert [p for p in PROPERTIES if required(p, declarations(tiled))] == list(ALWAYS_REQUIRED)
     assert required("deterministic", declarations(SERVER_MUTANTS["deterministic"]()))
     assert required("batch_invariant", declarations(SERVER_MUTANTS["batch_invariant"]()))
-    assert "compiles" not in selected(0, tiled) and "compiles" in selected(0, SERVER_MUTANTS["compiles"]())
+    assert "compiles" not in selected(0, declarations(tiled))
+    assert "compiles" in selected(0, declarations(SERVER_MUTANTS["compiles"]()))
+    assert "compiles" in selected(0, declarations(tiled), frozenset({"compiles"}))  # the policy asks
+    assert required("deterministic", declarations(tiled), frozenset({"deterministic"}))
     rotated, reseeded = second_draws(F32)
     assert rotated.lengths == (40, 23, 9) and reseeded.lengths == F32.lengths
     assert rotated.seed == reseeded.seed != F32.seed
@@ -142,3 +145,54 @@ def test_the_gate_re_judges_properties():
     del unchecked["records"][0]["properties"]
     unchecked["properties"] = {}
     assert any(e.klass == "MISSING" and "not checked" in e.detail for e in gate.classify(unchecked, base))
+
+
+def test_a_record_stripped_of_its_properties_or_given_extra_ones_is_an_altered_report():
+    """Which properties a record carries is recomputed from the selection (plan, selected):
+    deleting them cannot hide a failure, even against a baseline that holds none."""
+    rep = _report([F32, F64], [("tiled", get_backend("tiled"))])
+    empty = {"entries": {}, "policy": None}
+    assert gate.exit_code(gate.classify(rep, empty), rep) == 0
+    stripped = copy.deepcopy(rep)
+    del stripped["records"][0]["properties"]
+    found = [e for e in gate.classify(stripped, empty) if e.key.endswith("#properties")]
+    assert found and found[0].klass == "ERROR" and "no deterministic" in found[0].detail, found
+    assert gate.exit_code(gate.classify(stripped, empty), stripped) == 1
+    extra = copy.deepcopy(rep)
+    extra["records"][1]["properties"] = copy.deepcopy(rep["records"][0]["properties"])  # F64 is not in the share
+    assert any(e.klass == "ERROR" and "an unexpected" in e.detail for e in gate.classify(extra, empty))
+
+
+class Undeclared(SERVER_MUTANTS["batch_invariant"]):
+    """The batch-dependent split without the declaration: only a policy can require the property."""
+    name = "undeclared-batch-split"
+    batch_invariant = False
+
+
+def test_the_policy_can_require_a_property_the_backend_does_not_declare(tmp_path):
+    from lrkv.verify.tolerance import Policy
+
+    plain = load_policy()
+    asked = Policy.from_dict({**{k: v for k, v in plain.to_dict().items() if k != "sha256"},
+                              "properties": {"backend": {Undeclared.name: {"require": ["batch_invariant"]}}}})
+    assert asked.sha256 != plain.sha256 and asked.required_properties(Undeclared.name) == {"batch_invariant"}
+    assert Policy.from_dict(plain.to_dict()).sha256 == plain.sha256  # an empty table leaves the sha alone
+    backends = [(Undeclared.name, Undeclared())]
+    for pol, blocks in ((plain, False), (asked, True)):
+        recs = run([F32], backends, pol, isolation="inprocess")
+        entry = recs[0]["properties"]["batch_invariant"]
+        assert entry["status"] == "fail" and entry["required"] is blocks
+        rep = build_report(recs, pol, [backend_info(b, n) for n, b in backends],
+                           selection=Selection("case", cases=(F32,)))
+        validate_report(json.loads(json.dumps(rep)))  # the policy's table is in the published schema
+        entries = gate.classify(rep, {"entries": {}, "policy": None}, live={Undeclared.name: (backends[0][1], "")})
+        assert any(e.klass == "FAIL" and e.key.endswith("#batch_invariant") for e in entries) is blocks
+        assert gate.exit_code(entries, rep) == int(blocks)
+    with pytest.raises(ValueError, match="unknown server properties"):
+        Policy.from_dict({**plain.to_dict(), "sha256": None, "properties": {"require": ["fast"]}})
+    # as a project writes it: [policy.properties] in lrkv.toml, merged over the packaged policy
+    (tmp_path / "lrkv.toml").write_text('[policy.properties]\nrequire = ["deterministic"]\n'
+                                        '[policy.properties.backend.tiled]\nrequire = ["compiles"]\n')
+    project = load_policy(directory=tmp_path)
+    assert project.required_properties("tiled") == {"deterministic", "compiles"}
+    assert project.required_properties("eager") == {"deterministic"}
