@@ -19,7 +19,8 @@ A backend is any object with
     available() -> (bool, reason)
     decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
                      *, scale, key_scale=None, rope=None) -> (out [B, H, d_h], lse [B, H])
-    optionally: supports(case) -> (bool, reason), configure(case) (tile/split hints)
+    optionally: supports(case) -> (bool, reason), configure(case) (tile/split hints),
+    cache_formats (fp8 caches it reads; their scales then arrive as cache_scales=)
 """
 
 from __future__ import annotations
@@ -41,6 +42,14 @@ def _rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Ten
     return x * cos + rotated * sin
 
 
+def _dequantize(stored: torch.Tensor, scale: torch.Tensor, per_head: bool) -> torch.Tensor:
+    """An fp8 cache part as float32: stored × scale. A per-head scale [H] is right-aligned onto
+    [..., H, r]; any other scale ([], [B, T] or [B, T, H]) left-aligned onto the leading axes."""
+    s = scale.to(torch.float32)
+    s = s[:, None] if per_head else s.reshape(*s.shape, *([1] * (stored.dim() - s.dim())))
+    return stored.to(torch.float32) * s
+
+
 class SplitKDecode:
     name = "my-splitk"
     levels = frozenset({"kernel"})
@@ -48,14 +57,21 @@ class SplitKDecode:
     deterministic = True  # the same inputs give the same bits (no atomics): required, once declared
     batch_invariant = True  # a fixed split count: a sequence's result does not depend on its batch
     scratch_inputs = ()  # names of inputs the kernel may overwrite (none)
+    cache_formats = ("float8_e4m3fn", "float8_e5m2")  # fp8 caches it reads: then called with cache_scales=
 
     def available(self) -> tuple[bool, str]:
         return True, ""
 
     def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-                         scale, key_scale=None, rope=None):
+                         scale, key_scale=None, rope=None, cache_scales=None):
         B, T, d_h = shared_k.shape
         out_dtype, f = q.dtype, torch.float32  # accumulate in float32, like a real kernel
+        if cache_scales is not None:  # an fp8 cache: each part has its own scale, dequantized on load
+            per_head = cache_scales.granularity == "per_head"
+            shared_k, shared_v = (_dequantize(t, s, False) for t, s in ((shared_k, cache_scales.shared_k),
+                                                                         (shared_v, cache_scales.shared_v)))
+            latent_k, latent_v = (_dequantize(t, s, per_head) for t, s in ((latent_k, cache_scales.latent_k),
+                                                                            (latent_v, cache_scales.latent_v)))
         q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v = (
             t.to(f) for t in (q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v))
         chunk = math.ceil(T / NUM_SPLITS)

@@ -45,6 +45,8 @@ class TritonBackend(BaseBackend):
     # (no tensor cores) on a GPU: it is there for tight checks, not speed.
     dtypes = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
     description = "fused split-K factored decode + append (Triton)"
+    # fp8 caches at every kernel level, every granularity (dequantized on load, fp32 products)
+    cache_formats = ("float8_e4m3fn", "float8_e5m2")
 
     batch_invariant = False  # the default launch picks its split count from the batch (pick_launch)
 
@@ -103,6 +105,8 @@ class TritonBackend(BaseBackend):
         needs = {"layer-model": "layer"}.get(level, level)  # layer-model cases run layer_step
         if needs is not None and needs not in self.levels:
             return False, f"triton backend implements levels {sorted(self.levels)}, not {level!r}"
+        if getattr(case, "cache_format", "") and self.launch.get("dot") == "lp":
+            return False, "dot='lp' (16-bit tensor-core products) does not read an fp8 cache"
         return True, ""
 
     def configure(self, case: Any) -> None:
@@ -131,17 +135,15 @@ class TritonBackend(BaseBackend):
 
     # ------------------------------------------------------------------ kernel level
     def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-                         scale, key_scale=None, rope=None):
+                         scale, key_scale=None, rope=None, cache_scales=None):
         from .decode import decode_attention
 
-        dev = self._device()
-        home = q.device
-        move = (lambda t: t if t is None else t.to(dev)) if dev is not None and home != dev else (lambda t: t)
+        move = self._mover(q.device)
         out, lse = decode_attention(
             move(q), move(shared_k), move(shared_v), move(latent_k), move(latent_v), move(basis_k),
             move(basis_v), move(lengths), scale=scale, key_scale=move(key_scale), rope=rope,
-            mutant=self.mutant, **self._launch(shared_k.shape[1]))
-        return out.to(home), lse.to(home)
+            mutant=self.mutant, **self._fp8(cache_scales, move), **self._launch(shared_k.shape[1]))
+        return out.to(q.device), lse.to(q.device)
 
     def _mover(self, home: torch.device):
         dev = self._device()
@@ -149,8 +151,16 @@ class TritonBackend(BaseBackend):
             return lambda t: t
         return lambda t: t if t is None else t.to(dev)
 
+    @staticmethod
+    def _fp8(cache_scales, move) -> dict:
+        """{'cache_scales': …} on the kernels' device for an fp8 cache; nothing otherwise."""
+        if cache_scales is None:
+            return {}
+        return {"cache_scales": cache_scales if move(cache_scales.shared_k) is cache_scales.shared_k
+                else cache_scales.to(move(cache_scales.shared_k).device)}
+
     def paged_decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                               page_table, *, scale, key_scale=None, rope=None):
+                               page_table, *, scale, key_scale=None, rope=None, cache_scales=None):
         from .decode import paged_decode_attention
 
         home = q.device
@@ -158,11 +168,12 @@ class TritonBackend(BaseBackend):
         out, lse = paged_decode_attention(
             move(q), move(shared_k), move(shared_v), move(latent_k), move(latent_v), move(basis_k),
             move(basis_v), move(lengths), move(page_table), scale=scale, key_scale=move(key_scale), rope=rope,
-            mutant=self.mutant, **self._launch(page_table.shape[1] * shared_k.shape[1]))
+            mutant=self.mutant, **self._fp8(cache_scales, move),
+            **self._launch(page_table.shape[1] * shared_k.shape[1]))
         return out.to(home), lse.to(home)
 
     def extend_attention(self, q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v,
-                         lengths, *, scale, key_scale=None, rope=None, page_table=None):
+                         lengths, *, scale, key_scale=None, rope=None, page_table=None, cache_scales=None):
         from .extend import extend_attention
 
         home = q.device
@@ -171,7 +182,7 @@ class TritonBackend(BaseBackend):
         out, lse = extend_attention(
             move(q), move(cu_seqlens_q), move(shared_k), move(shared_v), move(latent_k), move(latent_v),
             move(basis_k), move(basis_v), move(lengths), scale=scale, key_scale=move(key_scale), rope=rope,
-            page_table=move(page_table), mutant=self.mutant, **launch)
+            page_table=move(page_table), mutant=self.mutant, **self._fp8(cache_scales, move), **launch)
         return out.to(home), lse.to(home)
 
     # ------------------------------------------------------------------ layer level
@@ -189,7 +200,7 @@ class TritonBackend(BaseBackend):
         moved = dev is not None and cache.shared_k.device != dev
         work = cache
         if moved:
-            work = FactoredCache(**{k: (None if v is None else v.to(dev)) for k, v in vars(cache).items()})
+            work = FactoredCache(**{k: (None if v is None else v.to(dev)) for k, v in vars(cache).items()})  # scales too
             weights_d = weights.__class__(**{k: (v.to(dev) if isinstance(v, torch.Tensor) else v)
                                              for k, v in vars(weights).items()})
             x_t, positions = x_t.to(dev), positions.to(dev)
@@ -197,15 +208,19 @@ class TritonBackend(BaseBackend):
             weights_d = weights
         entries = project_token(weights_d, x_t, positions)
         append(work, entries, positions)
+        fp8 = {} if work.scales is None else {"cache_scales": work.scales}  # an fp8 cache (append quantized)
         out, _ = decode_attention(
             entries["q"], work.shared_k, work.shared_v, work.latent_k, work.latent_v,
             weights_d.basis_k, weights_d.basis_v, work.lengths, scale=spec.head_dim ** -0.5,
-            key_scale=work.key_scale, rope=decode_rope(spec), mutant=self.mutant,
+            key_scale=work.key_scale, rope=decode_rope(spec), mutant=self.mutant, **fp8,
             **self._launch(work.shared_k.shape[1]))
         y = torch.einsum("bhd,hde->be", out, weights_d.w_o)
         if moved:
             for name, t in cache.tensors().items():
                 t.copy_(getattr(work, name))
+            if cache.scales is not None:  # dynamic scales were written at the new slot
+                for name, t in cache.scales.tensors().items():
+                    t.copy_(work.scales.of(name))
             cache.lengths = work.lengths.to(cache.lengths.device)
             y = y.to(home)
         return y, cache

@@ -186,14 +186,18 @@ def reduced_dims(granularity: str, part: str, ndim: int) -> tuple[int, ...]:
 def dynamic_scale(x: torch.Tensor, fmt: torch.dtype, granularity: str, *, part: str) -> torch.Tensor:
     """amax / max_finite over the axes the granularity reduces (`reduced_dims`), in float32.
 
-    The amax element then quantizes to ±max finite (saturating nothing). An all-zero group
-    gets ZERO_AMAX_SCALE (1: zeros are stored exactly under any scale); a nonzero amax so
+    The amax element then quantizes to ±max finite (saturating nothing). An all-zero or empty
+    group (a rank-0 latent) gets ZERO_AMAX_SCALE (1: zeros are stored exactly under any scale); a nonzero amax so
     small that amax/max underflows float32 gets float32's smallest normal instead (still
     amax/scale <= max finite)."""
     if not x.is_floating_point() or is_fp8(x.dtype):
         raise TypeError(f"dynamic_scale takes a float tensor at compute precision, got {x.dtype}")
     dims = reduced_dims(granularity, part, x.dim())
-    amax = x.to(torch.float64).abs().amax(dim=dims) if dims else x.to(torch.float64).abs()
+    x64 = x.to(torch.float64).abs()
+    if any(x.shape[d] == 0 for d in dims):  # an empty group (rank 0 latents): amax 0, as all zeros
+        amax = x64.sum(dim=dims)
+    else:
+        amax = x64.amax(dim=dims) if dims else x64
     s = (amax / fp8_format(fmt).max_finite).to(SCALE_DTYPE)
     tiny = torch.finfo(SCALE_DTYPE).smallest_normal
     s = torch.where(amax == 0, torch.ones_like(s) * ZERO_AMAX_SCALE, s.clamp_min(tiny))

@@ -169,11 +169,12 @@ def quantize_cache(parts: dict[str, torch.Tensor], lengths: torch.Tensor, fmt: t
 
 
 def quantize_append(cache_scales: CacheScales, entries: dict[str, torch.Tensor], rows: torch.Tensor,
-                    slots: torch.Tensor) -> dict[str, torch.Tensor]:
+                    slots: torch.Tensor, quantizer=quantize) -> dict[str, torch.Tensor]:
     """One token per sequence for an fp8 cache: the parts' entries ([B, d_h], [B, H, r], at any
     compute precision) quantized to cache_scales.format. Static scales are used as given;
     dynamic ones are computed from the entry (amax per token or token-head) and written into
-    the scale tensors at [rows, slots]. Returns the fp8 entries (other entries unchanged)."""
+    the scale tensors at [rows, slots]. Returns the fp8 entries (other entries unchanged).
+    quantizer: `quantize`'s signature (the harness's quantizer mutant passes a broken one)."""
     out = dict(entries)
     for p in PARTS:
         g = cache_scales.granularity_of(p)
@@ -183,7 +184,7 @@ def quantize_append(cache_scales: CacheScales, entries: dict[str, torch.Tensor],
             new = dynamic_scale(entries[p], cache_scales.format, cache_scales.granularity, part=p)  # [B] or [B, H]
             s[rows, slots] = new
             s = new
-        out[p] = quantize(entries[p], cache_scales.format, s, g)
+        out[p] = quantizer(entries[p], cache_scales.format, s, g)
     return out
 
 

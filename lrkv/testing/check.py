@@ -110,7 +110,7 @@ def cases_for(backend: Any, grid: str | Iterable[Case] = "default", *, levels=No
 
     from ..verify.runner import backend_accepts, role_of
     from ..verify.tolerance import Tolerance
-    from ..verify.twins import find_twin, twin_id
+    from ..verify.twins import find_twin, forced_changes, twin_id
 
     target = resolve(backend) if not isinstance(backend, Target) else backend
     accepts = backend_accepts(target.backend, Tolerance())
@@ -121,7 +121,7 @@ def cases_for(backend: Any, grid: str | Iterable[Case] = "default", *, levels=No
         # a case declined for its dtype also runs at its twin (the nearest variant the backend
         # supports, every other feature kept: lrkv.verify.twins), as `lrkv verify` does
         if why and ": dtype " in why and role_of(target.backend) != "baseline":
-            found = find_twin(case, accepts)
+            found = find_twin(case, accepts, forced_changes(case, target.backend))
             if found is not None:
                 out.append(pytest.param(found[0], id=twin_id(case, found[1])))
     return out

@@ -49,7 +49,12 @@ def _row_norm_bound(shared, latent, basis, valid):
 
 
 def kernel_conditioning(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-                        scale, key_scale=None, rope=None) -> Conditioning:
+                        scale, key_scale=None, rope=None, cache_scales=None) -> Conditioning:
+    if cache_scales is not None:  # an fp8 cache: the oracle reads it dequantized exactly (float64)
+        from ..reference.fp8_cache import dequantize_cache
+
+        shared_k, shared_v, latent_k, latent_v = dequantize_cache(cache_scales, torch.float64, shared_k, shared_v,
+                                                                  latent_k, latent_v)
     B, T, d_h = shared_k.shape
     r = latent_k.shape[-1]
     valid = torch.arange(T)[None, :] < lengths[:, None].cpu()  # [B, T]

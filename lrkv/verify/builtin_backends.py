@@ -37,20 +37,21 @@ class ReferenceBackend(BaseBackend):
     description = "float64 factored decode (Eqs. 6-7), the oracle"
 
     def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-                         scale, key_scale=None, rope=None):
+                         scale, key_scale=None, rope=None, cache_scales=None):
         return decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                                scale=scale, key_scale=key_scale, rope=rope)
+                                scale=scale, key_scale=key_scale, rope=rope, cache_scales=cache_scales)
 
     def paged_decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                               page_table, *, scale, key_scale=None, rope=None):
+                               page_table, *, scale, key_scale=None, rope=None, cache_scales=None):
         return getattr(ref_paged, self.paged_fn)(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v,
-                                                 lengths, page_table, scale=scale, key_scale=key_scale, rope=rope)
+                                                 lengths, page_table, scale=scale, key_scale=key_scale, rope=rope,
+                                                 cache_scales=cache_scales)
 
     def extend_attention(self, q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v,
-                         lengths, *, scale, key_scale=None, rope=None, page_table=None):
+                         lengths, *, scale, key_scale=None, rope=None, page_table=None, cache_scales=None):
         return getattr(ref_extend, self.extend_fn)(q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v,
                                                    basis_k, basis_v, lengths, scale=scale, key_scale=key_scale,
-                                                   rope=rope, page_table=page_table)
+                                                   rope=rope, page_table=page_table, cache_scales=cache_scales)
 
     def layer_step(self, weights, x_t, cache, positions):
         return layer_step(weights, x_t, cache, positions, decode=self.decode_attention)
@@ -64,9 +65,10 @@ class MaterializedBackend(ReferenceBackend):
     paged_fn, extend_fn = "materialized_paged_decode_attention", "materialized_extend_attention"
 
     def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-                         scale, key_scale=None, rope=None):
+                         scale, key_scale=None, rope=None, cache_scales=None):
         return materialized_decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v,
-                                             lengths, scale=scale, key_scale=key_scale, rope=rope)
+                                             lengths, scale=scale, key_scale=key_scale, rope=rope,
+                                             cache_scales=cache_scales)
 
 
 class EagerBackend(ReferenceBackend):
@@ -75,6 +77,7 @@ class EagerBackend(ReferenceBackend):
     name = "eager"
     dtypes = LOW
     description = "reference factored math in eager PyTorch at float32/bfloat16/float16"
+    cache_formats = ("float8_e4m3fn", "float8_e5m2")  # dequantize-then-attend at τ: the fp8 cases' err_base path
 
 
 class InductorBackend(BaseBackend):

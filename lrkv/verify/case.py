@@ -15,6 +15,11 @@ Levels (one module each under lrkv/verify/levels/):
                 claim and is EXPECTED to differ here (expect='differ').
   tp            the same incremental decode on `tp` tensor-parallel ranks (torch.distributed)
                 against the single-process float64 decode
+
+At the kernel and layer levels `cache_format` stores the cache in fp8 (DESIGN §4 "FP8
+caches"): the drawn cache is rounded to τ, as a server's projection writes it, then quantized
+with the `scale_granularity`'s scales (lrkv.reference.fp8_cache.quantize_cache); q stays at
+τ. A layer step also quantizes the token it appends (the backend's own quantizer).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ DEFAULT_ROPE_THETA = 10000.0
 
 CASE_LEVELS = ("kernel", "layer", "layer-model", "tp", "kernel-paged", "kernel-extend")
 KERNEL_LEVELS = ("kernel", "kernel-paged", "kernel-extend")  # the kernel contracts of DESIGN §4
+FP8_LEVELS = (*KERNEL_LEVELS, "layer")  # an fp8 cache: the kernels read it, the layer step also writes it
 MAX_PAGE_SIZE = 1 << 16
 EXPECTATIONS = ("match", "differ")
 DTYPES = ("float64", "float32", "bfloat16", "float16")
@@ -40,6 +46,8 @@ MAX_T = 1 << 20  # t_max limit: a case is drawn in float64 on the CPU
 MAX_SEED = 2**32 - 1  # seeds feed torch.Generator streams (seed·1_000_003 + stream must fit in 64 bits)
 MAX_Q_SCALE = 1.0e6
 MAX_TP = 64  # ranks of a tp case: each is a process on this machine
+CACHE_FORMATS = ("float8_e4m3fn", "float8_e5m2")  # an fp8 cache (DESIGN §4 "FP8 caches"); "" = the cache at τ
+FP8_COMPUTE_DTYPES = ("float32", "bfloat16", "float16")  # q's dtype over an fp8 cache (the contract)
 
 
 @dataclass(frozen=True)
@@ -64,6 +72,9 @@ class Case:
     page_shuffle: bool = True  # physical pages in a random order (False: sequence-major order)
     shared_prefix: int = 0  # sequences 0 and 1 share their first shared_prefix tokens' pages (whole pages)
     n_new: tuple[int, ...] = ()  # kernel-extend: new tokens per sequence (n_b <= lengths[b]; 0 allowed)
+    cache_format: str = ""  # kernel and layer levels: the cache stored as this fp8 format (CACHE_FORMATS), q at τ
+    scale_granularity: str = ""  # with cache_format: per_tensor, per_head, per_token or per_token_head
+    outliers: bool = False  # kernel levels: cached tokens and channels ×16; layer: the appended token ×4
     id: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -109,6 +120,7 @@ class Case:
             raise ValueError("layout is a kernel-level adversarial input (the paged and extend levels "
                              "have their own layouts)")
         self._check_paged_extend()
+        self._check_fp8()
         if self.near_cancel and self.spec.qk_norm:
             raise ValueError("near_cancel with qk_norm would make key_scale inconsistent; use one")
         if not self.id:
@@ -149,6 +161,26 @@ class Case:
                 raise ValueError(f"shared_prefix ({self.shared_prefix}) must not exceed the lengths of "
                                  f"sequences 0 and 1 ({list(self.lengths[:2])})")
 
+    def _check_fp8(self) -> None:
+        from ..spec.fp8_scales import GRANULARITIES
+
+        check_bool("outliers", self.outliers)
+        if self.cache_format:
+            check_choice("cache_format", self.cache_format, CACHE_FORMATS)
+            check_choice("scale_granularity", self.scale_granularity, GRANULARITIES)
+            if self.dtype not in FP8_COMPUTE_DTYPES:
+                raise ValueError(f"an fp8 cache is read at a compute dtype {FP8_COMPUTE_DTYPES}, got dtype "
+                                 f"{self.dtype!r} (q and out have it; the cache is {self.cache_format})")
+        elif self.scale_granularity:
+            raise ValueError("scale_granularity applies to an fp8 cache only: give cache_format too")
+        if self.level not in FP8_LEVELS and (self.cache_format or self.outliers):
+            raise ValueError(f"cache_format and outliers apply to the levels {', '.join(FP8_LEVELS)} only")
+
+    @property
+    def fp8(self) -> str:
+        """'<format>/<granularity>' of an fp8 cache, '' for a cache at τ."""
+        return f"{self.cache_format}/{self.scale_granularity}" if self.cache_format else ""
+
     @property
     def batch(self) -> int:
         return len(self.lengths)
@@ -173,6 +205,8 @@ class Case:
             "+inorder" if not self.page_shuffle else "",
             f"+prefix{self.shared_prefix}" if self.shared_prefix else "",
             "+new" + "-".join(map(str, self.n_new)) if self.n_new else "",
+            f"+{self.cache_format.removeprefix('float8_')}.{self.scale_granularity}" if self.cache_format else "",
+            "+outliers" if self.outliers else "",
             "+differ" if self.expect != "match" else "",  # part of the id: a pass can't turn into an xfail
             f"+tp{self.tp}" if self.level == "tp" else "",  # P in the id: --tp 2 and --tp 4 records differ
         ))
@@ -233,4 +267,6 @@ def case_shapes(case: Case) -> dict:
         shapes["page_size"] = case.page_size
     if case.level == "kernel-extend":
         shapes["n_new"] = list(case.n_new)
+    if case.cache_format:
+        shapes["cache"] = case.fp8
     return shapes

@@ -25,7 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .case import KERNEL_LEVELS, Case
+from ..spec.fp8_scales import GRANULARITIES
+from .case import CACHE_FORMATS, FP8_LEVELS, KERNEL_LEVELS, Case
 
 PAPER_RANKS = frozenset({46, 51, 55, 54})  # Table 7: 128M, 1.2B, 2.5B, 6.3B
 LONG_T = 4096  # a context at least this long is "long" (split-K and RoPE angles change regime)
@@ -33,7 +34,7 @@ BIG_BATCH, HUGE_BATCH = 16, 64  # kernels switch split counts on batch size (ker
 WIDE_HEAD = 128  # head_dim above this: register tiling changes (Triton kernels often require <= 128)
 CHUNK = 64  # n_new at least this long: an extend chunk spanning several query tiles
 # the capability dimensions a twin may change, in its order of preference (twins.py)
-CAPABILITY_DIMS = ("layout", "rope", "qk_norm", "dtype", "head_dim", "rank", "n_heads")
+CAPABILITY_DIMS = ("layout", "rope", "qk_norm", "dtype", "cache", "head_dim", "rank", "n_heads")
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ ALL_KERNEL = KERNEL_LEVELS
 PAGED = ("kernel-paged", "kernel-extend")
 LAYERS = ("layer", "layer-model")
 EVERY = (*KERNEL_LEVELS, "layer", "layer-model", "tp")
+FP8 = FP8_LEVELS  # where a case can carry an fp8 cache
 
 
 def _capabilities() -> list[Feature]:
@@ -91,6 +93,12 @@ def _capabilities() -> list[Feature]:
         Feature("layout=strided", ("kernel",), lambda c: c.layout == "strided",
                 "non-contiguous caches (K/V packed, latents head-major)", dim="layout"),
     ]
+    for fmt in CACHE_FORMATS:  # an fp8 cache (DESIGN §4 "FP8 caches"): a kernel may read none, or some
+        feats.append(Feature(f"cache={fmt}", FP8, lambda c, f=fmt: c.cache_format == f,
+                             f"the cache stored as {fmt}, dequantized on load", dim="cache"))
+    for g in GRANULARITIES:
+        feats.append(Feature(f"scales={g}", FP8, lambda c, g=g: c.scale_granularity == g,
+                             f"fp8 scales {g} (read from the right axis, for the right part)", dim="cache"))
     return feats
 
 
@@ -111,6 +119,7 @@ def _kernel_features() -> list[Feature]:
         Feature("garbage=finite", ALL_KERNEL, lambda c: not c.nan_garbage, "large finite values in unused slots"),
         Feature("q×100", ALL_KERNEL[:2], lambda c: c.q_scale >= 100.0, "queries ×100 (logits far apart)"),
         Feature("near_cancel", ALL_KERNEL[:2], lambda c: c.near_cancel, "shared and private keys nearly cancelling"),
+        Feature("outliers", FP8, lambda c: c.outliers, "outlier tokens and channels (what fp8 scales meet)"),
         Feature("splits not dividing T", ALL_KERNEL[:2], lambda c: c.splits > 0 and c.t_max % c.splits != 0,
                 "a split-K count that does not divide the cache"),
         # a non-default RoPE base reaches a kernel only through exact RoPE (aligned/latent are

@@ -14,6 +14,11 @@ sequences (a common prefix); unused pages full of NaN (and once of large finite 
 n_b of 0, 1, 2–8 and a 66-token chunk in one ragged batch; lengths at tile (16, 32, 33) and
 page boundaries; every RoPE mode the kernels see and QK-RMSNorm.
 
+FP8 caches (`_fp8_cases`): both formats with every scale granularity at the kernel level,
+each format and granularity at the paged, extend and layer levels (shared pages, a contiguous
+and a paged extend, a layer step appending an outlier token), outliers, NaN-pattern and
+finite garbage.
+
 Budget: the grid must run in under 3 minutes on 2 CPU cores for the default backends. The
 costly part is inductor (float64/float32 only), which compiles once per (graph, dtype,
 static shape) — T is dynamic. So the float32/float64 cases share nine kernel families (most
@@ -274,9 +279,51 @@ def _extend_cases() -> list[Case]:
     ]
 
 
+FP8_FORMATS = ("float8_e4m3fn", "float8_e5m2")
+FP8_SCALES = ("per_tensor", "per_head", "per_token", "per_token_head")
+
+
+def _fp8_cases() -> list[Case]:
+    """FP8 caches at every kernel level and the layer step (DESIGN §4 "FP8 caches"): at the
+    kernel level every format with every granularity; paged, extend and layer each format and
+    each granularity once.
+    The parts and heads have different ranges (levels/fp8_inputs.py: a swapped or dropped
+    scale shows), half the cases carry outlier tokens and channels, unused slots hold the
+    format's NaN pattern (once saturated finite junk), paged caches share pages. BASE's
+    shape with B = 3 (inductor and the example backends, which read no fp8, run their
+    twins at the cache's dtype: no new compile)."""
+    fp8 = lambda i: {"cache_format": FP8_FORMATS[i % 2], "scale_granularity": FP8_SCALES[i // 2 % 4]}  # noqa: E731
+    kernel = [Case("kernel", spec, dt, lengths, 40, outliers=i % 2 == 1, nan_garbage=i != 5, seed=i, **fp8(i))
+              for i, (spec, dt, lengths) in enumerate((
+                  (BASE, "bfloat16", (10, 33, 2)), (BASE, "float16", (0, 40, 17)),
+                  (EXACT, "bfloat16", (10, 33, 2)), (BASE, "float32", (25, 1, 40)),
+                  (QKN, "float16", (10, 33, 2)), (BASE, "bfloat16", (11, 4, 39)),
+                  (QKN_EXACT, "bfloat16", (10, 33, 2)), (BASE, "float16", (40, 29, 13))))]
+    # paged and extend: the pairs (e4m3, per_tensor), (e5m2, per_head), (e4m3, per_token), (e5m2, per_token_head)
+    paged = [Case("kernel-paged", spec, dt, (37, 21, 14), 40, page_size=page, shared_prefix=14,
+                  outliers=i % 2 == 0, nan_garbage=i != 1, seed=i, cache_format=FP8_FORMATS[i % 2],
+                  scale_granularity=FP8_SCALES[i])
+             for i, (spec, dt, page) in enumerate(((EXACT, "bfloat16", 7), (BASE, "float16", 7),
+                                                   (QKN_EXACT, "bfloat16", 1), (BASE, "float32", 7)))]
+    extend = [Case("kernel-extend", spec, dt, (33, 16, 1, 12), 40, n_new=n_new, page_size=page,
+                   shared_prefix=5 if page else 0, outliers=i % 2 == 1, seed=i, cache_format=FP8_FORMATS[i % 2],
+                   scale_granularity=FP8_SCALES[i])
+              for i, (spec, dt, page, n_new) in enumerate(((EXACT, "bfloat16", 0, (12, 1, 1, 5)),
+                                                           (BASE, "float16", 5, (3, 7, 1, 0)),
+                                                           (QKN, "bfloat16", 5, (12, 1, 1, 5)),
+                                                           (ALIGNED, "float32", 0, (2, 8, 1, 4))))]
+    # the layer step also quantizes the token it appends (outliers: beyond the static scales)
+    layer = [Case("layer", spec, dt, (1, 6, 11), 12, outliers=i % 2 == 0, seed=i, cache_format=FP8_FORMATS[i % 2],
+                  scale_granularity=FP8_SCALES[i])
+             for i, (spec, dt) in enumerate(((BASE, "bfloat16"), (EXACT, "float16"), (QKN, "bfloat16"),
+                                             (BASE, "float32")))]
+    return kernel + paged + extend + layer
+
+
 def default_grid() -> list[Case]:
-    """Every case `lrkv verify` runs by default."""
-    return _kernel_cases() + _layer_cases() + _model_cases() + _paged_cases() + _extend_cases()
+    """Every case `lrkv verify` runs by default (the fp8 cases last: the earlier cases keep
+    their positions, so their server-property shares do not move)."""
+    return _kernel_cases() + _layer_cases() + _model_cases() + _paged_cases() + _extend_cases() + _fp8_cases()
 
 
 def quick_grid() -> list[Case]:

@@ -12,6 +12,7 @@ measures a rate.
     python3 -m lrkv.verify.hunt --examples 2500 --out reports/hunt.json
     python3 -m lrkv.verify.hunt --backend tiled --level layer --examples 500 --seed 7
     TRITON_INTERPRET=1 python3 -m lrkv.verify.hunt --backend triton --level kernel-extend --examples 60
+    python3 -m lrkv.verify.hunt --fp8 --examples 1000 --seed 3     (every case with an fp8 cache)
 
 Exit 0 when no false failure was found, 1 otherwise (each is listed with its replay command),
 2 on a usage error (an unknown or unavailable backend, a level no hunted backend declares).
@@ -32,7 +33,8 @@ from hypothesis import strategies as st
 from ..checks import arg_int, arg_out_file
 from ..spec import dtype_name
 from .backend_registry import get_backend
-from .case import DTYPES, Case
+from ..spec.fp8_scales import GRANULARITIES
+from .case import CACHE_FORMATS, DTYPES, FP8_COMPUTE_DTYPES, KERNEL_LEVELS, Case
 from .levels import get_level
 from .protocol import check_available
 from .runner import not_applicable, run
@@ -64,8 +66,17 @@ def claimed_dtypes(backends, level: str) -> tuple[str, ...]:
     return tuple(d for d in DTYPES if d in claimed)
 
 
-def draw_cases(level: str, dtypes: tuple[str, ...], examples: int, seed: int) -> list[Case]:
-    """`examples` cases of `level`, reproducibly from `seed` (a different stream per level)."""
+def as_fp8(case: Case) -> Case:
+    """The drawn case with its cache in fp8 (--fp8): format, granularity and outliers from the
+    case's own seed (reproducible), τ float32 where it was float64 (fp8's compute dtypes)."""
+    n = case.seed
+    return case.replace(cache_format=CACHE_FORMATS[n % 2], scale_granularity=GRANULARITIES[n // 2 % 4],
+                        outliers=n % 3 == 0, dtype=case.dtype if case.dtype in FP8_COMPUTE_DTYPES else "float32")
+
+
+def draw_cases(level: str, dtypes: tuple[str, ...], examples: int, seed: int, fp8: bool = False) -> list[Case]:
+    """`examples` cases of `level`, reproducibly from `seed` (a different stream per level);
+    fp8: each with an fp8 cache (`as_fp8`; kernel levels)."""
     drawn: list[Case] = []
 
     @hypothesis_seed(seed * 7919 + LEVELS.index(level))
@@ -77,7 +88,7 @@ def draw_cases(level: str, dtypes: tuple[str, ...], examples: int, seed: int) ->
         drawn.append(case.replace(layout=layout) if level == "kernel" else case)
 
     one()
-    return drawn
+    return [as_fp8(c) for c in drawn] if fp8 else drawn
 
 
 def coverage(level: str, drawn: list[Case]) -> dict:
@@ -89,6 +100,8 @@ def coverage(level: str, drawn: list[Case]) -> dict:
         c["rope"][s.rope + ("+qk_norm" if s.qk_norm else "")] += 1
         c["batch"]["1" if case.batch == 1 else "2-3" if case.batch <= 3 else "4-9" if case.batch < 10 else ">=10"] += 1
         c["garbage"]["nan" if case.nan_garbage else "finite"] += 1
+        if case.cache_format:
+            c.setdefault("fp8", Counter())[case.fp8 + ("+outliers" if case.outliers else "")] += 1
         for n in case.lengths:
             c["lengths"]["0" if n == 0 else "1" if n == 1 else "t_max" if n == case.t_max
                          else "page boundary" if case.page_size and n % case.page_size == 0 else "other"] += 1
@@ -124,12 +137,13 @@ def is_false_failure(rec: dict) -> bool:
 
 
 def hunt(labels, levels, examples: int, seed: int, progress=None, *, strict: bool = False,
-         properties: bool = False) -> dict:
+         properties: bool = False, fp8: bool = False) -> dict:
     """Draw `examples` cases per level; run them through `runner.run`; collect non-passes.
 
     strict: a level that no hunted backend declares is an error (else it is left out).
     properties: also run the server properties (server_properties.py) on their share of the
-    drawn cases; a required one that fails on a correct backend is a false failure too."""
+    drawn cases; a required one that fails on a correct backend is a false failure too.
+    fp8: the kernel levels only, every case with an fp8 cache (`as_fp8`)."""
     policy = load_policy()
     backends = [(label, get_backend(label)) for label in labels]
     for label, b in backends:
@@ -142,6 +156,10 @@ def hunt(labels, levels, examples: int, seed: int, progress=None, *, strict: boo
     failures: list[dict] = []
     run_levels = []
     for level in levels:
+        if fp8 and level not in KERNEL_LEVELS:
+            if strict:
+                raise ValueError(f"--fp8: fp8 caches exist at the kernel levels only, not {level!r}")
+            continue
         users = [(lb, b) for lb, b in backends if declares(b, level)]
         if not users:
             if strict:
@@ -150,7 +168,7 @@ def hunt(labels, levels, examples: int, seed: int, progress=None, *, strict: boo
             continue
         run_levels.append(level)
         user_names = {b.name for _, b in users}
-        drawn = draw_cases(level, claimed_dtypes(users, level), examples, seed)
+        drawn = draw_cases(level, claimed_dtypes(users, level), examples, seed, fp8)
         drawn_coverage[level] = coverage(level, drawn)
         claimed = [any(not not_applicable(b, case) for _, b in users) for case in drawn]
         counts = by_level.setdefault(level, {b.name: Counter() for _, b in users})
@@ -227,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--examples", type=arg_int(minimum=1), default=200, help="cases drawn per level")
     p.add_argument("--seed", type=arg_int(minimum=0), default=0)
     p.add_argument("--out", type=arg_out_file(), help="write the result as JSON")
+    p.add_argument("--fp8", action="store_true",
+                   help="every drawn case with an fp8 cache (both formats, every granularity, outliers; the kernel "
+                        "levels only)")
     p.add_argument("--properties", action="store_true",
                    help="also run the server properties on their share of the drawn cases (a required one "
                         "failing on a correct backend is a false failure)")
@@ -242,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         result = hunt(args.backend or CORRECT, args.level or LEVELS, args.examples, args.seed, progress,
-                      strict=bool(args.level), properties=args.properties)
+                      strict=bool(args.level), properties=args.properties, fp8=args.fp8)
     except (ValueError, TypeError) as e:
         print(f"hunt: {e}", file=sys.stderr)
         return 2

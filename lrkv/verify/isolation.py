@@ -31,6 +31,7 @@ import contextlib
 import itertools
 import multiprocessing as mp
 import os
+import io
 import pickle
 import signal
 import sys
@@ -41,6 +42,33 @@ from typing import Any
 
 MODES = ("process", "inprocess")
 PRELOAD = ["torch", "lrkv.verify.runner"]  # imported once by the server, shared by every worker it forks
+FP8_DTYPE_NAMES = ("torch.float8_e4m3fn", "torch.float8_e5m2")
+
+
+def _fp8_tensor(raw, dtype):
+    return raw.view(dtype)
+
+
+class _Pickler(pickle.Pickler):
+    """pickle, with fp8 tensors sent as their bytes: torch cannot unpickle an fp8 tensor it
+    pickled (its storage loader asks an UntypedStorage for a dtype), and an fp8 cache must
+    reach the worker. A same-size dtype view keeps shape, strides and storage offset."""
+
+    def reducer_override(self, obj):
+        dtype = getattr(obj, "dtype", None)
+        if str(dtype) in FP8_DTYPE_NAMES and type(obj).__module__.startswith("torch"):  # no torch import here
+            import torch
+
+            if isinstance(obj, torch.Tensor):
+                return _fp8_tensor, (obj.detach().view(torch.uint8), dtype)
+        return NotImplemented
+
+
+def dumps(obj) -> bytes:
+    """The isolation's pickle.dumps (fp8 tensors included); pickle.loads reads it."""
+    buf = io.BytesIO()
+    _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    return buf.getvalue()
 START_TIMEOUT = 300.0  # s for a fresh worker to import its backends (a cold torch import can take a minute)
 MAX_LOADED = 32  # runs whose backends the worker keeps loaded at once
 CUDA_ERROR_WORDS = ("CUDA error", "illegal memory access", "AcceleratorError", "device-side assert")
@@ -203,10 +231,10 @@ def _serve(conn) -> None:
                 result = ("unloaded",)
             else:
                 result = ("ok", _do(loaded[token][label], op, args))
-            blob = pickle.dumps(result)
+            blob = dumps(result)
         except BaseException as e:  # noqa: BLE001 — everything the backend raises goes back as is
             tb = "".join(traceback.format_exception(e)[-3:])
-            blob = pickle.dumps(("raise", _portable(e), tb))
+            blob = dumps(("raise", _portable(e), tb))
         conn.send_bytes(blob)
 
 
@@ -312,7 +340,7 @@ class Worker:
     def close(self) -> None:
         if self._conn is not None:
             try:
-                self._conn.send_bytes(pickle.dumps((0, None, "stop", ())))
+                self._conn.send_bytes(dumps((0, None, "stop", ())))
             except OSError:
                 pass
         self.kill()
@@ -322,7 +350,7 @@ class Worker:
         if self._proc is None:
             self._start()
         try:
-            self._conn.send_bytes(pickle.dumps((token, label, op, args)))
+            self._conn.send_bytes(dumps((token, label, op, args)))
             ready = self._conn.poll(timeout if timeout > 0 else None)
         except (OSError, EOFError):
             ready = True  # the worker is gone: recv below says how
@@ -376,7 +404,7 @@ class Calls:
                 self._inproc.add(label)
                 continue
             try:
-                self._sendable.append((label, pickle.dumps(b)))
+                self._sendable.append((label, dumps(b)))
             except Exception as e:  # noqa: BLE001 — any pickling failure keeps the backend here
                 self._keep(label, f"it cannot be sent to a worker process: {type(e).__name__}: {e}")
 

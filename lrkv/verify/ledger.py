@@ -29,7 +29,7 @@ from .selection import Selection
 
 UNAVAILABLE = "backend unavailable: "
 UNSUPPORTED = "unsupported: "
-NOT_APPLICABLE = ("not implemented: ", "dtype ")  # runner.not_applicable's reasons
+NOT_APPLICABLE = ("not implemented: ", "dtype ", "cache ")  # runner.not_applicable's reasons
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ def missing_twins(report: dict, led: Ledger, live: dict, timeout_of) -> list[Fin
     (a deleted failing twin). timeout_of(backend, dtype) -> the per-call time limit."""
     from .runner import backend_accepts
     from .tolerance import Tolerance
-    from .twins import find_twin, twin_id
+    from .twins import find_twin, forced_changes, twin_id
 
     if led.selection is None or not led.selection.twins:
         return []
@@ -152,7 +152,8 @@ def missing_twins(report: dict, led: Ledger, live: dict, timeout_of) -> list[Fin
         case = led.expected.get(r["id"])
         if backend is None or case is None:
             continue
-        found = find_twin(case, backend_accepts(backend, Tolerance(case_timeout=timeout_of(b, case.dtype))))
+        found = find_twin(case, backend_accepts(backend, Tolerance(case_timeout=timeout_of(b, case.dtype))),
+                          forced_changes(case, backend))
         if found is not None:
             tid = twin_id(case, found[1])
             out.append(Finding(f"{b}::{tid}", b, tid, found[0].dtype, "MISSING",
@@ -185,10 +186,17 @@ def check_info(info: dict, live) -> str:
     """'' when the report's levels/dtypes for a backend are the live backend's, else what differs."""
     from ..spec import dtype_name
 
+    from .protocol import fp8_claims
+
     levels, dtypes = sorted(live.levels), [dtype_name(d) for d in live.dtypes]
     if sorted(info.get("levels", [])) != levels or sorted(info.get("dtypes", [])) != sorted(dtypes):
         return (f"report altered: backend {info['name']!r} is listed with levels {info.get('levels')} and dtypes "
                 f"{info.get('dtypes')}; imported here it has {levels} and {dtypes}")
+    formats, grans = fp8_claims(live)
+    listed = (tuple(info.get("cache_formats", ())), tuple(info.get("scale_granularities", ())))
+    if (sorted(listed[0]), sorted(listed[1])) != (sorted(formats), sorted(grans)):
+        return (f"report altered: backend {info['name']!r} is listed with fp8 caches {list(listed[0])} "
+                f"({list(listed[1])}); imported here it has {list(formats)} ({list(grans)})")
     return ""
 
 
@@ -232,3 +240,5 @@ class _Info:
 
         self.levels = frozenset(info.get("levels", ()))
         self.dtypes = tuple(as_dtype(d) for d in info.get("dtypes", ()))
+        self.cache_formats = tuple(info.get("cache_formats", ()))
+        self.scale_granularities = tuple(info.get("scale_granularities", ()))

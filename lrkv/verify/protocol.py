@@ -14,6 +14,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from ..spec.fp8_scales import GRANULARITIES
+from .case import CACHE_FORMATS
+
 # Levels a backend may declare: the kernel contracts of DESIGN §4 (decode, paged decode,
 # extend), the layer step, and the model; `tp` is a tensor-parallel per-rank step.
 LEVELS = ("kernel", "kernel-paged", "kernel-extend", "layer", "model", "tp")
@@ -39,6 +42,10 @@ class BaseBackend:
     levels: frozenset[str] = frozenset({"kernel"})
     dtypes: tuple[torch.dtype, ...] = (torch.float32,)
     description: str = ""
+    # fp8 caches it reads (DESIGN §4 "FP8 caches"): the kernel entry points then take
+    # cache_scales=; none by default, so a backend never receives an argument it does not know
+    cache_formats: tuple[str, ...] = ()
+    scale_granularities: tuple[str, ...] = GRANULARITIES
 
     def available(self) -> tuple[bool, str]:
         return True, ""
@@ -59,6 +66,26 @@ class BaseBackend:
 
     def __repr__(self) -> str:
         return f"<backend {self.name} levels={sorted(self.levels)}>"
+
+def fp8_claims(backend: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(cache_formats, scale_granularities) a backend claims for fp8 caches (validated by
+    normalize_backend; none for a backend that does not name any)."""
+    formats = tuple(getattr(backend, "cache_formats", ()) or ())
+    return formats, (tuple(getattr(backend, "scale_granularities", GRANULARITIES)) if formats else ())
+
+
+def _check_fp8_claims(obj: Any, label: str) -> None:
+    formats = getattr(obj, "cache_formats", ())
+    grans = getattr(obj, "scale_granularities", GRANULARITIES)
+    for attr, value, known in (("cache_formats", formats, CACHE_FORMATS), ("scale_granularities", grans, GRANULARITIES)):
+        if isinstance(value, str) or not isinstance(value, (tuple, list, frozenset, set)):
+            raise TypeError(f"backend {label!r}: {attr} must be a tuple of names, got {value!r}")
+        unknown = sorted(str(v) for v in value if v not in known)
+        if unknown:
+            raise ValueError(f"backend {label!r}: {attr}: unknown {unknown}; known: {', '.join(known)}")
+    if formats and not grans:
+        raise ValueError(f"backend {label!r}: scale_granularities is empty but cache_formats names fp8 formats")
+
 
 def normalize_backend(obj: Any, label: str) -> Any:
     """Check the protocol's attributes; dtype names become torch dtypes, levels a frozenset."""
@@ -85,6 +112,7 @@ def normalize_backend(obj: Any, label: str) -> Any:
         raise TypeError(f"backend {label!r}: dtypes: {e}") from None
     if not dtypes:
         raise ValueError(f"backend {label!r}: dtypes is empty")
+    _check_fp8_claims(obj, label)
     role = getattr(obj, "role", "verified")
     if role not in ROLES:
         raise ValueError(f"backend {label!r}: role must be one of {ROLES}, got {role!r}")

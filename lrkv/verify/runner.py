@@ -35,14 +35,15 @@ from dataclasses import dataclass, field, fields
 import torch
 
 from ..spec import as_dtype, dtype_name
-from .protocol import check_available
+from .protocol import check_available, fp8_claims
 from .bounds import U64, Conditioning, oracle_reference
 from .case import Case, case_shapes
 from .levels import get_level
 from .metrics import ErrorMetrics, error_metrics, json_float, worst_of
+from .quantization_cost import measured
 from .tolerance import Policy, Tolerance, fa3_atol, judge_record, make_bound, ulp
 from .coverage import declined
-from .twins import changes_text, find_twin, twin_id
+from .twins import changes_text, find_twin, forced_changes, twin_id
 from .isolation import Calls, Timeout, WorkerDied, default_mode, unusable
 from .server_properties import required as prop_required
 from .server_properties import declarations, plan, second_draws, selected
@@ -66,6 +67,7 @@ class Prepared:
     float64: dict[str, float] | None = None  # float64 rounding bound per output (τ = float64)
     oracle: torch.Tensor | None = None  # the mpmath oracle's out (tiny float64 kernel cases)
     inconsistent: str = ""  # why the oracle paths disagree ('' when they agree)
+    quantization_cost: dict | None = None  # an fp8 case's cost (quantization_cost.py), never gated
 
 
 def float64_bounds(case: Case, cond: Conditioning, names: Iterable[str], c: float) -> dict[str, float]:
@@ -136,7 +138,12 @@ def prepare_inputs(case: Case, inp, policy: Policy | None = None) -> Prepared:
     runs = {}
     for name, (_, dt) in expected.items():
         if dt not in runs:
-            low = inp if dt == case.torch_dtype else inp.to(dt)
+            # an fp8 cache is dequantized to τ first, as the dequantize-then-attend path at τ
+            # stores it, also for an output accumulated wider (lse: float32 for half inputs)
+            if dt == case.torch_dtype:
+                low = inp
+            else:
+                low = (inp.dequantize_to(case.torch_dtype) if case.cache_format else inp).to(dt)
             runs[dt] = {p: fn(low) for p, fn in paths.items()}
         base[name] = worst_of(*(error_metrics(runs[dt][p][name], f64[p][name]) for p in paths))
     atol = {name: fa3_atol(ref[name], dt) for name, (_, dt) in expected.items()}
@@ -144,8 +151,15 @@ def prepare_inputs(case: Case, inp, policy: Policy | None = None) -> Prepared:
         carried = logit_rounding(cond, expected["lse"][1])
         atol["lse"] += carried
         atol["out"] += cond.value * carried
+    cost = None
+    if case.cache_format and level.unquantized is not None:
+        # what storing the cache in fp8 costs: dequantize-then-attend at τ against the float64
+        # oracle on the cache at τ before quantization (reported per case, never gated)
+        main, first = next(iter(expected)), next(iter(paths))
+        unquantized = paths[first](level.unquantized(case).to(torch.float64))
+        cost = measured(runs[case.torch_dtype][first][main], unquantized[main]).to_dict()
     return Prepared(case, inp, ref, base, atol, expected, cond,
-                    bounds if case.dtype == "float64" else None, oracle, inconsistent)
+                    bounds if case.dtype == "float64" else None, oracle, inconsistent, cost)
 
 
 # ----------------------------------------------------------------------------- records
@@ -250,6 +264,8 @@ def run_case(prep: Prepared, backend, label: str, tol: Tolerance, calls: Calls |
         m = error_metrics(outs[main], prep.oracle)
         rec["oracle"] = {"metrics": m.to_dict(), "bound": json_float(prep.float64[main])}
     rec["status"], rec["reason"] = judge_record(rec, tol)
+    if prep.quantization_cost is not None:
+        rec["quantization_cost"] = prep.quantization_cost
     if server is not None and server[0]:
         rec["properties"] = check_properties(prep, backend, label, tol, calls, *server)
     return rec
@@ -324,6 +340,9 @@ def backend_info(backend, label: str) -> dict:
     info = {"name": backend.name, "ref": label, "role": role_of(backend), "available": bool(ok),
             "reason": why or "", "levels": sorted(backend.levels), "dtypes": [dtype_name(d) for d in backend.dtypes],
             "description": str(getattr(backend, "description", "")), "declares": declarations(backend)}
+    formats, grans = fp8_claims(backend)
+    if formats:  # absent for a backend without fp8 caches: older reports stay valid
+        info.update(cache_formats=list(formats), scale_granularities=list(grans))
     device = getattr(backend, "device", None)  # where a device-generic backend runs ('cpu', 'cuda')
     if isinstance(device, str) and device:
         info["device"] = device
@@ -338,6 +357,11 @@ def not_applicable(backend, case: Case) -> str:
     if as_dtype(case.dtype) not in tuple(backend.dtypes):
         return (f"dtype {case.dtype} not supported; backend dtypes: "
                 f"{', '.join(dtype_name(d) for d in backend.dtypes)}")
+    if case.cache_format:
+        formats, grans = fp8_claims(backend)
+        if case.cache_format not in formats or case.scale_granularity not in grans:
+            return (f"cache {case.fp8} not supported; backend fp8 caches: "
+                    + (f"{', '.join(formats)} with {', '.join(grans)} scales" if formats else "none"))
     return ""
 
 
@@ -349,7 +373,7 @@ def backend_accepts(b, tol: Tolerance, calls: Calls | None = None, label: str = 
     """Whether backend b would run a case: its dtype is claimed and supports() says yes
     (asked through `calls`, the run's worker, when given)."""
     def accepts(case: Case) -> bool:
-        if as_dtype(case.dtype) not in tuple(b.dtypes):
+        if as_dtype(case.dtype) not in tuple(b.dtypes) or not_applicable(b, case):
             return False
         if not hasattr(b, "supports"):
             return True
@@ -468,7 +492,7 @@ def _run(cases, backends, policy: Policy, on_step, records: list[dict], twins: b
             _run_prepared(case, todo, policy, records, hung, calls, properties=wanted)
         groups: list[tuple[Case, dict, list]] = []  # one prepare per distinct twin case
         for label, b, tol in declined_by:
-            found = find_twin(case, backend_accepts(b, tol, calls, label))
+            found = find_twin(case, backend_accepts(b, tol, calls, label), forced_changes(case, b))
             if found is None:
                 continue
             twin, changes = found

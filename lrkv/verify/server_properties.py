@@ -137,7 +137,22 @@ def table(records: list[dict]) -> dict:
 
 # ----------------------------------------------------------------------------- in the worker
 def _tensors(inp) -> dict[str, torch.Tensor]:
+    """Every tensor of an input bundle by name, an fp8 cache's scales included (named_tensors)."""
+    if hasattr(inp, "named_tensors"):
+        return inp.named_tensors()
     return {f.name: getattr(inp, f.name) for f in fields(inp) if isinstance(getattr(inp, f.name), torch.Tensor)}
+
+
+def _select_scales(inp, ix: torch.Tensor) -> dict:
+    """{'cache_scales': …} with the per-token scales of a contiguous cache at rows ix (none else)."""
+    scales = getattr(inp, "cache_scales", None)
+    if scales is None:
+        return {}
+    from ..reference.fp8_cache import CacheScales
+    from ..reference.fp8 import DYNAMIC_GRANULARITIES, PARTS
+
+    return {"cache_scales": CacheScales(scales.format, scales.granularity, **{
+        p: scales.of(p)[ix] if scales.granularity_of(p) in DYNAMIC_GRANULARITIES else scales.of(p) for p in PARTS})}
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -187,7 +202,8 @@ def _select(level: str, inp, idx: list[int]):
     ix = torch.tensor(idx, dtype=torch.long)
     if level == "kernel":
         batched = ("q", "shared_k", "shared_v", "latent_k", "latent_v", "lengths", "key_scale")
-        return replace(inp, **{n: getattr(inp, n)[ix] for n in batched if getattr(inp, n) is not None})
+        return replace(inp, **{n: getattr(inp, n)[ix] for n in batched if getattr(inp, n) is not None},
+                       **_select_scales(inp, ix))
     if level == "kernel-paged":
         return replace(inp, q=inp.q[ix], lengths=inp.lengths[ix], page_table=inp.page_table[ix])
     cu = inp.cu_seqlens_q.tolist()  # kernel-extend: the query rows of each sequence, in order
@@ -199,7 +215,7 @@ def _select(level: str, inp, idx: list[int]):
         change["page_table"] = inp.page_table[ix]
     else:
         change.update({n: getattr(inp, n)[ix] for n in ("shared_k", "shared_v", "latent_k", "latent_v", "key_scale")
-                       if getattr(inp, n) is not None})
+                       if getattr(inp, n) is not None}, **_select_scales(inp, ix))
     return replace(inp, **change)
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from ..reference.contract import validate_decode_inputs
+from ..reference.fp8_cache import dequantize_cache
 from ..reference.lrkv import accumulation_dtype, exact_freqs, factored_logits, layer_step
 from ..reference.masking import NEG_INF, valid_mask, zero_garbage
 from .protocol import BaseBackend
@@ -53,12 +54,21 @@ class TiledDecoder:
         st.acc_shared = st.acc_shared * alpha[..., None]
         st.acc_private = st.acc_private * alpha[..., None]
 
+    def dequantize(self, cache_scales, cd: torch.dtype, parts: tuple) -> tuple:
+        """An fp8 cache's (shared_k, shared_v, latent_k, latent_v) as cd: stored × scale, each
+        part by its own scale (DESIGN §4 "FP8 caches"); the fp8 mutants override this."""
+        return dequantize_cache(cache_scales, cd, *parts)
+
     def __call__(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-                 scale, key_scale=None, rope=None):
+                 scale, key_scale=None, rope=None, cache_scales=None):
         B, T, H, d_h, r = validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k,
-                                                 basis_v, lengths, scale=scale, key_scale=key_scale, rope=rope)
+                                                 basis_v, lengths, scale=scale, key_scale=key_scale, rope=rope,
+                                                 cache_scales=cache_scales)
         out_dtype = q.dtype
         cd = accumulation_dtype(q.dtype)  # accumulate wide: float32 for half inputs, as kernels do
+        if cache_scales is not None:  # dequantize on load, at the accumulation dtype
+            shared_k, shared_v, latent_k, latent_v = self.dequantize(cache_scales, cd,
+                                                                     (shared_k, shared_v, latent_k, latent_v))
         q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v = (
             t.to(cd) for t in (q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v))
         key_scale = None if key_scale is None else key_scale.to(cd)
@@ -117,6 +127,7 @@ class TiledBackend(BaseBackend):
     levels = frozenset({"kernel", "layer"})
     dtypes = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
     description = "tiled split-K online-softmax factored decode in plain PyTorch"
+    cache_formats = ("float8_e4m3fn", "float8_e5m2")  # dequantized on load (TiledDecoder.dequantize)
     decoder_class = TiledDecoder
 
     def __init__(self, tile: int = DEFAULT_TILE, splits: int = DEFAULT_SPLITS):

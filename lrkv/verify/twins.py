@@ -4,7 +4,8 @@ A kernel that declines exact RoPE must still face the page size 7, the shared pr
 the NaN pages that the grid's exact-RoPE paged case carries. So when a backend declines a
 case — `supports()` false, or the case's dtype not in its `dtypes` — the runner derives the
 case's *twin*: the nearest variant that changes only capability dimensions
-(features.CAPABILITY_DIMS: layout, RoPE mode, QK-norm, dtype, head dim, rank, head count),
+(features.CAPABILITY_DIMS: layout, RoPE mode, QK-norm, dtype, fp8 cache, head dim, rank,
+head count),
 in that order of preference and fewest changes first, keeping every other field (page size,
 shared pages, shuffled and NaN pages, lengths, n_new, splits, q scale, near cancellation,
 garbage, seed). The twin is an ordinary case for the gate; its record id is
@@ -22,9 +23,11 @@ import itertools
 import math
 from collections.abc import Callable
 
-from .case import Case
+from ..spec.fp8_scales import GRANULARITIES
+from .case import CACHE_FORMATS, Case
 from .features import CAPABILITY_DIMS
 
+NO_FP8 = "none"  # the cache dimension's value of a cache at τ
 MAX_TRIES = 400  # supports() calls per declined case; the search stops (no twin) beyond
 HEAD_DIMS = (64, 128, 32, 16, 256)  # candidate head dims, nearest (in log2) first
 DTYPE_PREFERENCE = {  # nearest dtype first: same width, then wider
@@ -52,6 +55,12 @@ def candidates(case: Case, dim: str) -> list:
         return [False] if s.qk_norm else []
     if dim == "dtype":
         return list(DTYPE_PREFERENCE[case.dtype])
+    if dim == "cache":  # the same format at another granularity, the other format, then no fp8
+        if not case.cache_format:
+            return []
+        mine = [f"{case.cache_format}/{g}" for g in GRANULARITIES if g != case.scale_granularity]
+        other = [f"{f}/{case.scale_granularity}" for f in CACHE_FORMATS if f != case.cache_format]
+        return [*mine, *other, NO_FP8]
     if dim == "head_dim":
         return _by_distance(s.head_dim, HEAD_DIMS, log=True)
     if dim == "rank":
@@ -65,6 +74,8 @@ def candidates(case: Case, dim: str) -> list:
 def _value(case: Case, dim: str):
     if dim in ("layout", "dtype"):
         return getattr(case, dim)
+    if dim == "cache":
+        return case.fp8 or NO_FP8
     return getattr(case.spec, dim)
 
 
@@ -108,6 +119,9 @@ def apply_changes(case: Case, changes: dict) -> Case:
             spec_changes["d_model"] = spec_changes.get("n_heads", s.n_heads) * spec_changes.get("head_dim", s.head_dim)
         s = s.replace(**spec_changes)
     kw = {d: v for d, v in changes.items() if d in ("layout", "dtype")}
+    if "cache" in changes:
+        fmt, _, gran = ("" if changes["cache"] == NO_FP8 else changes["cache"]).partition("/")
+        kw.update(cache_format=fmt, scale_granularity=gran)
     expect = case.expect
     if case.level == "layer-model":  # latent RoPE is the model's expected difference (case.py)
         expect = "differ" if s.rope == "latent" else "match"
@@ -118,24 +132,35 @@ def twin_id(declined: Case, changes: dict) -> str:
     return f"{declined.id}~{changes_text(changes)}"
 
 
-def find_twin(case: Case, accepts: Callable[[Case], bool]) -> tuple[Case, dict] | None:
+def forced_changes(case: Case, backend) -> dict:
+    """Changes every twin of `case` needs for `backend`, known from its claims without asking:
+    an fp8 case for a backend that reads no fp8 cache is twinned at τ (cache=none), so the
+    search spends its tries on the other dimensions."""
+    from .protocol import fp8_claims
+
+    return {"cache": NO_FP8} if case.cache_format and not fp8_claims(backend)[0] else {}
+
+
+def find_twin(case: Case, accepts: Callable[[Case], bool], forced: dict | None = None) -> tuple[Case, dict] | None:
     """The nearest valid variant `accepts` takes, and its changes; None if none within MAX_TRIES.
 
     Fewest changed dimensions first; among those, dimensions in CAPABILITY_DIMS order and each
-    dimension's candidates nearest first."""
-    dims = [d for d in CAPABILITY_DIMS if candidates(case, d)]
+    dimension's candidates nearest first. `forced` (forced_changes): changes every candidate
+    carries."""
+    forced = dict(forced or {})
+    dims = [d for d in CAPABILITY_DIMS if candidates(case, d) and d not in forced]
     tries = 0
-    for n in range(1, len(dims) + 1):
+    for n in range(0 if forced else 1, len(dims) + 1):
         for subset in itertools.combinations(dims, n):
             for values in itertools.product(*(candidates(case, d) for d in subset)):
-                changes = dict(zip(subset, values))
+                changes = {**forced, **dict(zip(subset, values))}
                 try:
                     twin = apply_changes(case, changes)
                 except (ValueError, TypeError):
                     continue  # not a valid case (aligned RoPE with an odd rank, rank > d_h, …)
                 tries += 1
                 if accepts(twin):
-                    return twin, changes
+                    return twin, {d: changes[d] for d in CAPABILITY_DIMS if d in changes}
                 if tries >= MAX_TRIES:
                     return None
     return None

@@ -13,7 +13,9 @@ The runner knows nothing level-specific. For a case it asks the case's `Level` f
                               bound before anything is judged ('oracle inconsistent' otherwise);
   call(backend, inputs, case) the backend's outputs by name (the contract of the level);
   outputs(case)               the contract's shape and dtype of every output;
-  conditioning(inputs64, case) what the float64 rounding bound needs (bounds.py).
+  conditioning(inputs64, case) what the float64 rounding bound needs (bounds.py);
+  unquantized(case)           (kernel levels) an fp8 case's inputs with the cache at τ, before
+                              quantization: the reference of its quantization cost.
 
 Each level is one module of this package, named in `LEVEL_MODULES` and imported only when a
 case of that level is first run: importing this package registers nothing and loads no
@@ -61,6 +63,8 @@ class Level:
     # may run every (backend, case) pair at once before the runner asks for one
     wrap_backends: Callable[[list[tuple[str, Any]]], list[tuple[str, Any]]] | None = None
     prefetch: Callable[[list[Case], list[tuple[str, Any]]], None] | None = None
+    # the kernel levels: an fp8 case's inputs with the cache at τ, before quantization
+    unquantized: Callable[[Case], Any] | None = None
 
 
 def get_level(name: str) -> Level:

@@ -17,13 +17,15 @@ import torch
 from ...reference import extend as ref_extend
 from ...reference import paged as ref_paged
 from ...reference.extend import query_positions
+from ...reference.fp8_cache import CacheScales
 from ...reference.rope import ExactRope
 from ..bounds import kernel_conditioning
 from ..case import Case
 from . import Level
 from .contract import call_out_lse, oracle_path, out_lse_outputs
 from .inputs import ContractInputs
-from .kernel import draw_kernel_inputs
+from .fp8_inputs import dequantized, per_token_scales, with_scales
+from .kernel import draw_kernel_inputs, quantized
 from .paged import CACHE, paginate
 
 @dataclass
@@ -43,16 +45,19 @@ class ExtendInputs(ContractInputs):
     key_scale: torch.Tensor | None = None
     rope: ExactRope | None = None
     page_table: torch.Tensor | None = None  # [B, max_pages] int32
+    cache_scales: CacheScales | None = None  # an fp8 cache's scales (per-token ones paged with the cache)
 
     def args(self) -> tuple:
         return (self.q, self.cu_seqlens_q, self.shared_k, self.shared_v, self.latent_k, self.latent_v,
                 self.basis_k, self.basis_v, self.lengths)
 
     def kwargs(self) -> dict:
-        return {"scale": self.scale, "key_scale": self.key_scale, "rope": self.rope, "page_table": self.page_table}
+        return {"scale": self.scale, "key_scale": self.key_scale, "rope": self.rope, "page_table": self.page_table,
+                **self.fp8_kwargs()}
 
 
-def make_extend_inputs(case: Case) -> ExtendInputs:
+def make_extend_inputs(case: Case, quantize: bool = True) -> ExtendInputs:
+    """quantize=False: an fp8 case's cache at τ, before quantization (its quantization cost's reference)."""
     if case.level != "kernel-extend":
         raise ValueError(f"make_extend_inputs needs a kernel-extend case, got level {case.level!r}")
     inp, e = draw_kernel_inputs(case)
@@ -61,18 +66,22 @@ def make_extend_inputs(case: Case) -> ExtendInputs:
     H, d_h = case.spec.n_heads, case.spec.head_dim
     q = torch.stack([e["q"][b, p] for b, p in rows]) if rows else torch.zeros(0, H, d_h, dtype=torch.float64)
     cu = torch.tensor([0, *torch.tensor(case.n_new).cumsum(0).tolist()], dtype=torch.int32)
-    cache = {n: getattr(inp, n) for n in CACHE}
+    if case.cache_format and quantize:  # quantized as a contiguous cache (then paged with its per-token scales)
+        inp = quantized(case, inp.to(case.torch_dtype))
+    cache = {n: getattr(inp, n) for n in CACHE} | per_token_scales(inp.cache_scales)
     table = None
     if case.page_size:
         cache, table = paginate(case, cache)
     return ExtendInputs(q=q, cu_seqlens_q=cu, basis_k=inp.basis_k, basis_v=inp.basis_v, lengths=inp.lengths,
                         scale=inp.scale, rope=inp.rope, key_scale=cache.get("key_scale"), page_table=table,
+                        cache_scales=inp.cache_scales and with_scales(inp.cache_scales, cache),
                         **{n: cache[n] for n in CACHE[:4]}).to(case.torch_dtype)
 
 
 def _conditioning(inp: ExtendInputs, case: Case):
     """Each query is a decode over its sequence's first p + 1 slots: condition that decode."""
-    cache = [inp.shared_k, inp.shared_v, inp.latent_k, inp.latent_v, inp.key_scale]
+    parts = dequantized((inp.shared_k, inp.shared_v, inp.latent_k, inp.latent_v), inp.cache_scales)
+    cache = [*parts, inp.key_scale]
     if inp.page_table is not None:
         cache = ref_paged.gather_cache(inp.page_table, inp.lengths, *cache)
     seq, pos = query_positions(inp.cu_seqlens_q, inp.lengths)
@@ -87,4 +96,5 @@ LEVEL = Level(
                         "materialized": oracle_path(ref_extend, "materialized_extend_attention")},
     consistency=lambda case: [("factored", "materialized")], call=call_out_lse("extend_attention"),
     outputs=lambda case: out_lse_outputs(sum(case.n_new), case), conditioning=_conditioning,
+    unquantized=lambda case: make_extend_inputs(case, quantize=False),
 )

@@ -13,6 +13,8 @@ from dataclasses import fields, replace
 import torch
 
 from ...reference.cache import FactoredCache
+from ...reference.fp8 import PARTS, is_fp8
+from ...reference.fp8_cache import dequantize_cache
 from ...reference.lrkv import project_token
 from ...reference.weights import LRKVWeights, init_lrkv_weights
 from ..case import Case
@@ -30,17 +32,46 @@ class ContractInputs:
         return fn(*self.args(), **self.kwargs(), **extra)
 
     def map(self, f):
-        """Apply f to every float tensor (lengths, page tables, cu_seqlens untouched)."""
+        """Apply f to every float tensor at compute precision (lengths, page tables, cu_seqlens,
+        an fp8 cache's parts and its float32 scales untouched: they are stored, not computed)."""
         return replace(self, **{fl.name: f(v) for fl in fields(self)
-                                if isinstance(v := getattr(self, fl.name), torch.Tensor) and v.is_floating_point()})
+                                if isinstance(v := getattr(self, fl.name), torch.Tensor) and v.is_floating_point()
+                                and not is_fp8(v.dtype)})
 
     def to(self, dtype: torch.dtype):
         return self.map(lambda t: t.to(dtype))
 
     def clone(self):
         """A copy with the SAME strides (a strided layout must reach the backend as drawn)."""
-        return replace(self, **{fl.name: clone_strided(v) for fl in fields(self)
-                                if isinstance(v := getattr(self, fl.name), torch.Tensor)})
+        copies = {fl.name: clone_strided(v) for fl in fields(self) if isinstance(v := getattr(self, fl.name), torch.Tensor)}
+        scales = getattr(self, "cache_scales", None)
+        if scales is not None:
+            copies["cache_scales"] = scales.clone()
+        return replace(self, **copies)
+
+    def named_tensors(self) -> dict[str, torch.Tensor]:
+        """Every tensor the backend is handed, by name — an fp8 cache's scales as
+        'cache_scales.<part>' (what the server properties snapshot and overwrite)."""
+        out = {fl.name: v for fl in fields(self) if isinstance(v := getattr(self, fl.name), torch.Tensor)}
+        scales = getattr(self, "cache_scales", None)
+        if scales is not None:
+            out.update({f"cache_scales.{p}": t for p, t in scales.tensors().items()})
+        return out
+
+    def dequantize_to(self, dtype: torch.dtype):
+        """The bundle with an fp8 cache dequantized to dtype (stored × scale, rounded once) and
+        no scales: what a dequantize-then-attend path at dtype reads. Unchanged without fp8."""
+        scales = getattr(self, "cache_scales", None)
+        if scales is None:
+            return self
+        parts = dequantize_cache(scales, dtype, *(getattr(self, p) for p in PARTS))
+        return replace(self, cache_scales=None, **dict(zip(PARTS, parts)))
+
+    def fp8_kwargs(self) -> dict:
+        """{'cache_scales': …} for an fp8 cache, else nothing: a backend written before fp8
+        caches existed is never handed an argument it does not know."""
+        scales = getattr(self, "cache_scales", None)
+        return {} if scales is None else {"cache_scales": scales}
 
 
 def clone_strided(t: torch.Tensor) -> torch.Tensor:
@@ -50,10 +81,12 @@ def clone_strided(t: torch.Tensor) -> torch.Tensor:
 
 
 def cast_cache(cache: FactoredCache, dtype: torch.dtype) -> FactoredCache:
-    """A copy of the cache with every float tensor at dtype (lengths untouched)."""
+    """A copy of the cache with every float tensor at dtype (lengths, an fp8 cache's parts
+    and its float32 scales untouched: stored, not computed)."""
     c = cache.clone()
     for name, t in c.tensors().items():
-        setattr(c, name, t.to(dtype))
+        if not is_fp8(t.dtype):
+            setattr(c, name, t.to(dtype))
     return c
 
 
@@ -72,13 +105,34 @@ def fill_garbage(t: torch.Tensor, valid: torch.Tensor, case: Case, stream: int) 
     return torch.where(m, t, junk)
 
 
+FP8_PART_GAINS = {"w_shared_v": 4.0, "u_k": 0.25, "u_v": 2.0}  # an fp8 case's projections: every part its own range
+
+
+def fp8_head_gains(n_heads: int) -> torch.Tensor:
+    """[H] 1/4, 1, 4, 1/4, …: heads with latent ranges 16× apart (a per-head scale matters)."""
+    return torch.exp2(2.0 * (torch.arange(n_heads, dtype=torch.float64) % 3 - 1))
+
+
+def fp8_ranges(weights: LRKVWeights) -> LRKVWeights:
+    """An fp8 case's weights: shared V ×4, latent K ×1/4, latent V ×2 and each head's latents
+    ×4^((h mod 3) − 1), so the four cached parts and the heads have ranges 2–16× apart — a
+    kernel that applies the K scale to V, a shared scale to a latent, or head 0's scale to every
+    head is off by a factor, never by a rounding (the cache, the appended token and the query
+    all come from these weights, so they stay one model)."""
+    heads = fp8_head_gains(weights.u_k.shape[0])[:, None, None]  # [H, 1, 1] onto U_h [H, d, r]
+    return replace(weights, w_shared_v=weights.w_shared_v * FP8_PART_GAINS["w_shared_v"],
+                   u_k=weights.u_k * FP8_PART_GAINS["u_k"] * heads, u_v=weights.u_v * FP8_PART_GAINS["u_v"] * heads)
+
+
 def projected_sequence(case: Case) -> tuple[LRKVWeights, torch.Tensor, dict[str, torch.Tensor]]:
-    """float64 weights, activations x [B, T_max, d] and every slot's cache entries."""
+    """float64 weights, activations x [B, T_max, d] and every slot's cache entries (an fp8
+    case's weights with their parts' ranges apart: `fp8_ranges`)."""
     spec, B, T = case.spec, case.batch, case.t_max
     weights = init_lrkv_weights(spec, seed=case.seed)
+    if case.cache_format:
+        weights = fp8_ranges(weights)
     x = torch.randn(B, T, spec.d_model, generator=generator(case, 1), dtype=torch.float64)
     if case.shared_prefix:  # a common prompt: the same tokens give the same cache entries
         x[1, :case.shared_prefix] = x[0, :case.shared_prefix]
     entries = project_token(weights, x, torch.arange(T)[None, :].expand(B, T))
     return weights, x, entries
-

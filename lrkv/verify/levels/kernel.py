@@ -16,6 +16,8 @@ from dataclasses import dataclass, replace
 import torch
 
 from ...reference import lrkv as ref
+from ...reference.fp8 import PARTS
+from ...reference.fp8_cache import CacheScales
 from ...reference.lrkv import decode_rope
 from ...reference.masking import valid_mask
 from ...reference.rope import ExactRope, apply_rope, rope_freqs
@@ -23,6 +25,7 @@ from ..bounds import kernel_conditioning
 from ..case import Case
 from . import Level
 from .contract import call_out_lse, oracle_path, out_lse_outputs
+from .fp8_inputs import add_outliers, quantize_parts
 from .inputs import ContractInputs, fill_garbage, generator, projected_sequence
 
 NEAR_CANCEL_GAIN = 30.0  # head 0's private keys are scaled up by this ...
@@ -44,13 +47,14 @@ class KernelInputs(ContractInputs):
     scale: float  # 1/sqrt(d_h)
     key_scale: torch.Tensor | None = None  # [B, T_max, H] (qk_norm)
     rope: ExactRope | None = None
+    cache_scales: CacheScales | None = None  # an fp8 cache's scales ([] / [H] / [B, T_max] / [B, T_max, H])
 
     def args(self) -> tuple[torch.Tensor, ...]:
         return (self.q, self.shared_k, self.shared_v, self.latent_k, self.latent_v,
                 self.basis_k, self.basis_v, self.lengths)
 
     def kwargs(self) -> dict:
-        return {"scale": self.scale, "key_scale": self.key_scale, "rope": self.rope}
+        return {"scale": self.scale, "key_scale": self.key_scale, "rope": self.rope, **self.fp8_kwargs()}
 
 
 def strided_layout(inp: KernelInputs) -> KernelInputs:
@@ -91,19 +95,30 @@ def draw_kernel_inputs(case: Case) -> tuple[KernelInputs, dict[str, torch.Tensor
     cached = {"shared_k": shared_k, "shared_v": e["shared_v"], "latent_k": latent_k, "latent_v": e["latent_v"]}
     if case.spec.qk_norm:
         cached["key_scale"] = e["key_scale"]
+    if case.outliers:
+        cached = add_outliers(case, cached)
     cached = {name: fill_garbage(t, valid, case, 10 + i) for i, (name, t) in enumerate(cached.items())}
     inputs = KernelInputs(q=q, basis_k=weights.basis_k, basis_v=weights.basis_v, lengths=lengths,
                           scale=case.spec.head_dim ** -0.5, rope=decode_rope(case.spec), **cached)
     return inputs, dict(e, q=e["q"] * case.q_scale)
 
 
-def make_kernel_inputs(case: Case) -> KernelInputs:
-    """Kernel-level inputs at the case dtype (drawn in float64 from real projections, then rounded)."""
+def make_kernel_inputs(case: Case, quantize: bool = True) -> KernelInputs:
+    """Kernel-level inputs at the case dtype (drawn in float64 from real projections, then
+    rounded; an fp8 case's cache then quantized — quantize=False: the cache at τ it came from)."""
     if case.level != "kernel":
         raise ValueError(f"make_kernel_inputs needs a kernel case, got level {case.level!r}")
     inputs, _ = draw_kernel_inputs(case)
     inputs = inputs.to(case.torch_dtype)
+    if case.cache_format and quantize:
+        inputs = quantized(case, inputs)
     return strided_layout(inputs) if case.layout == "strided" else inputs
+
+
+def quantized(case: Case, inp: KernelInputs) -> KernelInputs:
+    """The contiguous bundle at τ with its cache stored in the case's fp8 format (fp8_inputs.py)."""
+    stored, scales = quantize_parts(case, {p: getattr(inp, p) for p in PARTS}, inp.lengths)
+    return replace(inp, cache_scales=scales, **stored)
 
 
 LEVEL = Level(
@@ -113,4 +128,5 @@ LEVEL = Level(
     consistency=lambda case: [("factored", "materialized")], call=call_out_lse("decode_attention"),
     outputs=lambda case: out_lse_outputs(case.batch, case),
     conditioning=lambda inp, case: kernel_conditioning(*inp.args(), **inp.kwargs()),
+    unquantized=lambda case: make_kernel_inputs(case, quantize=False),
 )

@@ -14,12 +14,15 @@ import torch
 
 from ...reference import lrkv as ref
 from ...reference.cache import FactoredCache, allocate_cache
+from ...reference.fp8 import PARTS
+from ...reference.fp8_cache import dequantize_cache
 from ...reference.masking import valid_mask
 from ...reference.weights import LRKVWeights
 from ..bounds import Conditioning, ConditioningProbe, through_output_projection
 from ..case import Case
 from . import Level, Outputs, PathFn
 from .contract import pair
+from .fp8_inputs import LAYER_OUTLIER_GAIN, quantize_parts
 from .inputs import cast_cache, fill_garbage, projected_sequence
 
 @dataclass
@@ -38,9 +41,26 @@ class LayerInputs:
     def clone(self) -> LayerInputs:
         return LayerInputs(self.weights, self.x_t.clone(), self.cache.clone(), self.positions.clone())
 
+    def dequantize_to(self, dtype: torch.dtype) -> LayerInputs:
+        """An fp8 cache dequantized to dtype, without scales (the dequantize-then-attend path);
+        its dynamic scales are then gone, so the step appends at dtype."""
+        scales = self.cache.scales
+        if scales is None:
+            return self
+        c = self.cache.clone()
+        for p, t in zip(PARTS, dequantize_cache(scales, dtype, *(getattr(c, p) for p in PARTS))):
+            setattr(c, p, t)
+        c.scales = None
+        return LayerInputs(self.weights, self.x_t, c, self.positions)
 
-def make_layer_inputs(case: Case) -> LayerInputs:
-    """One decode step: a cache holding lengths[b] − 1 tokens, and token lengths[b] − 1 to append."""
+
+def make_layer_inputs(case: Case, quantize: bool = True) -> LayerInputs:
+    """One decode step: a cache holding lengths[b] − 1 tokens, and token lengths[b] − 1 to append.
+
+    An fp8 case's cache is stored at τ, then quantized (fp8_inputs.quantize_parts: static
+    scales calibrated on the cached tokens); with `outliers` the appended token is
+    LAYER_OUTLIER_GAIN× larger, beyond those scales: the backend's quantizer must saturate it.
+    quantize=False: the cache at τ it came from (its quantization cost's reference)."""
     if case.level != "layer":
         raise ValueError(f"make_layer_inputs needs a layer case, got level {case.level!r}")
     weights, x, e = projected_sequence(case)
@@ -52,7 +72,15 @@ def make_layer_inputs(case: Case) -> LayerInputs:
         setattr(cache, name, fill_garbage(e[name], valid, case, 20 + i))
     cache.lengths = positions.to(torch.int32)
     x_t = x[torch.arange(B), positions]  # [B, d]
-    return LayerInputs(weights, x_t, cache, positions).to(case.torch_dtype)
+    if case.outliers:
+        x_t = x_t * LAYER_OUTLIER_GAIN
+    inp = LayerInputs(weights, x_t, cache, positions).to(case.torch_dtype)
+    if case.cache_format and quantize:
+        c = inp.cache
+        stored, c.scales = quantize_parts(case, {p: getattr(c, p) for p in PARTS}, c.lengths)
+        for p in PARTS:
+            setattr(c, p, stored[p])
+    return inp
 
 
 def _layer_path(decode_name: str) -> PathFn:
@@ -82,5 +110,5 @@ LEVEL = Level(
                         "materialized": _layer_path("materialized_decode_attention")},
     consistency=lambda case: [("factored", "materialized")], call=_call,
     outputs=lambda case: {"y": ((case.batch, case.spec.d_model), case.torch_dtype)},
-    conditioning=_conditioning,
+    conditioning=_conditioning, unquantized=lambda case: make_layer_inputs(case, quantize=False),
 )

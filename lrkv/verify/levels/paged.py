@@ -16,13 +16,16 @@ from dataclasses import dataclass
 import torch
 
 from ...reference import paged as ref_paged
+from ...reference.fp8 import is_fp8
+from ...reference.fp8_cache import CacheScales
 from ...reference.rope import ExactRope
 from ..bounds import kernel_conditioning
 from ..case import Case
 from . import Level
 from .contract import call_out_lse, oracle_path, out_lse_outputs
 from .inputs import FINITE_GARBAGE, ContractInputs, generator
-from .kernel import KernelInputs, draw_kernel_inputs
+from .fp8_inputs import dequantized, fp8_pool, per_token_scales, with_scales
+from .kernel import KernelInputs, draw_kernel_inputs, quantized
 
 SPARE_PAGES = 2  # pages no sequence owns: garbage a wrong page index can land on
 CACHE = ("shared_k", "shared_v", "latent_k", "latent_v", "key_scale")
@@ -44,18 +47,20 @@ class PagedInputs(ContractInputs):
     scale: float
     key_scale: torch.Tensor | None = None  # [P, page, H]
     rope: ExactRope | None = None
+    cache_scales: CacheScales | None = None  # an fp8 cache's scales, per-token ones paged: [P, page(, H)]
 
     def args(self) -> tuple:
         return (self.q, self.shared_k, self.shared_v, self.latent_k, self.latent_v, self.basis_k, self.basis_v,
                 self.lengths, self.page_table)
 
     def kwargs(self) -> dict:
-        return {"scale": self.scale, "key_scale": self.key_scale, "rope": self.rope}
+        return {"scale": self.scale, "key_scale": self.key_scale, "rope": self.rope, **self.fp8_kwargs()}
 
     def contiguous(self) -> KernelInputs:
-        """The decode-contract view: the pages gathered back into [B, max_pages·page, ...]."""
-        sk, sv, lk, lv, ks = ref_paged.gather_cache(self.page_table, self.lengths, self.shared_k, self.shared_v,
-                                                     self.latent_k, self.latent_v, self.key_scale)
+        """The decode-contract view, as the oracle reads it: the pages (an fp8 cache
+        dequantized exactly first) gathered back into [B, max_pages·page, ...]."""
+        parts = dequantized((self.shared_k, self.shared_v, self.latent_k, self.latent_v), self.cache_scales)
+        sk, sv, lk, lv, ks = ref_paged.gather_cache(self.page_table, self.lengths, *parts, self.key_scale)
         return KernelInputs(self.q, sk, sv, lk, lv, self.basis_k, self.basis_v, self.lengths, self.scale, ks,
                             self.rope)
 
@@ -83,7 +88,9 @@ def paginate(case: Case, cache: dict[str, torch.Tensor]) -> tuple[dict[str, torc
         if t is None:
             continue
         tail = t.shape[2:]
-        if case.nan_garbage:
+        if is_fp8(t.dtype):
+            pool = fp8_pool(case, (n_pages, page, *tail), t.dtype, 45 + i)
+        elif case.nan_garbage:
             pool = torch.full((n_pages, page, *tail), float("nan"), dtype=t.dtype)
         else:
             pool = FINITE_GARBAGE * torch.randn((n_pages, page, *tail), generator=generator(case, 41 + i),
@@ -92,19 +99,22 @@ def paginate(case: Case, cache: dict[str, torch.Tensor]) -> tuple[dict[str, torc
     return pages, table
 
 
-def make_paged_inputs(case: Case) -> PagedInputs:
+def make_paged_inputs(case: Case, quantize: bool = True) -> PagedInputs:
+    """quantize=False: an fp8 case's cache at τ, before quantization (its quantization cost's reference)."""
     if case.level != "kernel-paged":
         raise ValueError(f"make_paged_inputs needs a kernel-paged case, got level {case.level!r}")
     inp, _ = draw_kernel_inputs(case)
-    pages, table = paginate(case, {n: getattr(inp, n) for n in CACHE})
+    if case.cache_format and quantize:  # quantized as a contiguous cache, then paged with its per-token scales
+        inp = quantized(case, inp.to(case.torch_dtype))
+    pages, table = paginate(case, {n: getattr(inp, n) for n in CACHE} | per_token_scales(inp.cache_scales))
     return PagedInputs(q=inp.q, basis_k=inp.basis_k, basis_v=inp.basis_v, lengths=inp.lengths, page_table=table,
                        scale=inp.scale, rope=inp.rope, key_scale=pages.get("key_scale"),
+                       cache_scales=inp.cache_scales and with_scales(inp.cache_scales, pages),
                        **{n: pages[n] for n in CACHE[:4]}).to(case.torch_dtype)
 
 
 def _conditioning(inp: PagedInputs, case: Case):
-    contiguous = inp.contiguous()
-    return kernel_conditioning(*contiguous.args(), **contiguous.kwargs())
+    return kernel_conditioning(*(contiguous := inp.contiguous()).args(), **contiguous.kwargs())
 
 
 LEVEL = Level(
@@ -113,4 +123,5 @@ LEVEL = Level(
                         "materialized": oracle_path(ref_paged, "materialized_paged_decode_attention")},
     consistency=lambda case: [("factored", "materialized")], call=call_out_lse("paged_decode_attention"),
     outputs=lambda case: out_lse_outputs(case.batch, case), conditioning=_conditioning,
+    unquantized=lambda case: make_paged_inputs(case, quantize=False),
 )
