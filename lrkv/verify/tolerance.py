@@ -149,30 +149,37 @@ def _check_knobs(table: dict, where: str) -> dict:
     return out
 
 
+def _name_lists(table, section: str, key: str, names, keep_empty: bool) -> dict:
+    """A policy table `key = [name, ...]` with per-backend `backend.<name>.key = [...]` (the
+    shape of [coverage] and [properties]); names(value, where) validates one list. keep_empty:
+    keep a key given as an empty list (coverage's sha256 has always counted it)."""
+    if not isinstance(table, dict):
+        raise ValueError(f"{section} must be a table, got {type(table).__name__}")
+    unknown = set(table) - {key, "backend"}
+    if unknown:
+        raise ValueError(f"{section}: unknown keys {sorted(unknown)}; expected {key}, backend")
+    out = {}
+    if key in table and (keep_empty or table[key]):
+        out[key] = sorted(set(names(table[key], f"{section}.{key}")))
+    backends = table.get("backend", {})
+    if not isinstance(backends, dict):
+        raise ValueError(f"{section}.backend must be a table of backend names")
+    per = {}
+    for name, t in backends.items():
+        if not isinstance(t, dict) or set(t) - {key}:
+            raise ValueError(f"{section}.backend.{name} must be a table with one key, {key}")
+        if keep_empty or t.get(key):
+            per[name] = {key: sorted(set(names(t.get(key, []), f"{section}.backend.{name}.{key}")))}
+    if per:
+        out["backend"] = per
+    return out
+
+
 def _check_coverage(table) -> dict:
     """[coverage]: optional = [feature, ...] and backend.<name>.optional = [feature, ...]."""
     from .features import check_feature_names
 
-    if not isinstance(table, dict):
-        raise ValueError(f"coverage must be a table, got {type(table).__name__}")
-    unknown = set(table) - {"optional", "backend"}
-    if unknown:
-        raise ValueError(f"coverage: unknown keys {sorted(unknown)}; expected optional, backend")
-    out = {}
-    if "optional" in table:
-        out["optional"] = sorted(set(check_feature_names(table["optional"], "coverage.optional")))
-    backends = table.get("backend", {})
-    if not isinstance(backends, dict):
-        raise ValueError("coverage.backend must be a table of backend names")
-    per = {}
-    for name, t in backends.items():
-        if not isinstance(t, dict) or set(t) - {"optional"}:
-            raise ValueError(f"coverage.backend.{name} must be a table with one key, optional")
-        per[name] = {"optional": sorted(set(check_feature_names(t.get("optional", []),
-                                                                f"coverage.backend.{name}.optional")))}
-    if per:
-        out["backend"] = per
-    return out
+    return _name_lists(table, "coverage", "optional", check_feature_names, keep_empty=True)
 
 
 def _check_properties(table) -> dict:
@@ -185,28 +192,9 @@ def _check_properties(table) -> dict:
         unknown = sorted(set(value) - set(PROPERTIES))
         if unknown:
             raise ValueError(f"{where}: unknown server properties {unknown}; known: {', '.join(PROPERTIES)}")
-        return sorted(set(value))
+        return value
 
-    if not isinstance(table, dict):
-        raise ValueError(f"properties must be a table, got {type(table).__name__}")
-    unknown = set(table) - {"require", "backend"}
-    if unknown:
-        raise ValueError(f"properties: unknown keys {sorted(unknown)}; expected require, backend")
-    out = {}
-    if table.get("require"):
-        out["require"] = names(table["require"], "properties.require")
-    backends = table.get("backend", {})
-    if not isinstance(backends, dict):
-        raise ValueError("properties.backend must be a table of backend names")
-    per = {}
-    for name, t in backends.items():
-        if not isinstance(t, dict) or set(t) - {"require"}:
-            raise ValueError(f"properties.backend.{name} must be a table with one key, require")
-        if t.get("require"):
-            per[name] = {"require": names(t["require"], f"properties.backend.{name}.require")}
-    if per:
-        out["backend"] = per
-    return out
+    return _name_lists(table, "properties", "require", names, keep_empty=False)
 
 
 def _validated(defaults: dict, dtypes: dict, backends: dict, source: str, coverage: dict | None = None,
