@@ -141,14 +141,17 @@ class EagerSteps(InductorSteps):
 
 
 PAGE_SIZE = 16  # the paged variant's page size (the GPU target is stated at 16)
+FP8_FORMAT, FP8_GRANULARITY = "float8_e4m3fn", "per_head"  # the fp8 row's cache (FA3's per-head descale)
 
 
 class TritonSteps:
     """The fused Triton kernel on a contiguous cache (`variant` "contiguous"), on a paged copy
-    of the same cache ("paged", pages of PAGE_SIZE slots in a random order), or with exact
-    RoPE ("rope"). `launch` overrides the launch shape (the sweep's knobs)."""
+    of the same cache ("paged", pages of PAGE_SIZE slots in a random order), with exact
+    RoPE ("rope"), or on the cache stored in fp8 ("fp8": FP8_FORMAT with FP8_GRANULARITY
+    scales, quantized once, untimed; DESIGN §4.1). `launch` overrides the launch shape (the
+    sweep's knobs)."""
 
-    VARIANTS = {"contiguous": "triton", "paged": "triton-paged", "rope": "triton-rope"}
+    VARIANTS = {"contiguous": "triton", "paged": "triton-paged", "rope": "triton-rope", "fp8": "triton-fp8"}
 
     def __init__(self, variant: str = "contiguous", **launch):
         if variant not in self.VARIANTS:
@@ -156,6 +159,8 @@ class TritonSteps:
         self.variant = variant
         self.name = self.VARIANTS[variant]
         self.launch = launch
+        # what the row's cache is stored as (bytes: lrkv.bench.families.read_bytes)
+        self.cache = (FP8_FORMAT, FP8_GRANULARITY) if variant == "fp8" else None
 
     def available(self, device: str) -> tuple[bool, str]:
         from ..kernels import runtime
@@ -185,11 +190,14 @@ class TritonSteps:
         return True, ""
 
     def extra_bytes(self, spec, batch: int, seq_len: int, dtype) -> int:
-        """Memory beyond the shared inputs: the paged copy of the cache (and paginate's staging)."""
-        if self.variant != "paged":
-            return 0
+        """Memory beyond the shared inputs: the paged copy of the cache (and paginate's
+        staging), or the fp8 copy and quantize_cache's float64 staging of the largest part."""
         from ..spec import decode_bytes
 
+        if self.variant == "fp8":
+            return decode_bytes(spec, seq_len, "fp8", batch=batch) + 8 * batch * seq_len * spec.n_heads * spec.rank
+        if self.variant != "paged":
+            return 0
         return 2 * decode_bytes(spec, -(-seq_len // PAGE_SIZE) * PAGE_SIZE, dtype, batch=batch)
 
     def launch_config(self, inputs: dict, spec) -> dict:
@@ -223,6 +231,16 @@ class TritonSteps:
                     paged.page_table)
             validate_paged_inputs(*args, scale=spec.scale)  # once, untimed
             fn = lambda: paged_decode_attention(*args, scale=spec.scale, check=False, **self.launch)  # noqa: E731
+        elif self.variant == "fp8":
+            from ..reference.fp8_cache import quantize_cache
+            from ..spec import as_dtype
+
+            parts = dict(zip(("shared_k", "shared_v", "latent_k", "latent_v"), (sk, sv, lk, lv)))
+            stored, scales = quantize_cache(parts, lengths, as_dtype(FP8_FORMAT), FP8_GRANULARITY)  # untimed
+            del parts, sk, sv, lk, lv
+            fp8 = [stored[p] for p in ("shared_k", "shared_v", "latent_k", "latent_v")]
+            fn = lambda: decode_attention(q, *fp8, bk, bv, lengths, scale=spec.scale,  # noqa: E731
+                                          check=False, cache_scales=scales, **self.launch)
         else:
             fn = lambda: decode_attention(q, sk, sv, lk, lv, bk, bv, lengths, scale=spec.scale,  # noqa: E731
                                           rope=rope, check=False, **self.launch)
@@ -285,7 +303,7 @@ def sdpa_backend_name(q, k, v, scale: float, gqa: bool) -> str:
     return "math"
 
 
-BACKEND_NAMES = ("inductor", "eager", "triton", "triton-paged", "triton-rope", "sdpa")
+BACKEND_NAMES = ("inductor", "eager", "triton", "triton-paged", "triton-rope", "triton-fp8", "sdpa")
 GPU_BACKENDS = ("inductor", "triton", "triton-paged", "triton-rope", "sdpa")  # the default on CUDA
 
 
@@ -293,7 +311,8 @@ def step_backends(device: str, names: list[str] | None = None, *, formulation: s
     """The backends to run on a device, in table order (all known ones when names is None)."""
     known = {"inductor": lambda: InductorSteps(formulation), "eager": lambda: EagerSteps(formulation),
              "triton": TritonSteps, "triton-paged": lambda: TritonSteps("paged"),
-             "triton-rope": lambda: TritonSteps("rope"), "sdpa": SdpaSteps}
+             "triton-rope": lambda: TritonSteps("rope"), "triton-fp8": lambda: TritonSteps("fp8"),
+             "sdpa": SdpaSteps}
     if names is None:
         names = list(GPU_BACKENDS) if device == "cuda" else ["inductor"]
     unknown = [n for n in names if n not in known]

@@ -23,7 +23,7 @@ from pathlib import Path
 from ..checks import arg_float, arg_in_file, arg_int, arg_out_dir
 
 # lrkv.bench.backends.BACKEND_NAMES, spelled out: the CLI parser is built without importing torch
-BACKEND_NAMES = ("inductor", "eager", "triton", "triton-paged", "triton-rope", "sdpa")
+BACKEND_NAMES = ("inductor", "eager", "triton", "triton-paged", "triton-rope", "triton-fp8", "sdpa")
 
 DEFAULT_OUT = "reports/bench"
 EXIT_CODES = """exit codes:

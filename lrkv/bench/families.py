@@ -7,6 +7,8 @@ Row families (all at the scale's H and d_h = 128, DESIGN §3 names):
   gqa       dense, n_kv of Table 7
   gqa-eq    dense, n_kv chosen so the cache is LRKV's size (`equal_bytes_kv_heads`): the
             fair peer at equal bytes (a GPU target, lrkv.bench.targets)
+  gqa-eq8   dense, n_kv chosen so its 16-bit cache is the size of LRKV's fp8 cache (half
+            LRKV's 16-bit bytes): SDPA beside the `triton-fp8` row
   mqa       dense, n_kv = 1
   mla       absorbed MLA, d_c of Table 7 (the paper's simplified form: no rope channel)
   mlra      absorbed MLRA-4 of the public code (4 latent heads x 128 + a 64-wide k_pe)
@@ -28,7 +30,8 @@ import torch
 
 from ..reference import dense, mla, mlra
 from ..reference import lrkv as lrkv_ref
-from ..spec import MLRA4, AttentionSpec, PaperScale, cache_elements, cache_ratio, decode_bytes, dtype_bytes
+from ..spec import (MLRA4, AttentionSpec, PaperScale, cache_elements, cache_ratio, decode_bytes, dtype_bytes,
+                    fp8_scale_bytes)
 from .steps import dense_step, factored_step, materialized_step, mla_step, mlra_step
 
 # Names of the tensors whose dim 1 is the cache length T (marked dynamic when compiling).
@@ -47,20 +50,22 @@ class BenchFamily:
     def spec(self, scale: PaperScale) -> AttentionSpec:
         if self.spec_family == "mlra":
             return scale.spec("mlra", **MLRA4)
-        if self.name == "gqa-eq":
-            return scale.spec("gqa", n_kv_heads=equal_bytes_kv_heads(scale.spec("lrkv"))[0])
+        if self.name in ("gqa-eq", "gqa-eq8"):
+            share = 0.5 if self.name == "gqa-eq8" else 1.0  # an fp8 element is half a 16-bit one
+            return scale.spec("gqa", n_kv_heads=equal_bytes_kv_heads(scale.spec("lrkv"), share)[0])
         return scale.spec(self.spec_family)
 
 
-def equal_bytes_kv_heads(lrkv: AttentionSpec) -> tuple[int, float]:
-    """(n_kv, GQA cache bytes / LRKV cache bytes) for the GQA whose cache is nearest LRKV's.
+def equal_bytes_kv_heads(lrkv: AttentionSpec, share: float = 1.0) -> tuple[int, float]:
+    """(n_kv, GQA cache bytes / LRKV cache bytes) for the GQA whose cache is nearest LRKV's
+    (× share: 0.5 for LRKV's fp8 cache against GQA at 16 bits).
 
     LRKV caches 2·d_h + 2·H·r elements per token (Eq. 8), GQA 2·n_kv·d_h; n_kv must divide
     H, so the divisor nearest in bytes is taken (ties: the smaller cache). At 2.5B (H=18,
     r=55) that is n_kv = 9 (1.031x LRKV's bytes); at 6.3B (H=32, r=54) n_kv = 16 (1.103x).
     """
     H, d_h = lrkv.n_heads, lrkv.head_dim
-    target = cache_elements(lrkv, include_key_scale=False)  # 2·d_h + 2·H·r
+    target = share * cache_elements(lrkv, include_key_scale=False)  # 2·d_h + 2·H·r
     n_kv = min((n for n in range(1, H + 1) if H % n == 0), key=lambda n: (abs(2 * n * d_h - target), n))
     return n_kv, 2 * n_kv * d_h / target
 
@@ -79,6 +84,8 @@ FAMILIES: dict[str, BenchFamily] = {
         BenchFamily("gqa", "gqa", ("q", "k", "v", "lengths"), dense_step, dense.decode_attention, "GQA"),
         BenchFamily("gqa-eq", "gqa", ("q", "k", "v", "lengths"), dense_step, dense.decode_attention,
                     "GQA with LRKV's cache bytes"),
+        BenchFamily("gqa-eq8", "gqa", ("q", "k", "v", "lengths"), dense_step, dense.decode_attention,
+                    "GQA with LRKV's fp8 cache bytes at 16 bits"),
         BenchFamily("mqa", "mqa", ("q", "k", "v", "lengths"), dense_step, dense.decode_attention, "MQA"),
         BenchFamily("mla", "mla", _LATENT_ARGS, mla_step, mla.absorbed_decode_attention, "MLA absorbed"),
         BenchFamily("mlra", "mlra", _LATENT_ARGS, mlra_step, mlra.absorbed_decode_attention,
@@ -161,12 +168,18 @@ def weight_elements(spec: AttentionSpec) -> int:
     return 0
 
 
-def read_bytes(spec: AttentionSpec, batch: int, seq_len: int, dtype) -> dict[str, int]:
+def read_bytes(spec: AttentionSpec, batch: int, seq_len: int, dtype, cache=None) -> dict[str, int]:
     """Bytes one step must read: cache payload (spec accounting, Eq. 8 for lrkv) + weights.
 
-    The query (B·H·d_h elements) is left out: under 0.1% of any row in the grids.
+    cache: (fp8 format, granularity) of a row whose LRKV cache is stored in fp8 — one byte per
+    element plus its float32 scales (`fp8_scale_bytes`); None: the cache at `dtype`. The query
+    (B·H·d_h elements) is left out: under 0.1% of any row in the grids.
     """
-    payload = decode_bytes(spec, seq_len, dtype, batch=batch)
+    if cache is not None:
+        payload = decode_bytes(spec, seq_len, "fp8", batch=batch) + fp8_scale_bytes(spec, cache[1],
+                                                                                  tokens=batch * seq_len)
+    else:
+        payload = decode_bytes(spec, seq_len, dtype, batch=batch)
     weights = weight_elements(spec) * dtype_bytes(dtype)
     return {"payload": payload, "weights": weights, "total": payload + weights}
 

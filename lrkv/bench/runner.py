@@ -214,7 +214,7 @@ def _run_shape(scale, B, T, plan, opts: RunOptions, rounds: int, budget, machine
         samples = {}
         for key in samplers:
             rows[key].status, rows[key].reason = "error", f"timing: {type(e).__name__}: {e}"[:300]
-    _fill(rows, samples, specs, opts, B, T, machine)
+    _fill(rows, samples, specs, opts, B, T, machine, {b.name: getattr(b, "cache", None) for _, b, _ in plan})
     del inputs, samplers
     gc.collect()
     if opts.device == "cuda":
@@ -222,13 +222,15 @@ def _run_shape(scale, B, T, plan, opts: RunOptions, rounds: int, budget, machine
     return list(rows.values())
 
 
-def _fill(rows: dict, samples: dict, specs: dict, opts: RunOptions, B: int, T: int, machine) -> None:
-    """Times, bytes, bandwidth and the ratios to MHA for every row that was sampled."""
+def _fill(rows: dict, samples: dict, specs: dict, opts: RunOptions, B: int, T: int, machine,
+          caches: dict | None = None) -> None:
+    """Times, bytes, bandwidth and the ratios to MHA for every row that was sampled (caches:
+    backend -> how its cache is stored, for an fp8 row's bytes; read_bytes)."""
     mha_spec = specs.get(BASELINE)
     mha_bytes = read_bytes(mha_spec, B, T, opts.dtype)["total"] if mha_spec else None
     for key, s in samples.items():
         row, spec = rows[key], specs[key[0]]
-        nb = read_bytes(spec, B, T, opts.dtype)
+        nb = read_bytes(spec, B, T, opts.dtype, (caches or {}).get(key[1]))
         row.time_s, row.time_min_s, row.spread, row.samples_s = s.median, s.min, s.spread, list(s.values)
         row.bytes_payload, row.bytes_weights, row.bytes_total = nb["payload"], nb["weights"], nb["total"]
         row.bandwidth = nb["total"] / s.median

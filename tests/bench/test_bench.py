@@ -185,7 +185,7 @@ def test_step_backends():
 
     assert [b.name for b in step_backends("cpu")] == ["inductor"]
     assert [b.name for b in step_backends("cuda")] == list(GPU_BACKENDS)
-    assert GPU_BACKENDS == ("inductor", "triton", "triton-paged", "triton-rope", "sdpa")
+    assert GPU_BACKENDS == ("inductor", "triton", "triton-paged", "triton-rope", "sdpa")  # triton-fp8: when asked
     assert bench_cli.BACKEND_NAMES == BACKEND_NAMES  # the CLI's torch-free copy of the names
     with pytest.raises(ValueError, match="unknown bench backend"):
         step_backends("cpu", ["flash"])
@@ -226,6 +226,40 @@ def test_triton_step_runs_the_kernel():
     ref_out, ref_lse = _reference("lrkv", inp, spec)
     torch.testing.assert_close(out.double(), ref_out, **F32)
     torch.testing.assert_close(lse.double(), ref_lse, **F32)
+
+
+@pytest.mark.triton
+def test_the_fp8_row_reads_the_cache_in_fp8_and_counts_its_bytes():
+    """triton-fp8: the same kernel on the cache quantized once (untimed), against the float64
+    oracle on that fp8 cache; its bytes are one per element plus the float32 scales, and its
+    16-bit SDPA peer (gqa-eq8) has about those bytes."""
+    pytest.importorskip("triton")
+    from lrkv.bench.backends import FP8_FORMAT, FP8_GRANULARITY
+    from lrkv.bench.families import equal_bytes_kv_heads, read_bytes
+    from lrkv.kernels import runtime
+    from lrkv.reference.fp8_cache import quantize_cache
+    from lrkv.reference.lrkv import decode_attention
+    from lrkv.spec import as_dtype, fp8_scale_bytes, preset
+
+    spec = _spec("lrkv")
+    inp = _garbage_inputs(spec, 32, [32, 7], dtype=torch.float32)
+    step = TritonSteps("fp8")
+    assert step.name == "triton-fp8" and step.cache == (FP8_FORMAT, FP8_GRANULARITY)
+    with runtime.interpreter():
+        out, lse = step.prepare(FAMILIES["lrkv"], spec, inp, "cpu").call()
+    parts = {p: inp[p] for p in ("shared_k", "shared_v", "latent_k", "latent_v")}
+    stored, scales = quantize_cache(parts, inp["lengths"], as_dtype(FP8_FORMAT), FP8_GRANULARITY)
+    ref_out, ref_lse = decode_attention(inp["q"].double(), *(stored[p] for p in parts), inp["basis_k"].double(),
+                                        inp["basis_v"].double(), inp["lengths"], scale=spec.scale,
+                                        cache_scales=scales)
+    torch.testing.assert_close(out.double(), ref_out, **F32)
+    torch.testing.assert_close(lse.double(), ref_lse, **F32)
+    full, fp8 = read_bytes(spec, 2, 32, torch.bfloat16), read_bytes(spec, 2, 32, torch.bfloat16, step.cache)
+    assert fp8["payload"] == full["payload"] // 2 + fp8_scale_bytes(spec, FP8_GRANULARITY, tokens=64)
+    n_kv, share = equal_bytes_kv_heads(spec, 0.5)
+    assert FAMILIES["gqa-eq8"].spec(preset("2.5B")).n_kv_heads == equal_bytes_kv_heads(preset("2.5B").spec("lrkv"),
+                                                                                         0.5)[0]
+    assert 0.5 <= share <= 2.0 and spec.n_heads % n_kv == 0
 
 
 # ----------------------------------------------------------------------------- targets
