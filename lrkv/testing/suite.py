@@ -10,6 +10,8 @@ tests/verify/test_equivalence.py runs the same tests on its built-in backends):
   test_<property>               hypothesis: the checks of lrkv.testing.properties
   test_server_properties        same buffers, outputs written, inputs untouched, determinism,
                                 batch invariance (lrkv.verify.server_properties), one case a level
+  test_fp8_cache_matches_reference  hypothesis: drawn kernel cases with an fp8 cache, for a
+                                backend that claims `cache_formats` (a skip, with why, otherwise)
 
 A failure prints the one-line replay, `lrkv verify --backend <label> --case '<json>'`.
 Each case that met the rule is counted for the plugin's end-of-session summary: a
@@ -30,7 +32,7 @@ from ..spec import dtype_name
 from ..verify.backend_registry import backend_names
 from ..verify.case import Case
 from ..verify.runner import repro_command
-from ..verify.strategies import PROFILES, cases, lrkv_specs
+from ..verify.strategies import PROFILES, cases, lrkv_specs, with_fp8
 from . import properties
 from .check import NotVerified, check_case, check_server_properties
 from .tally import record_unavailable, record_verified
@@ -174,6 +176,23 @@ def test_softmax_shift_invariance(lrkv_target: str) -> None:
     _needs(target, "kernel")
     strategy, cap = family(target, "kernel", qk_norm=False)
     check(target, strategy, cap, lambda case: properties.softmax_shift_invariance(target, case))
+
+
+def test_fp8_cache_matches_reference(lrkv_target: str) -> None:
+    """Drawn kernel cases with the cache stored in fp8 (both formats, every granularity,
+    outliers; DESIGN §4.1) under the rule: dequantize-then-attend at τ is the bar."""
+    from ..verify.protocol import fp8_claims
+
+    target = load(lrkv_target)
+    _needs(target, "kernel")
+    formats, grans = fp8_claims(target.backend)
+    if not formats:
+        pytest.skip(f"{target.label} reads no fp8 cache (it names no cache_formats)")
+    strategy, cap = family(target, "kernel")
+    dtypes = _dtypes(target)
+    fp8 = strategy.map(with_fp8).filter(lambda c: c.cache_format in formats and c.scale_granularity in grans
+                                        and c.dtype in dtypes)
+    check(target, fp8, cap, lambda case: check_case(target, case))
 
 
 def test_server_properties(lrkv_target: str) -> None:

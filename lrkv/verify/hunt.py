@@ -33,12 +33,11 @@ from hypothesis import strategies as st
 from ..checks import arg_int, arg_out_file
 from ..spec import dtype_name
 from .backend_registry import get_backend
-from ..spec.fp8_scales import GRANULARITIES
-from .case import CACHE_FORMATS, DTYPES, FP8_COMPUTE_DTYPES, KERNEL_LEVELS, Case
+from .case import DTYPES, KERNEL_LEVELS, Case
 from .levels import get_level
 from .protocol import check_available
 from .runner import not_applicable, run
-from .strategies import PAGED_LEVELS, cases, lrkv_specs
+from .strategies import PAGED_LEVELS, cases, lrkv_specs, with_fp8
 from .tolerance import load_policy
 
 CORRECT = ("reference", "materialized", "eager", "tiled", "examples.my_backend:backend",
@@ -66,17 +65,9 @@ def claimed_dtypes(backends, level: str) -> tuple[str, ...]:
     return tuple(d for d in DTYPES if d in claimed)
 
 
-def as_fp8(case: Case) -> Case:
-    """The drawn case with its cache in fp8 (--fp8): format, granularity and outliers from the
-    case's own seed (reproducible), τ float32 where it was float64 (fp8's compute dtypes)."""
-    n = case.seed
-    return case.replace(cache_format=CACHE_FORMATS[n % 2], scale_granularity=GRANULARITIES[n // 2 % 4],
-                        outliers=n % 3 == 0, dtype=case.dtype if case.dtype in FP8_COMPUTE_DTYPES else "float32")
-
-
 def draw_cases(level: str, dtypes: tuple[str, ...], examples: int, seed: int, fp8: bool = False) -> list[Case]:
     """`examples` cases of `level`, reproducibly from `seed` (a different stream per level);
-    fp8: each with an fp8 cache (`as_fp8`; kernel levels)."""
+    fp8: each with an fp8 cache (`strategies.with_fp8`; kernel levels)."""
     drawn: list[Case] = []
 
     @hypothesis_seed(seed * 7919 + LEVELS.index(level))
@@ -88,7 +79,7 @@ def draw_cases(level: str, dtypes: tuple[str, ...], examples: int, seed: int, fp
         drawn.append(case.replace(layout=layout) if level == "kernel" else case)
 
     one()
-    return [as_fp8(c) for c in drawn] if fp8 else drawn
+    return [with_fp8(c) for c in drawn] if fp8 else drawn
 
 
 def coverage(level: str, drawn: list[Case]) -> dict:
@@ -143,7 +134,7 @@ def hunt(labels, levels, examples: int, seed: int, progress=None, *, strict: boo
     strict: a level that no hunted backend declares is an error (else it is left out).
     properties: also run the server properties (server_properties.py) on their share of the
     drawn cases; a required one that fails on a correct backend is a false failure too.
-    fp8: the kernel levels only, every case with an fp8 cache (`as_fp8`)."""
+    fp8: the kernel levels only, every case with an fp8 cache (`strategies.with_fp8`)."""
     policy = load_policy()
     backends = [(label, get_backend(label)) for label in labels]
     for label, b in backends:

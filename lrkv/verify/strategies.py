@@ -113,6 +113,18 @@ def cases(draw, *, level: str = "kernel", dtypes=("float64",), specs=None, batch
     )
 
 
+def with_fp8(case: Case) -> Case:
+    """A drawn kernel or layer case with its cache in fp8: format, granularity and outliers
+    from the case's own seed (reproducible), τ float32 where it was float64 (fp8's compute
+    dtypes: q stays at τ)."""
+    from ..spec.fp8_scales import GRANULARITIES
+    from .case import CACHE_FORMATS, FP8_COMPUTE_DTYPES
+
+    n = case.seed
+    return case.replace(cache_format=CACHE_FORMATS[n % 2], scale_granularity=GRANULARITIES[n // 2 % 4],
+                        outliers=n % 3 == 0, dtype=case.dtype if case.dtype in FP8_COMPUTE_DTYPES else "float32")
+
+
 def _min_rows(spec: AttentionSpec) -> int:
     """Query rows (one per sequence at decode, one per new token at extend) for MIN_ROWS / MIN_OUTPUTS."""
     H, d_h = spec.n_heads, spec.head_dim

@@ -24,7 +24,8 @@ from lrkv.reference.lrkv import decode_attention, materialized_decode_attention
 from lrkv.testing.properties import oracle_bounds, softmax_shift_invariance
 from lrkv.testing.suite import check, family, load
 from lrkv.testing.suite import (test_append_then_decode_equals_prefill, test_factored_equals_materialized,  # noqa: F401
-                                test_garbage_invariance, test_grid_case, test_kernel_matches_reference,
+                                test_fp8_cache_matches_reference, test_garbage_invariance, test_grid_case,
+                                test_kernel_matches_reference,
                                 test_layer_matches_reference, test_permutation_equivariance,
                                 test_split_tile_invariance)
 from lrkv.testing import check_case

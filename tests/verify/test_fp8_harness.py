@@ -212,3 +212,13 @@ def test_a_rank_0_fp8_case_has_empty_latent_groups_and_still_runs():
     (rec,) = run([case], [("eager", get_backend("eager"))], load_policy(), isolation="inprocess", properties=False)
     assert rec["status"] == "pass", rec["reason"]
     assert (make_inputs(case).cache_scales.latent_k[0, :5] == 1.0).all()  # an empty group's scale is 1
+
+
+def test_the_plugin_suite_draws_fp8_cases_and_says_no_to_a_mutant():
+    """lrkv.testing.suite's fp8 test (what `pytest -m equivalence` runs in a user's repository)
+    passes the example backend and fails the K/V-swap mutant."""
+    from lrkv.testing.suite import test_fp8_cache_matches_reference as suite_test
+
+    suite_test("examples.my_backend:backend")
+    with pytest.raises(AssertionError, match="FAIL"):
+        suite_test("lrkv.verify.fp8_mutants:KVScalesSwapped")
