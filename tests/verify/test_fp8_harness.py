@@ -151,10 +151,9 @@ def test_the_gate_re_asks_an_fp8_skip_and_checks_the_claimed_formats():
 
 
 def test_fp8_tensors_cross_into_the_worker_process():
-    """torch cannot unpickle an fp8 tensor it pickled; the isolation's pickler sends the bytes."""
+    """torch 2.13 cannot unpickle an fp8 tensor it pickled ("UntypedStorage has no attribute
+    dtype"); the isolation's pickler sends the bytes, whatever the torch version does."""
     t = torch.randn(3, 4).to(torch.float8_e4m3fn).t()  # strided
-    with pytest.raises(Exception):
-        pickle.loads(pickle.dumps(t))
     u = pickle.loads(dumps(t))
     assert u.dtype == t.dtype and u.stride() == t.stride() and torch.equal(u.view(torch.uint8), t.view(torch.uint8))
     case = fp8_case("kernel-paged", gran="per_token")
