@@ -74,7 +74,8 @@ def register(subparsers) -> None:
     p.add_argument("--scales", type=_names, help="paper scales, e.g. 2.5B,6.3B (overrides the grid)")
     p.add_argument("--batch", type=_ints, help="batch sizes, e.g. 1,4,16")
     p.add_argument("--seq-lens", type=_ints, help="cache lengths, e.g. 1K,8K,32K")
-    p.add_argument("--families", type=_names, help="lrkv,lrkv-mat,mha,gqa,mqa,mla,mlra (mha is always needed)")
+    p.add_argument("--families", type=_names,
+                   help="lrkv,lrkv-mat,mha,gqa,gqa-eq,gqa-eq8,mqa,mla,mlra (mha is always needed)")
     p.add_argument("--rounds", type=arg_int(minimum=1), help="interleaved timing rounds per shape (>= 1)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: cuda if present")
     p.add_argument("--backend", action="append", choices=BACKEND_NAMES,
