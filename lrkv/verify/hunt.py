@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from ..checks import arg_int, arg_out_file
 from ..spec import dtype_name
 from .backend_registry import get_backend
-from .case import DTYPES, KERNEL_LEVELS, Case
+from .case import DTYPES, FP8_LEVELS, Case
 from .levels import get_level
 from .protocol import check_available
 from .runner import not_applicable, run
@@ -134,7 +134,7 @@ def hunt(labels, levels, examples: int, seed: int, progress=None, *, strict: boo
     strict: a level that no hunted backend declares is an error (else it is left out).
     properties: also run the server properties (server_properties.py) on their share of the
     drawn cases; a required one that fails on a correct backend is a false failure too.
-    fp8: the kernel levels only, every case with an fp8 cache (`strategies.with_fp8`)."""
+    fp8: the kernel and layer levels only, every case with an fp8 cache (`strategies.with_fp8`)."""
     policy = load_policy()
     backends = [(label, get_backend(label)) for label in labels]
     for label, b in backends:
@@ -147,9 +147,9 @@ def hunt(labels, levels, examples: int, seed: int, progress=None, *, strict: boo
     failures: list[dict] = []
     run_levels = []
     for level in levels:
-        if fp8 and level not in KERNEL_LEVELS:
+        if fp8 and level not in FP8_LEVELS:
             if strict:
-                raise ValueError(f"--fp8: fp8 caches exist at the kernel levels only, not {level!r}")
+                raise ValueError(f"--fp8: fp8 caches exist at the levels {', '.join(FP8_LEVELS)} only, not {level!r}")
             continue
         users = [(lb, b) for lb, b in backends if declares(b, level)]
         if not users:
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=arg_out_file(), help="write the result as JSON")
     p.add_argument("--fp8", action="store_true",
                    help="every drawn case with an fp8 cache (both formats, every granularity, outliers; the kernel "
-                        "levels only)")
+                        "and layer levels only)")
     p.add_argument("--properties", action="store_true",
                    help="also run the server properties on their share of the drawn cases (a required one "
                         "failing on a correct backend is a false failure)")
