@@ -166,6 +166,9 @@ def test_the_wide_defaults_do_not_spill_in_the_compile_report():
         shapes = [r["variant"] for r in report if r["kernel"] == "decode_split_kernel"
                   and r["variant"]["private"] == "wide" and r["variant"]["dtype"] == "bfloat16"
                   and not r["variant"]["rope_exact"] and r["variant"]["paged"] == paged
+                  # an fp8 cache is another path (fp32 products), reported beside it: it spills
+                  # at this shape (docs/status.md), which the table's entry does not claim
+                  and not r["variant"].get("fp8")
                   and (r["variant"]["block_t"], r["variant"]["num_warps"]) == (entry.block_t, entry.num_warps)]
         assert shapes, f"the compile report has no wide bf16 variant at the table's shape (paged={paged})"
         for r in report:
