@@ -47,8 +47,8 @@ Conventions used by every kernel (DESIGN §8):
     mutant that reads past a length cannot leave the allocation;
   - loads are cast to the accumulation dtype right away (float32, or float64 for float64
     inputs), which also keeps bfloat16 out of the interpreter's numpy arithmetic; the one
-    exception is a 16-bit tile feeding a tensor-core tl.dot on the GPU (DOT_LP), which is
-    consumed as loaded;
+    exception is a tile feeding a tensor-core tl.dot (DOT_LP), which is consumed in q's
+    16-bit dtype: as loaded, or converted exactly from an fp8 cache;
   - row offsets are int64: b · stride_b overflows int32 at realistic cache sizes
     (16 × 128K × 32 × 54 elements of latents is 3.6e9).
 
@@ -103,7 +103,7 @@ def _rmax(x, AXIS: tl.constexpr):
 
 
 # How a tile product [M, K] @ [K, N] is computed (the DOT constexpr). `a` is always in the
-# accumulation dtype; `b` is the tile as loaded (`_ld` keeps 16-bit tiles raw for DOT_LP).
+# accumulation dtype; `b` is the tile as loaded (`_ld` keeps it in q's 16-bit dtype for DOT_LP).
 DOT_IEEE = tl.constexpr(0)  # fp32/fp64 tl.dot, no TF32: the interpreter, and float32 everywhere
 DOT_LP = tl.constexpr(1)  # 16-bit tensor cores; a split into hi + lo halves of b's dtype
 DOT_FMA = tl.constexpr(2)  # broadcast-and-sum: float64 on a GPU (no fp64 tl.dot relied on)
@@ -111,11 +111,15 @@ DOT_TF32X3 = tl.constexpr(3)  # float32 on request: three TF32 tensor-core produ
 
 
 @triton.jit
-def _ld(x, DOT: tl.constexpr, ACC_FP64: tl.constexpr):
-    # A tile that feeds a tl.dot as its `b` operand: raw 16-bit for DOT_LP, else cast right
-    # after the load (the interpreter has no bfloat16 arithmetic).
+def _ld(x, DOT: tl.constexpr, ACC_FP64: tl.constexpr, LP: tl.constexpr):
+    # A tile that feeds a tl.dot as its `b` operand: for DOT_LP in LP, q's 16-bit dtype — a
+    # 16-bit tile as loaded, an fp8 tile converted (exact: e4m3 and e5m2 values are bf16 and
+    # fp16 values), so fp8 caches take the same tensor-core products; else cast right after
+    # the load (the interpreter has no bfloat16 arithmetic).
     if DOT == DOT_LP:
-        return x
+        if x.dtype.is_fp8():
+            x = x.to(tl.float32)  # the interpreter converts fp8 through float32 only
+        return x.to(LP)
     else:
         return _to_acc(x, ACC_FP64)
 
@@ -197,21 +201,27 @@ def _slot_rows(offs_t, tmask, b64, PT, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES, MAX_P
 # ---- the shared stream: one tile per group, reused by every head --------------------------
 @triton.jit
 def _shared_logits(q, SK, s_skb, s_skt, s_skd, row0, row1, tmask, offs_d, dmask,
-                   DOT: tl.constexpr, ACC_FP64: tl.constexpr):
+                   DOT: tl.constexpr, ACC_FP64: tl.constexpr, LP: tl.constexpr):
     """q_h S_K^T [BLOCK_H, BLOCK_T], Eq. 6's shared term, for every head of the group from ONE
     [BLOCK_D, BLOCK_T] tile of shared keys: LRKV's saving, read once per group, not per head."""
     kT = tl.load(SK + row0[None, :] * s_skb + row1[None, :] * s_skt + offs_d[:, None] * s_skd,
                  mask=dmask[:, None] & tmask[None, :], other=0.0)  # [BLOCK_D, BLOCK_T]  S_K^T
-    return _mm(q, _ld(kT, DOT, ACC_FP64), DOT, True)
+    return _mm(q, _ld(kT, DOT, ACC_FP64, LP), DOT, True)
 
 
 @triton.jit
 def _shared_values(acc_s, alpha, p, SV, s_svb, s_svt, s_svd, row0, row1, tmask, offs_d, dmask,
-                   DOT: tl.constexpr, ACC_FP64: tl.constexpr):
-    """acc_s [BLOCK_H, BLOCK_D] rescaled by alpha, plus this tile's p S_V: Eq. 7's shared term."""
+                   DOT: tl.constexpr, ACC_FP64: tl.constexpr, LP: tl.constexpr,
+                   CS=None, s_csb=0, s_cst=0, static=None, GRAN: tl.constexpr = 0):
+    """acc_s [BLOCK_H, BLOCK_D] rescaled by alpha, plus this tile's p S_V: Eq. 7's shared term.
+    An fp8 S_V under DOT_LP (GRAN, its scale) is scaled here (`_fp8_lp_values`); otherwise
+    its scale is already on p."""
     vs = tl.load(SV + row0[:, None] * s_svb + row1[:, None] * s_svt + offs_d[None, :] * s_svd,
                  mask=tmask[:, None] & dmask[None, :], other=0.0)  # [BLOCK_T, BLOCK_D]  S_V
-    return acc_s * alpha[:, None] + _mm(p, _ld(vs, DOT, ACC_FP64), DOT, False)
+    if DOT == DOT_LP and GRAN != FP8_NONE:
+        return acc_s * alpha[:, None] + _fp8_lp_values(p, vs, CS, s_csb, s_cst, 0, row0, row1, tmask, offs_d, dmask,
+                                                       static, GRAN, LP)
+    return acc_s * alpha[:, None] + _mm(p, _ld(vs, DOT, ACC_FP64, LP), DOT, False)
 
 
 @triton.jit
@@ -272,6 +282,30 @@ def _fp8_scaled(term, static, S, s_b, s_t, s_h, row0, row1, tmask, heads, hmask,
         out = term
     else:
         out = term * static[:, None]  # per tensor (folded: a scalar), per head (its row)
+    return out
+
+
+@triton.jit
+def _fp8_lp_values(p, v, S, s_b, s_t, s_h, row0, row1, tmask, col_head, cmask, static, GRAN: tl.constexpr,
+                   LP: tl.constexpr):
+    """p [BLOCK_H, BLOCK_T] @ an fp8 value tile v [BLOCK_T, N] with 16-bit products (DOT_LP),
+    scaled. The scale cannot go on the weights here as `_fp8_scaled` puts it for fp32
+    products: a weight times a scale (~ amax / 448, or / 57344 for e5m2) falls below fp16's
+    normal range, and the 16-bit split of the weight would lose its bits. So a per-tensor or
+    per-head scale (constant along the slots the product contracts) multiplies the product,
+    exactly, and a per-token (-head) scale dequantizes the tile on load — each row times its
+    slot's scale (per token-head: column c times the scale of its head col_head[c]) rounded
+    to LP, q's dtype, as the same values in a 16-bit cache would be held."""
+    if GRAN == FP8_TOKEN:
+        s = tl.load(S + row0 * s_b + row1 * s_t, mask=tmask, other=1.0)  # [BLOCK_T]
+        v = (v.to(tl.float32) * s[:, None]).to(LP)
+    elif GRAN == FP8_TOKEN_HEAD:
+        s = tl.load(S + row0[:, None] * s_b + row1[:, None] * s_t + col_head[None, :] * s_h,
+                    mask=tmask[:, None] & cmask[None, :], other=1.0)  # [BLOCK_T, N]
+        v = (v.to(tl.float32) * s).to(LP)
+    out = _mm(p, _ld(v, DOT_LP, False, LP), DOT_LP, False)  # [BLOCK_H, N]
+    if GRAN == FP8_TENSOR or GRAN == FP8_HEAD:
+        out = out * static[:, None]  # row h is head h's (wide: only head h's columns are kept)
     return out
 
 
@@ -353,7 +387,7 @@ def _private_values_per_head(acc_p, p, LV, s_lvb, s_lvt, s_lvh, s_lvr, row0, row
 def _private_logits_rope(logits, Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, LK, s_lkb, s_lkt, s_lkh, s_lkr,
                          row0, row1, tmask, COS, SIN, s_cst, s_csd, offs_t, offs_d, offs_r, dmask, rmask, rows,
                          pid_g, H, D, GROUP: tl.constexpr, NEXT_HEAD_BASIS: tl.constexpr,
-                         DOT: tl.constexpr, ACC_FP64: tl.constexpr):
+                         DOT: tl.constexpr, ACC_FP64: tl.constexpr, LP: tl.constexpr):
     """logits [BLOCK_H, BLOCK_T] + q_h · rope(z_j B_h^T, j) for every head, one head at a time.
 
     rope(k, j)·q = k·rope(q, −j): instead of rebuilding the rotated private key as a
@@ -379,7 +413,7 @@ def _private_logits_rope(logits, Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, LK,
         qp = _to_acc(tl.load(Q_ROW + h * s_qh + perm_d * s_qd, mask=dv, other=0.0), ACC_FP64)
         # rope(q_h, −j)_d = q_d cos_{j,d} − sign_d q_{perm(d)} sin_{j,d}   [BLOCK_T, BLOCK_D]
         q_rot = qh[None, :] * cos - (sign_d * qp)[None, :] * sin
-        qb = _mm(q_rot, _ld(bk, DOT, ACC_FP64), DOT, False)  # [BLOCK_T, BLOCK_R]
+        qb = _mm(q_rot, _ld(bk, DOT, ACC_FP64, LP), DOT, False)  # [BLOCK_T, BLOCK_R]
         z = tl.load(LK + row0[:, None] * s_lkb + row1[:, None] * s_lkt + h * s_lkh + offs_r[None, :] * s_lkr,
                     mask=tmask[:, None] & rv[None, :], other=0.0)  # [BLOCK_T, BLOCK_R]  R_h^K
         lh = _rsum(qb * _to_acc(z, ACC_FP64), 1)  # [BLOCK_T]  q_h · rope(z_j B_h^T, j)
@@ -420,7 +454,7 @@ def _wide_offsets(offs_c, pid_g, head_c, jc, s_h, s_r, R, GROUP: tl.constexpr, H
 @triton.jit
 def _q_block_diag(Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, heads, hmask, rows, hc, jc, head_c, cmask, H, D,
                   BLOCK_H: tl.constexpr, BLOCK_GR: tl.constexpr, NEXT_HEAD_BASIS: tl.constexpr,
-                  DOT: tl.constexpr, ACC_FP64: tl.constexpr):
+                  DOT: tl.constexpr, ACC_FP64: tl.constexpr, LP: tl.constexpr):
     """The block-diagonal private query [BLOCK_H, BLOCK_GR]: row g holds q_g B_g^K (Eq. 6's
     private query) in head g's r columns and zeros elsewhere.
 
@@ -440,46 +474,51 @@ def _q_block_diag(Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, heads, hmask, rows
                      mask=hmask[:, None] & dm[None, :], other=0.0)  # [BLOCK_H, 16]
         bc = tl.load(BK + hk[None, :] * s_bkh + offs[:, None] * s_bkd + jc[None, :] * s_bkr,
                      mask=dm[:, None] & cmask[None, :], other=0.0)  # [16, BLOCK_GR]  B_{h(c)}^K
-        acc += _mm(_to_acc(qc, ACC_FP64), _ld(bc, DOT, ACC_FP64), DOT, True)
+        acc += _mm(_to_acc(qc, ACC_FP64), _ld(bc, DOT, ACC_FP64, LP), DOT, True)
     return tl.where(rows[:, None] == hc[None, :], acc, 0.0)
 
 
 @triton.jit
-def _q_block_diag_halves(q_bd, LK, DOT: tl.constexpr):
-    """(hi, lo) of the block-diagonal query for DOT_LP — its 16-bit hi + lo halves in the latent
-    cache's dtype, split once per program rather than per tile (see _mm) — else (q_bd, q_bd)."""
+def _q_block_diag_halves(q_bd, DOT: tl.constexpr, LP: tl.constexpr):
+    """(hi, lo) of the block-diagonal query for DOT_LP — its 16-bit hi + lo halves in LP, q's
+    dtype, split once per program rather than per tile (see _mm) — else (q_bd, q_bd)."""
     if DOT == DOT_LP:
-        q_hi = q_bd.to(LK.dtype.element_ty)
-        return q_hi, (q_bd - q_hi.to(q_bd.dtype)).to(LK.dtype.element_ty)
+        q_hi = q_bd.to(LP)
+        return q_hi, (q_bd - q_hi.to(q_bd.dtype)).to(LP)
     else:
         return q_bd, q_bd
 
 
 @triton.jit
 def _private_logits_wide(logits, q_bd, q_bd_lo, LK, s_lkb, s_lkt, col, row0, row1, tmask, cmask,
-                         DOT: tl.constexpr, ACC_FP64: tl.constexpr):
+                         DOT: tl.constexpr, ACC_FP64: tl.constexpr, LP: tl.constexpr):
     """logits [BLOCK_H, BLOCK_T] + (q_h B_h^K) R_h^{K T} for every head of the group (Eq. 6),
     one tl.dot of the block-diagonal query with the group's wide latent tile. For DOT_LP,
     q_bd / q_bd_lo are its hi / lo 16-bit halves, split once before the slot loop."""
     zkT = tl.load(LK + (row0 * s_lkb + row1 * s_lkt)[None, :] + col[:, None],
                   mask=cmask[:, None] & tmask[None, :], other=0.0)  # [BLOCK_GR, BLOCK_T]
     if DOT == DOT_LP:
+        zkT = _ld(zkT, DOT, ACC_FP64, LP)
         logits += tl.dot(q_bd, zkT, out_dtype=tl.float32)
         logits += tl.dot(q_bd_lo, zkT, out_dtype=tl.float32)
     else:
-        logits += _mm(q_bd, _ld(zkT, DOT, ACC_FP64), DOT, False)
+        logits += _mm(q_bd, _ld(zkT, DOT, ACC_FP64, LP), DOT, False)
     return logits
 
 
 @triton.jit
 def _private_values_wide(acc_pw, p, LV, s_lvb, s_lvt, col, row0, row1, tmask, cmask,
-                         DOT: tl.constexpr, ACC_FP64: tl.constexpr):
+                         DOT: tl.constexpr, ACC_FP64: tl.constexpr, LP: tl.constexpr,
+                         CS=None, s_csb=0, s_cst=0, s_csh=0, head_c=None, static=None, GRAN: tl.constexpr = 0):
     """acc_pw [BLOCK_H, BLOCK_GR] + p R^V over the group's wide value latents: row g, head g's
     columns is a_g R_g^V for this tile (Eq. 7's private term before B_g^V); the other
-    columns are never stored."""
+    columns are never stored. An fp8 R^V under DOT_LP is scaled here, as in `_shared_values`."""
     zv = tl.load(LV + (row0 * s_lvb + row1 * s_lvt)[:, None] + col[None, :],
                  mask=tmask[:, None] & cmask[None, :], other=0.0)  # [BLOCK_T, BLOCK_GR]
-    return acc_pw + _mm(p, _ld(zv, DOT, ACC_FP64), DOT, False)
+    if DOT == DOT_LP and GRAN != FP8_NONE:
+        return acc_pw + _fp8_lp_values(p, zv, CS, s_csb, s_cst, s_csh, row0, row1, tmask, head_c, cmask, static,
+                                       GRAN, LP)
+    return acc_pw + _mm(p, _ld(zv, DOT, ACC_FP64, LP), DOT, False)
 
 
 # ---- the split's partial state ------------------------------------------------------------
@@ -580,6 +619,7 @@ def decode_split_kernel(
 
     # ---- load q for the group: [BLOCK_H, BLOCK_D]
     Q_ROW = Q + prog64 * s_qb
+    LP: tl.constexpr = Q.dtype.element_ty  # DOT_LP's product dtype: q's, also for an fp8 cache's tiles
     q = _to_acc(tl.load(Q_ROW + heads[:, None] * s_qh + offs_d[None, :] * s_qd,
                         mask=hmask[:, None] & dmask[None, :], other=0.0), ACC_FP64)
 
@@ -594,19 +634,19 @@ def decode_split_kernel(
         if not ROPE_EXACT:
             q_bd, q_bd_lo = _q_block_diag_halves(
                 _q_block_diag(Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, heads, hmask, rows, hc, jc, head_c, cmask,
-                              H, D, BLOCK_H, BLOCK_GR, MUTANT == M_WRONG_HEAD_BASIS, DOT, ACC_FP64),
-                LK, DOT)  # [BLOCK_H, BLOCK_GR] each
+                              H, D, BLOCK_H, BLOCK_GR, MUTANT == M_WRONG_HEAD_BASIS, DOT, ACC_FP64, LP),
+                DOT, LP)  # [BLOCK_H, BLOCK_GR] each
         acc_p = tl.full([BLOCK_H, BLOCK_GR], 0.0, dtype=q.dtype)  # a_h R^V over the whole wide axis
     else:
         acc_p = tl.full([BLOCK_H, BLOCK_R], 0.0, dtype=q.dtype)  # a_h R_h^V
 
     # ---- fp8 cache: the static (per-tensor / per-head) scales, once per program  [BLOCK_H]
+    # (ones, never loaded, for a part that is not fp8)
     CACHE_FP8: tl.constexpr = FP8_SK + FP8_SV + FP8_LK + FP8_LV > 0
-    if CACHE_FP8:
-        st_sk = _static_scale(CS_SK, 0, heads, hmask, FP8_SK, ACC_FP64)
-        st_sv = _static_scale(CS_SV, 0, heads, hmask, FP8_SV, ACC_FP64)
-        st_lk = _static_scale(CS_LK, s_clkh, heads, hmask, FP8_LK, ACC_FP64)
-        st_lv = _static_scale(CS_LV, s_clvh, heads, hmask, FP8_LV, ACC_FP64)
+    st_sk = _static_scale(CS_SK, 0, heads, hmask, FP8_SK, ACC_FP64)
+    st_sv = _static_scale(CS_SV, 0, heads, hmask, FP8_SV, ACC_FP64)
+    st_lk = _static_scale(CS_LK, s_clkh, heads, hmask, FP8_LK, ACC_FP64)
+    st_lv = _static_scale(CS_LV, s_clvh, heads, hmask, FP8_LV, ACC_FP64)
 
     # ---- running state of the online softmax
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=q.dtype)
@@ -622,7 +662,7 @@ def decode_split_kernel(
 
         # Eq. 6: shared logits q_h S_K^T, then each head's private logits added to its row
         logits = _shared_logits(q, SK, s_skb, s_skt, s_skd, row0, row1, tmask, offs_d, dmask,
-                                DOT, ACC_FP64)  # [BLOCK_H, BLOCK_T]
+                                DOT, ACC_FP64, LP)  # [BLOCK_H, BLOCK_T]
         if CACHE_FP8:
             # the shared-K scale multiplies the shared term alone; the private term is built
             # from zero and scaled by the latent-K scale below
@@ -633,10 +673,10 @@ def decode_split_kernel(
             logits = _private_logits_rope(logits, Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, LK, s_lkb, s_lkt,
                                           s_lkh, s_lkr, row0, row1, tmask, COS, SIN, s_cst, s_csd, offs_t, offs_d,
                                           offs_r, dmask, rmask, rows, pid_g, H, D, GROUP,
-                                          MUTANT == M_WRONG_HEAD_BASIS, DOT, ACC_FP64)
+                                          MUTANT == M_WRONG_HEAD_BASIS, DOT, ACC_FP64, LP)
         elif WIDE:
             logits = _private_logits_wide(logits, q_bd, q_bd_lo, LK, s_lkb, s_lkt, col_k, row0, row1, tmask,
-                                          cmask, DOT, ACC_FP64)
+                                          cmask, DOT, ACC_FP64, LP)
         else:
             logits = _private_logits_per_head(logits, q_lat, LK, s_lkb, s_lkt, s_lkh, s_lkr, row0, row1, tmask,
                                               offs_r, rmask, rows, pid_g, H, GROUP, ACC_FP64)
@@ -655,20 +695,24 @@ def decode_split_kernel(
         m_new, alpha, p, l_i = _online_softmax(m_i, l_i, logits)
 
         # Eq. 7: both accumulators rescaled by alpha, then this tile's a_h S_V and a_h R_h^V
-        # (fp8: the weights that meet each value part carry that part's scale)
+        # (fp8: the weights that meet each value part carry that part's scale — with fp32
+        # products; 16-bit ones scale the tile or the product instead, see _fp8_lp_values)
         p_s = p
         p_p = p
         if CACHE_FP8:
-            p_s = _fp8_scaled(p, st_sv, CS_SV, s_csvb, s_csvt, 0, row0, row1, tmask, heads, hmask, FP8_SV, ACC_FP64)
-            p_p = _fp8_scaled(p, st_lv, CS_LV, s_clvb, s_clvt, s_clvh, row0, row1, tmask, heads, hmask, FP8_LV,
-                              ACC_FP64)
+            if DOT != DOT_LP:
+                p_s = _fp8_scaled(p, st_sv, CS_SV, s_csvb, s_csvt, 0, row0, row1, tmask, heads, hmask, FP8_SV,
+                                  ACC_FP64)
+            if DOT != DOT_LP or not WIDE:  # the per-head private path has no tile product
+                p_p = _fp8_scaled(p, st_lv, CS_LV, s_clvb, s_clvt, s_clvh, row0, row1, tmask, heads, hmask, FP8_LV,
+                                  ACC_FP64)
         acc_s = _shared_values(acc_s, alpha, p_s, SV, s_svb, s_svt, s_svd, row0, row1, tmask, offs_d, dmask,
-                               DOT, ACC_FP64)
+                               DOT, ACC_FP64, LP, CS_SV, s_csvb, s_csvt, st_sv, FP8_SV)
         if MUTANT != M_NO_PRIVATE_RESCALE:
             acc_p = acc_p * alpha[:, None]
         if WIDE:
             acc_p = _private_values_wide(acc_p, p_p, LV, s_lvb, s_lvt, col_v, row0, row1, tmask, cmask,
-                                         DOT, ACC_FP64)
+                                         DOT, ACC_FP64, LP, CS_LV, s_clvb, s_clvt, s_clvh, head_c, st_lv, FP8_LV)
         else:
             acc_p = _private_values_per_head(acc_p, p_p, LV, s_lvb, s_lvt, s_lvh, s_lvr, row0, row1, tmask, offs_r,
                                              rmask, rows, pid_g, H, GROUP, ACC_FP64)

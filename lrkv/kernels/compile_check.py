@@ -76,7 +76,14 @@ DEFAULT_VARIANTS = (
     Variant(dtype="bfloat16", rope_exact=True, num_warps=8),
     Variant(dtype="float32", dot="tf32x3", num_warps=8),
     Variant(dtype="float64", block_t=16, d_h=32, r=8, group=4),
-    # fp8 caches (DESIGN §4.1): every granularity once, both private paths
+    # fp8 caches (DESIGN §4.1): every granularity, both private paths; the wide default's
+    # group over an fp8 cache (launch.WIDE_MAX_COLUMNS_FP8: H=18 as 5 x 4), and the group of
+    # a 16-bit cache (2 x 9), where it spills
+    Variant(group=4, block_t=16, num_warps=8, private="wide", fp8="e4m3"),
+    Variant(group=4, block_t=16, num_warps=8, private="wide", fp8="e5m2", fp8_granularity="per_tensor", paged=True),
+    Variant(group=4, block_t=16, num_warps=8, private="wide", fp8="e4m3", fp8_granularity="per_head"),
+    Variant(group=4, dtype="float16", key_scale=True, paged=True, block_t=16, num_warps=8, private="wide",
+            fp8="e4m3", fp8_granularity="per_token"),
     Variant(block_t=16, num_warps=8, private="wide", fp8="e4m3"),
     Variant(block_t=16, num_warps=8, private="wide", fp8="e5m2", fp8_granularity="per_tensor", paged=True),
     Variant(block_t=64, num_warps=4, fp8="e4m3", fp8_granularity="per_head"),
@@ -148,7 +155,6 @@ def compile_variant(v: Variant, arch: int = 90, *, extend: bool = False) -> dict
     codes = fp8_part_codes(v.fp8_granularity if v.fp8 else "")
     if v.fp8:
         ptrs.update({n: {"e4m3": "*fp8e4nv", "e5m2": "*fp8e5"}[v.fp8] for n in ("SK", "SV", "LK", "LV")})
-        dot = v.dot or "ieee"  # what decode runs on an fp8 cache (no 16-bit split products)
     ptrs.update({n: "*fp32" if v.fp8 else f"*{el}" for n in ("CS_SK", "CS_SV", "CS_LK", "CS_LV")})
     ptrs.update(COS=f"*{acc}", SIN=f"*{acc}", LENGTHS="*i32", PT="*i32", SCALE=f"*{acc}",
                 M_OUT=f"*{acc}", L_OUT=f"*{acc}", ACC_S=f"*{acc}", ACC_P=f"*{acc}", CU="*i32")

@@ -23,9 +23,10 @@ kernel loads each part as stored and multiplies its scale into the product that 
 term only, the V scales into the weights that meet their values; a per-tensor scale is a
 scalar folded there). q stays at its dtype, out has q's dtype, lse is float32 (float64 for
 float64 q). `check_cache_scales` runs before every launch, with check=False too (a scale of
-the wrong shape would be read out of bounds). Not implemented, refused by name: the 16-bit
-tensor-core products (dot='lp'); an fp8 cache runs dot='ieee' (fp32 products) instead, which
-is also what the interpreter runs.
+the wrong shape would be read out of bounds). The tile products are q's: with a bf16/fp16 q
+the fp8 tiles are converted to q's dtype, exactly, and feed the same 16-bit tensor-core
+products (dot='lp') as a 16-bit cache; float32 q, and bf16 under the interpreter, run fp32
+products (dot='ieee').
 """
 
 from __future__ import annotations
@@ -107,19 +108,15 @@ def _scale_strides(t: torch.Tensor | None, code: int, latent: bool) -> list[int]
     return st[:n]
 
 
-def check_fp8_cache(parts: dict[str, torch.Tensor], cache_scales, *, dot, who: str) -> None:
+def check_fp8_cache(parts: dict[str, torch.Tensor], cache_scales) -> None:
     """Before any launch, with check=False too: the reference's `check_cache_scales` (an fp8
     part needs cache_scales, scales need an fp8 cache; one format; float32 scales of the
     granularity's shape — rows, slots = the parts' first two axes, B, T_max or P, page — on
-    the cache's device) and what the kernel does not implement for an fp8 cache, refused by
-    name. Malformed parts are left to the contract's own checks."""
+    the cache's device). Malformed parts are left to the contract's own checks."""
     if not all(isinstance(t, torch.Tensor) for t in parts.values()) or parts["latent_k"].dim() != 4:
         return  # the contract check names the malformed part
     rows, slots = parts["shared_k"].shape[:2]
     check_cache_scales(parts, cache_scales, rows=rows, slots=slots, heads=parts["latent_k"].shape[2])
-    if cache_scales is not None and dot == "lp":
-        raise TypeError(f"{who} does not run dot='lp' (16-bit tensor-core products) on an fp8 cache; leave dot "
-                        "unset (an fp8 cache runs dot='ieee') or pass dot='ieee'")
 
 
 def scale_tensors(cache_scales: CacheScales | None) -> dict[str, torch.Tensor]:
@@ -251,16 +248,11 @@ def run_factored_decode(q, shared_k, shared_v, latent_k, latent_v, basis_k, basi
     runs the op its own (wrong) way."""
     extend = cu_seqlens_q is not None
     rows, H, d_h = q.shape  # rows: B (extend: N query tokens)
-    if cache_scales is not None and dot is None:
-        # fp8 tiles feed fp32 products (check_fp8_cache refuses 'lp'): the default for fp32 q,
-        # and on the GPU in place of the 16-bit split products a bf16/fp16 q would take
-        on_gpu = q.device.type == "cuda" and not runtime.is_interpreted()
-        dot = "ieee" if default_dot(q.dtype, on_gpu) == "lp" else None
     cfg = pick_launch(B=max(rows, 1) if extend else rows, H=H, d_h=d_h, r=latent_k.shape[3], slots=slots,
                       dtype=q.dtype, device=q.device, num_splits=num_splits, group_size=group_size,
                       block_t=block_t, num_warps=num_warps, dot=dot, private=private,
                       programs_per_sm=programs_per_sm, rope_exact=rope is not None, paged=page_table is not None,
-                      extend=extend)
+                      extend=extend, fp8=cache_scales is not None)
     fp8_args = () if cache_scales is None else (*(cache_scales.of(p) for p in PARTS), cache_scales.granularity)
     cos = sin = None
     if rope is not None:
@@ -355,7 +347,7 @@ def decode_attention(
     `cache_scales` (module doc); its dtypes and scale shapes are checked either way.
     """
     parts = dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v)
-    check_fp8_cache(parts, cache_scales, dot=dot, who="the Triton decode kernel")
+    check_fp8_cache(parts, cache_scales)
     if check:
         validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
                                scale=scale, key_scale=key_scale, rope=rope, cache_scales=cache_scales)
@@ -406,7 +398,7 @@ def paged_decode_attention(
     row t % page. Exact RoPE rotates by the logical slot t. Same outputs as `decode_attention`;
     an fp8 cache's per-token scales are read at the same physical page and row as its parts."""
     parts = dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v)
-    check_fp8_cache(parts, cache_scales, dot=dot, who="the Triton paged decode kernel")
+    check_fp8_cache(parts, cache_scales)
     if check:
         validate_paged_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
                               page_table, scale=scale, key_scale=key_scale, rope=rope, cache_scales=cache_scales)

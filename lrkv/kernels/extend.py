@@ -64,8 +64,7 @@ def extend_attention(
 
     The launch options are decode's (`pick_launch`), with the N query tokens as the rows:
     splits divide each token's causal range 0 … p (splits past p are empty and ignored)."""
-    check_fp8_cache(dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v), cache_scales,
-                    dot=dot, who="the Triton extend kernel")
+    check_fp8_cache(dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v), cache_scales)
     if check:
         validate_extend_inputs(q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
                                scale=scale, key_scale=key_scale, rope=rope, page_table=page_table,

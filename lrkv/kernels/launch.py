@@ -11,7 +11,8 @@ left None is chosen here, in this order:
      [BLOCK_T, G·r] tile, every head's private logits and values in one tl.dot each against
      a block-diagonal operand; "per_head": one [BLOCK_T, r] tile and product per head.
   3. `group_size` — heads per program (`group_rule`): up to MAX_GROUP, on the wide path at
-     most WIDE_MAX_COLUMNS // r, balanced (H = 18 runs as 2 groups of 9, not 16 + 2). Each
+     most WIDE_MAX_COLUMNS // r (over an fp8 cache WIDE_MAX_COLUMNS_FP8 // r), balanced
+     (H = 18 runs as 2 groups of 9, not 16 + 2; over an fp8 cache as 5 groups of 4). Each
      group re-reads the shared K/V stream, so fewer groups = fewer bytes; the group is padded
      to BLOCK_H >= 16 rows anyway (tl.dot's minimum M).
   4. `block_t`, `num_warps` — `LAUNCH_TABLE[(gpu, private, rope, paged)]` on a GPU with
@@ -40,6 +41,11 @@ from .validate import BLOCK_T_CHOICES, MAX_SPLITS, next_pow2
 MIN_SPLIT_SLOTS = 256  # a split shorter than this spends more on its partials than it saves
 MAX_GROUP = 16  # heads per program by default (BLOCK_H >= 16 anyway: tl.dot needs M >= 16)
 WIDE_MAX_COLUMNS = 512  # default cap on G·r for the wide private tile (registers; compile_check)
+# ... over an fp8 cache: its tiles are converted to q's dtype in registers on the way to the
+# tensor cores, and at 512 columns (16 slots, 8 warps) ptxas spills 40–56 B; at 256 none
+# (compile_check). The price: H = 18, r = 55 runs as 5 groups of 4, each reading the shared
+# stream, against 2 of 9 — at one byte per element, and the groups' re-reads can hit in L2.
+WIDE_MAX_COLUMNS_FP8 = 256
 WIDE_LIMIT_COLUMNS = 2048  # an explicit group_size may go this far; past it the tile cannot fit
 PROGRAMS_PER_SM = 2  # default occupancy target of the split heuristic (the committed H200 runs)
 
@@ -155,11 +161,12 @@ def interpreter_tile(block_t: int, slots: int, extend: bool) -> int:
     return min(128, max(block_t, next_pow2(-(-slots // 8))))
 
 
-def group_rule(H: int, r: int, private: str) -> int:
-    """Heads per program: up to MAX_GROUP (on the wide path G·r <= WIDE_MAX_COLUMNS), balanced."""
+def group_rule(H: int, r: int, private: str, fp8: bool = False) -> int:
+    """Heads per program: up to MAX_GROUP (on the wide path G·r <= WIDE_MAX_COLUMNS, or
+    WIDE_MAX_COLUMNS_FP8 over an fp8 cache), balanced."""
     cap = MAX_GROUP
     if private == "wide":
-        cap = max(1, min(MAX_GROUP, WIDE_MAX_COLUMNS // max(r, 1)))
+        cap = max(1, min(MAX_GROUP, (WIDE_MAX_COLUMNS_FP8 if fp8 else WIDE_MAX_COLUMNS) // max(r, 1)))
     n_groups = -(-H // cap)
     return -(-H // n_groups)  # balanced: 18 heads -> 2 x 9, not 16 + 2
 
@@ -198,10 +205,11 @@ def pick_launch(
     num_splits: int | None = None, group_size: int | None = None, block_t: int | None = None,
     num_warps: int | None = None, dot: str | None = None, private: str | None = None,
     programs_per_sm: int | None = None, rope_exact: bool = False, paged: bool = False,
-    extend: bool = False,
+    extend: bool = False, fp8: bool = False,
 ) -> LaunchConfig:
     """The launch shape for a call; every argument left None is chosen as the module doc
-    says. For extend, B is the number of query tokens (the rows of the grid)."""
+    says. For extend, B is the number of query tokens (the rows of the grid); fp8: the cache
+    is fp8 (the wide group's column cap, WIDE_MAX_COLUMNS_FP8)."""
     interpreted = runtime.is_interpreted()
     on_gpu = device.type == "cuda" and not interpreted
     gpu = "sm_90" if on_gpu else None
@@ -210,7 +218,7 @@ def pick_launch(
     if private is None:
         default = PRIVATE_DEFAULT.get((gpu, rope), ("wide", ""))[0]
         private = "wide" if default == "wide" and wide_applies(r, dot)[0] else "per_head"
-    group_size = group_rule(H, r, private) if group_size is None else group_size
+    group_size = group_rule(H, r, private, fp8) if group_size is None else group_size
     n_groups = -(-H // group_size)
     block_h, block_d, block_r = next_pow2(group_size, 16), next_pow2(d_h, 16), next_pow2(r, 16)
     block_gr = next_pow2(group_size * r, 16) if private == "wide" else 16

@@ -105,8 +105,6 @@ class TritonBackend(BaseBackend):
         needs = {"layer-model": "layer"}.get(level, level)  # layer-model cases run layer_step
         if needs is not None and needs not in self.levels:
             return False, f"triton backend implements levels {sorted(self.levels)}, not {level!r}"
-        if getattr(case, "cache_format", "") and self.launch.get("dot") == "lp":
-            return False, "dot='lp' (16-bit tensor-core products) does not read an fp8 cache"
         return True, ""
 
     def configure(self, case: Any) -> None:

@@ -39,20 +39,27 @@ def test_split_kernel_compiles_for_sm90(variant):
         assert res["stack"] == 0, f"the main configuration spills registers: {res}"
 
 
+FP8_DEFAULTS = [("", "per_token_head"), ("e4m3", "per_token_head"), ("e5m2", "per_tensor"), ("e4m3", "per_head"),
+                ("e4m3", "per_token")]
+
+
+@pytest.mark.parametrize("fp8,granularity", FP8_DEFAULTS, ids=lambda x: x or "16-bit")
 @pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged16"])
 @pytest.mark.parametrize("H,r", [(18, 55), (32, 54)], ids=["H18-r55", "H32-r54"])
-def test_gpu_default_launch_compiles_without_spills(H, r, paged, monkeypatch):
-    # Exactly the launch shape a CUDA run picks at the paper scales (bf16, d_h = 128):
-    # registers must not spill there (a spill turns a bandwidth-bound loop into local-memory
-    # traffic). pick_launch is asked as if on a 132-SM GPU, which this machine need not have.
+def test_gpu_default_launch_compiles_without_spills(H, r, paged, fp8, granularity, monkeypatch):
+    # Exactly the launch shape a CUDA run picks at the paper scales (bf16, d_h = 128), over a
+    # bf16 cache and over fp8 caches of each format and granularity: registers must not
+    # spill there (a spill turns a bandwidth-bound loop into local-memory traffic).
+    # pick_launch is asked as if on a 132-SM GPU, which this machine need not have.
     from lrkv.kernels import launch
 
     monkeypatch.setattr(launch, "num_sms", lambda device: 132)
     monkeypatch.setattr(launch.runtime, "is_interpreted", lambda: False)
     cfg = launch.pick_launch(B=8, H=H, d_h=128, r=r, slots=32768, dtype=torch.bfloat16,
-                             device=torch.device("cuda"), paged=paged)
-    assert cfg.private == "wide"
-    res = _compile(Variant.from_launch(cfg, r=r, d_h=128, paged=paged, page_size=16))  # vLLM's page size
+                             device=torch.device("cuda"), paged=paged, fp8=bool(fp8))
+    assert cfg.private == "wide" and cfg.dot == "lp"
+    res = _compile(Variant.from_launch(cfg, r=r, d_h=128, paged=paged, page_size=16,  # vLLM's page size
+                                       fp8=fp8, fp8_granularity=granularity))
     assert res["variant"]["private"] == "wide" and res["variant"]["group"] == cfg.group_size
     if "stack" not in res:
         pytest.skip("cuobjdump not bundled with this triton: register usage unknown")

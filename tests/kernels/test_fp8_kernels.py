@@ -156,6 +156,36 @@ def test_extend_reads_fp8(fmt, granularity, paged):
                      kw["cache_scales"], ref64[0], s, dtype)
 
 
+@pytest.mark.parametrize("kind", ["decode", "paged", "extend"])
+@pytest.mark.parametrize("private", ["wide", "per_head"])
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+@pytest.mark.parametrize("fmt", FMTS, ids=FMT_IDS.get)
+def test_16bit_products_read_fp8(fmt, granularity, private, kind):
+    # dot='lp' (the GPU's default for a bf16/fp16 q): the fp8 tiles meet q in q's 16-bit
+    # dtype. float16 is the one the interpreter multiplies; its normal range (6e-5) is where a
+    # weight times an e5m2 scale would fall, so a scale on the weights shows here.
+    dtype = torch.float16
+    d, sc = fp8_case(fmt, granularity, lengths=(20, 13, 0))
+    kw = dict(scale=SCALE, dot="lp", private=private)
+    if kind == "extend":
+        q, cu = ragged_queries(d, [3, 2, 0])
+        cache, cache64 = args(d, dtype)[1:], args(d, dtype, oracle=True)[1:]
+        out, lse = extend_attention(q.to(dtype), cu, *cache, cache_scales=sc, **kw)
+        ref_tau = ref_extend(q.to(dtype), cu, *cache, scale=SCALE, cache_scales=sc)
+        ref64 = ref_extend(q.to(dtype).double(), cu, *cache64, scale=SCALE, cache_scales=sc)
+    elif kind == "paged":
+        pd, table = paginate(d, 4, share_prefix=1)
+        psc = page_scales(sc, 3, 4, 1)
+        out, lse = paged_decode_attention(*args(pd, dtype), table, cache_scales=psc, num_splits=2, **kw)
+        ref_tau = ref_paged(*args(pd, dtype), table, scale=SCALE, cache_scales=psc)
+        ref64 = ref_paged(*args(pd, dtype, oracle=True), table, scale=SCALE, cache_scales=psc)
+    else:
+        out, lse = decode_attention(*args(d, dtype), cache_scales=sc, num_splits=2, **kw)
+        ref_tau = L.decode_attention(*args(d, dtype), scale=SCALE, cache_scales=sc)
+        ref64 = L.decode_attention(*args(d, dtype, oracle=True), scale=SCALE, cache_scales=sc)
+    assert_close_to_refs(out, lse, ref_tau, ref64, dtype)
+
+
 # ----------------------------------------------------------------------------- append
 def outlier_entries(B, dtype, seed):
     g = torch.Generator().manual_seed(seed)
@@ -274,8 +304,6 @@ def test_bad_scales_are_refused_before_launch(no_launch, check):
         decode_attention(*a, scale=SCALE, check=check, cache_scales=_with(sc, shared_v=sc.shared_v.double()))
     with pytest.raises(TypeError, match="an fp8 cache needs cache_scales"):
         decode_attention(*a, scale=SCALE, check=check)
-    with pytest.raises(TypeError, match="does not run dot='lp'"):
-        decode_attention(*a, scale=SCALE, check=check, cache_scales=sc, dot="lp")
     cu = torch.tensor([0, 1, 2, 2], dtype=torch.int32)
     with pytest.raises(TypeError, match="an fp8 cache needs cache_scales"):
         extend_attention(a[0][:2], cu, *a[1:], scale=SCALE, check=check)
