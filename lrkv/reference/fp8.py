@@ -202,3 +202,41 @@ def dynamic_scale(x: torch.Tensor, fmt: torch.dtype, granularity: str, *, part: 
     tiny = torch.finfo(SCALE_DTYPE).smallest_normal
     s = torch.where(amax == 0, torch.ones_like(s) * ZERO_AMAX_SCALE, s.clamp_min(tiny))
     return s
+
+
+# ----------------------------------------------------------------------------- fp8 compute
+# FA3-style kernels also round what meets the cache: q to e4m3 with one scale per (row, head)
+# (FlashAttention-3's q_descale), and the softmax weights p = exp(s − max) ∈ [0, 1] to e4m3
+# before their products with the values (its P in fp8; the normaliser sums the unrounded p).
+# A verify case names which (Case.fp8_compute); the reference applies them on request, so the
+# rule's err_base is that algorithm's error, and never the plain path's.
+FP8_COMPUTE: tuple[str, ...] = ("", "p", "q", "qp")
+FP8_COMPUTE_FORMAT = E4M3
+
+
+def check_fp8_compute(fp8_compute) -> str:
+    if not isinstance(fp8_compute, str) or fp8_compute not in FP8_COMPUTE:
+        raise ValueError(f"fp8_compute must be one of {list(FP8_COMPUTE)} (q and/or p rounded to e4m3), "
+                         f"got {fp8_compute!r}")
+    return fp8_compute
+
+
+def round_query(q: torch.Tensor) -> torch.Tensor:
+    """q [.., H, d_h] through e4m3 with a float32 scale per (row, head) — amax / 448, 1 for
+    an all-zero row — and back, at q's dtype."""
+    amax = q.to(torch.float64).abs().amax(dim=-1, keepdim=True)  # [.., H, 1]
+    s = torch.where(amax > 0, amax / fp8_format(FP8_COMPUTE_FORMAT).max_finite, ZERO_AMAX_SCALE)
+    s = s.to(SCALE_DTYPE).clamp_min(torch.finfo(SCALE_DTYPE).tiny)
+    return dequantize(quantize(q, FP8_COMPUTE_FORMAT, s), s, dtype=q.dtype)
+
+
+def rounded_weights(logits: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """The softmax weights of scaled logits [.., T] (valid: broadcastable mask) with
+    p = exp(s − max) rounded to e4m3 (no scale: p ≤ 1) and normalised by Σ p unrounded;
+    empty rows give 0. At the logits' dtype."""
+    x = torch.where(valid, logits, float("-inf"))
+    m = x.amax(dim=-1, keepdim=True)
+    p = torch.where(valid & (m > float("-inf")), torch.exp(x - m), 0.0)
+    l = p.sum(dim=-1, keepdim=True)
+    p8 = dequantize(quantize(p, FP8_COMPUTE_FORMAT), torch.tensor(1.0), dtype=p.dtype)
+    return torch.where(l > 0, p8 / torch.where(l > 0, l, 1.0), 0.0)

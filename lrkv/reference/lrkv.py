@@ -28,7 +28,7 @@ import torch
 from ..spec import AttentionSpec
 from .cache import FactoredCache, allocate_cache
 from .contract import check_append_entries, validate_decode_inputs
-from .fp8 import PARTS
+from .fp8 import PARTS, check_fp8_compute, round_query, rounded_weights
 from .fp8_cache import CacheScales, dequantize_cache, quantize_append
 from .masking import causal_attention, softmax_rows, valid_mask, zero_garbage
 from .norms import joint_key_scale, rms_norm
@@ -117,14 +117,19 @@ def decode_attention(
     rope: ExactRope | None = None,
     check: bool = True,
     cache_scales: CacheScales | None = None,  # an fp8 cache's scales ([] / [H] / [B, T_max] / [B, T_max, H])
+    fp8_compute: str = "",  # "q" / "p" / "qp": round q / the softmax weights to e4m3 (FA3-style, fp8.py)
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Factored decode, paper Eqs. 6–7. Returns out [B, H, d_h] and lse [B, H].
 
     An fp8 cache (cache_scales given) is dequantized to q's dtype first: float64 q gives the
-    fp8 cache's exact oracle, a half-precision q the dequantize-then-attend path at τ."""
+    fp8 cache's exact oracle, a half-precision q the dequantize-then-attend path at τ.
+    fp8_compute adds an FA3-style kernel's roundings (`fp8.round_query`, `fp8.rounded_weights`)."""
+    check_fp8_compute(fp8_compute)
     if check:
         validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
                                scale=scale, key_scale=key_scale, rope=rope, cache_scales=cache_scales)
+    if "q" in fp8_compute:
+        q = round_query(q)
     shared_k, shared_v, latent_k, latent_v = dequantize_cache(cache_scales, q.dtype, shared_k, shared_v, latent_k,
                                                               latent_v)
     T = shared_k.shape[1]
@@ -135,6 +140,8 @@ def decode_attention(
     logits = factored_logits(q_, shared_k, latent_k, basis_k_, freqs=exact_freqs(rope, q.shape[-1]),  # Eq. 6
                              key_scale=None if key_scale is None else key_scale.to(acc))
     a, lse = softmax_rows(logits * scale, valid[:, None, :])  # [B, H, T]
+    if "p" in fp8_compute:
+        a = rounded_weights(logits * scale, valid[:, None, :])
     a = a.to(q.dtype)  # the value contraction runs at the input dtype, as a kernel's P·V does
     # Eq. 7: a_h S_V + (a_h R_h^V) B_h^{V T}; garbage slots zeroed before the contraction
     sv, lv = zero_garbage(shared_v, valid), zero_garbage(latent_v, valid)
@@ -146,13 +153,16 @@ def decode_attention(
 def materialized_decode_attention(
     q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
     scale: float, key_scale=None, rope: ExactRope | None = None, check: bool = True,
-    cache_scales: CacheScales | None = None,
+    cache_scales: CacheScales | None = None, fp8_compute: str = "",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The same contract computed by rebuilding K_h and V_h explicitly (the `materialized` path);
-    an fp8 cache is dequantized to q's dtype first, as in `decode_attention`."""
+    an fp8 cache is dequantized to q's dtype first, and fp8_compute rounds, as in `decode_attention`."""
+    check_fp8_compute(fp8_compute)
     if check:
         validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
                                scale=scale, key_scale=key_scale, rope=rope, cache_scales=cache_scales)
+    if "q" in fp8_compute:
+        q = round_query(q)
     shared_k, shared_v, latent_k, latent_v = dequantize_cache(cache_scales, q.dtype, shared_k, shared_v, latent_k,
                                                               latent_v)
     T = shared_k.shape[1]
@@ -170,6 +180,8 @@ def materialized_decode_attention(
         k = k * key_scale[..., None]
     logits = torch.einsum("bhd,bthd->bht", q.to(acc), k.to(acc)) * scale  # scores accumulate in acc
     a, lse = softmax_rows(logits, valid[:, None, :])
+    if "p" in fp8_compute:
+        a = rounded_weights(logits, valid[:, None, :])
     a = a.to(q.dtype)
     v = zero_garbage(v, valid)
     return torch.einsum("bht,bthd->bhd", a, v), lse

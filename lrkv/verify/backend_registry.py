@@ -25,6 +25,7 @@ _REGISTRY: dict[str, str | Callable[[], Any]] = {
     "inductor": "lrkv.verify.builtin_backends:InductorBackend",  # CUDA when torch sees one, else the CPU
     "inductor-cudagraphs": "lrkv.verify.builtin_backends:inductor_cudagraphs",  # CUDA graphs; CUDA only
     "tiled": "lrkv.verify.tiled:TiledBackend",
+    "tiled-fp8-compute": "lrkv.verify.tiled:Fp8ComputeBackend",  # FA3-style: q and the weights in e4m3
     "triton": "lrkv.kernels.triton_backend:TritonBackend",
     "triton-batch-invariant": "lrkv.kernels.triton_backend:batch_invariant",  # split size fixed in tokens
     "onnxruntime": "lrkv.compiled.engine_backends:OnnxRuntimeBackend",

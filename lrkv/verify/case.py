@@ -19,7 +19,10 @@ Levels (one module each under lrkv/verify/levels/):
 At the kernel and layer levels `cache_format` stores the cache in fp8 (DESIGN §4 "FP8
 caches"): the drawn cache is rounded to τ, as a server's projection writes it, then quantized
 with the `scale_granularity`'s scales (lrkv.reference.fp8_cache.quantize_cache); q stays at
-τ. A layer step also quantizes the token it appends (the backend's own quantizer).
+τ. A layer step also quantizes the token it appends (the backend's own quantizer). At the
+kernel levels `fp8_compute` ("q", "p", "qp") says the kernel may also round q and/or the
+softmax weights to e4m3, FA3-style: err_base is then that algorithm's error
+(lrkv.reference.fp8.round_query / rounded_weights), the oracle stays exact.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ class Case:
     cache_format: str = ""  # kernel and layer levels: the cache stored as this fp8 format (CACHE_FORMATS), q at τ
     scale_granularity: str = ""  # with cache_format: per_tensor, per_head, per_token or per_token_head
     outliers: bool = False  # kernel levels: cached tokens and channels ×16; layer: the appended token ×4
+    fp8_compute: str = ""  # kernel levels, fp8 cache: "q" / "p" / "qp" rounded to e4m3 too (FA3-style; err_base's)
     id: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -162,6 +166,7 @@ class Case:
                                  f"sequences 0 and 1 ({list(self.lengths[:2])})")
 
     def _check_fp8(self) -> None:
+        from ..reference.fp8 import check_fp8_compute
         from ..spec.fp8_scales import GRANULARITIES
 
         check_bool("outliers", self.outliers)
@@ -175,6 +180,9 @@ class Case:
             raise ValueError("scale_granularity applies to an fp8 cache only: give cache_format too")
         if self.level not in FP8_LEVELS and (self.cache_format or self.outliers):
             raise ValueError(f"cache_format and outliers apply to the levels {', '.join(FP8_LEVELS)} only")
+        check_fp8_compute(self.fp8_compute)
+        if self.fp8_compute and (not self.cache_format or self.level not in KERNEL_LEVELS):
+            raise ValueError(f"fp8_compute applies to an fp8 cache at the levels {', '.join(KERNEL_LEVELS)} only")
 
     @property
     def fp8(self) -> str:
@@ -207,6 +215,7 @@ class Case:
             "+new" + "-".join(map(str, self.n_new)) if self.n_new else "",
             f"+{self.cache_format.removeprefix('float8_')}.{self.scale_granularity}" if self.cache_format else "",
             "+outliers" if self.outliers else "",
+            f"+fp8compute.{self.fp8_compute}" if self.fp8_compute else "",
             "+differ" if self.expect != "match" else "",  # part of the id: a pass can't turn into an xfail
             f"+tp{self.tp}" if self.level == "tp" else "",  # P in the id: --tp 2 and --tp 4 records differ
         ))

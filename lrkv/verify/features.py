@@ -34,7 +34,7 @@ BIG_BATCH, HUGE_BATCH = 16, 64  # kernels switch split counts on batch size (ker
 WIDE_HEAD = 128  # head_dim above this: register tiling changes (Triton kernels often require <= 128)
 CHUNK = 64  # n_new at least this long: an extend chunk spanning several query tiles
 # the capability dimensions a twin may change, in its order of preference (twins.py)
-CAPABILITY_DIMS = ("layout", "rope", "qk_norm", "dtype", "cache", "head_dim", "rank", "n_heads")
+CAPABILITY_DIMS = ("layout", "rope", "qk_norm", "dtype", "cache", "fp8_compute", "head_dim", "rank", "n_heads")
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,11 @@ def _capabilities() -> list[Feature]:
     for g in GRANULARITIES:
         feats.append(Feature(f"scales={g}", FP8, lambda c, g=g: c.scale_granularity == g,
                              f"fp8 scales {g} (read from the right axis, for the right part)", dim="cache"))
+    # an FA3-style kernel rounds q and/or the weights to e4m3 too: a capability, since a kernel
+    # that rounds declines the exact cases (and is run at their fp8_compute twin)
+    feats.append(Feature("fp8 compute", ALL_KERNEL, lambda c: bool(c.fp8_compute),
+                         "q and/or the softmax weights rounded to e4m3 (err_base carries the rounding)",
+                         dim="fp8_compute", needs=tuple(f"cache={fmt}" for fmt in CACHE_FORMATS)))
     return feats
 
 

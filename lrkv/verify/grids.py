@@ -17,7 +17,8 @@ page boundaries; every RoPE mode the kernels see and QK-RMSNorm.
 FP8 caches (`_fp8_cases`): both formats with every scale granularity at the kernel level,
 each format and granularity at the paged, extend and layer levels (shared pages, a contiguous
 and a paged extend, a layer step appending an outlier token), outliers, NaN-pattern and
-finite garbage.
+finite garbage; and three kernel-level cases with FA3-style fp8 compute (q and/or the softmax
+weights rounded to e4m3, `Case.fp8_compute`).
 
 Budget: the grid must run in under 3 minutes on 2 CPU cores for the default backends. The
 costly part is inductor (float64/float32 only), which compiles once per (graph, dtype,
@@ -317,7 +318,18 @@ def _fp8_cases() -> list[Case]:
                   scale_granularity=FP8_SCALES[i])
              for i, (spec, dt) in enumerate(((BASE, "bfloat16"), (EXACT, "float16"), (QKN, "bfloat16"),
                                              (BASE, "float32")))]
-    return kernel + paged + extend + layer
+    # FA3-style fp8 compute (err_base's path also rounds q and/or the weights to e4m3; the
+    # oracle stays exact): q and the weights, the weights only (paged), q only (extend)
+    compute = [
+        Case("kernel", BASE, "bfloat16", (10, 33, 2), 40, outliers=True, seed=8, cache_format=FP8_FORMATS[0],
+             scale_granularity="per_head", fp8_compute="qp"),
+        Case("kernel-paged", QKN, "float16", (37, 21, 14), 40, page_size=7, shared_prefix=14, seed=9,
+             cache_format=FP8_FORMATS[1], scale_granularity="per_token", fp8_compute="p"),
+        Case("kernel-extend", EXACT, "bfloat16", (33, 16, 1, 12), 40, n_new=(12, 1, 1, 5), page_size=5,
+             shared_prefix=5, seed=10, cache_format=FP8_FORMATS[0], scale_granularity="per_token_head",
+             fp8_compute="q"),
+    ]
+    return kernel + paged + extend + layer + compute
 
 
 def default_grid() -> list[Case]:

@@ -13,6 +13,8 @@ measures a rate.
     python3 -m lrkv.verify.hunt --backend tiled --level layer --examples 500 --seed 7
     TRITON_INTERPRET=1 python3 -m lrkv.verify.hunt --backend triton --level kernel-extend --examples 60
     python3 -m lrkv.verify.hunt --fp8 --examples 1000 --seed 3     (every case with an fp8 cache)
+    python3 -m lrkv.verify.hunt --fp8-compute --backend tiled-fp8-compute --level kernel
+                                                                  (... and FA3-style roundings)
 
 Exit 0 when no false failure was found, 1 otherwise (each is listed with its replay command),
 2 on a usage error (an unknown or unavailable backend, a level no hunted backend declares).
@@ -65,9 +67,11 @@ def claimed_dtypes(backends, level: str) -> tuple[str, ...]:
     return tuple(d for d in DTYPES if d in claimed)
 
 
-def draw_cases(level: str, dtypes: tuple[str, ...], examples: int, seed: int, fp8: bool = False) -> list[Case]:
+def draw_cases(level: str, dtypes: tuple[str, ...], examples: int, seed: int, fp8: bool = False,
+               fp8_compute: bool = False) -> list[Case]:
     """`examples` cases of `level`, reproducibly from `seed` (a different stream per level);
-    fp8: each with an fp8 cache (`strategies.with_fp8`; kernel levels)."""
+    fp8: each with an fp8 cache (`strategies.with_fp8`; kernel levels); fp8_compute: and the
+    kernel levels' cases with FA3-style roundings."""
     drawn: list[Case] = []
 
     @hypothesis_seed(seed * 7919 + LEVELS.index(level))
@@ -79,7 +83,7 @@ def draw_cases(level: str, dtypes: tuple[str, ...], examples: int, seed: int, fp
         drawn.append(case.replace(layout=layout) if level == "kernel" else case)
 
     one()
-    return [with_fp8(c) for c in drawn] if fp8 else drawn
+    return [with_fp8(c, fp8_compute) for c in drawn] if fp8 or fp8_compute else drawn
 
 
 def coverage(level: str, drawn: list[Case]) -> dict:
@@ -92,7 +96,8 @@ def coverage(level: str, drawn: list[Case]) -> dict:
         c["batch"]["1" if case.batch == 1 else "2-3" if case.batch <= 3 else "4-9" if case.batch < 10 else ">=10"] += 1
         c["garbage"]["nan" if case.nan_garbage else "finite"] += 1
         if case.cache_format:
-            c.setdefault("fp8", Counter())[case.fp8 + ("+outliers" if case.outliers else "")] += 1
+            c.setdefault("fp8", Counter())[case.fp8 + ("+outliers" if case.outliers else "")
+                                           + (f"+fp8compute.{case.fp8_compute}" if case.fp8_compute else "")] += 1
         for n in case.lengths:
             c["lengths"]["0" if n == 0 else "1" if n == 1 else "t_max" if n == case.t_max
                          else "page boundary" if case.page_size and n % case.page_size == 0 else "other"] += 1
@@ -128,13 +133,15 @@ def is_false_failure(rec: dict) -> bool:
 
 
 def hunt(labels, levels, examples: int, seed: int, progress=None, *, strict: bool = False,
-         properties: bool = False, fp8: bool = False) -> dict:
+         properties: bool = False, fp8: bool = False, fp8_compute: bool = False) -> dict:
     """Draw `examples` cases per level; run them through `runner.run`; collect non-passes.
 
     strict: a level that no hunted backend declares is an error (else it is left out).
     properties: also run the server properties (server_properties.py) on their share of the
     drawn cases; a required one that fails on a correct backend is a false failure too.
-    fp8: the kernel and layer levels only, every case with an fp8 cache (`strategies.with_fp8`)."""
+    fp8: the kernel and layer levels only, every case with an fp8 cache (`strategies.with_fp8`);
+    fp8_compute: as fp8, the kernel levels' cases also with FA3-style roundings."""
+    fp8 = fp8 or fp8_compute
     policy = load_policy()
     backends = [(label, get_backend(label)) for label in labels]
     for label, b in backends:
@@ -159,7 +166,7 @@ def hunt(labels, levels, examples: int, seed: int, progress=None, *, strict: boo
             continue
         run_levels.append(level)
         user_names = {b.name for _, b in users}
-        drawn = draw_cases(level, claimed_dtypes(users, level), examples, seed, fp8)
+        drawn = draw_cases(level, claimed_dtypes(users, level), examples, seed, fp8, fp8_compute)
         drawn_coverage[level] = coverage(level, drawn)
         claimed = [any(not not_applicable(b, case) for _, b in users) for case in drawn]
         counts = by_level.setdefault(level, {b.name: Counter() for _, b in users})
@@ -239,6 +246,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fp8", action="store_true",
                    help="every drawn case with an fp8 cache (both formats, every granularity, outliers; the kernel "
                         "and layer levels only)")
+    p.add_argument("--fp8-compute", action="store_true",
+                   help="as --fp8, and the kernel levels' cases with FA3-style roundings of q and/or the softmax "
+                        "weights (fp8_compute p, q or qp)")
     p.add_argument("--properties", action="store_true",
                    help="also run the server properties on their share of the drawn cases (a required one "
                         "failing on a correct backend is a false failure)")
@@ -254,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         result = hunt(args.backend or CORRECT, args.level or LEVELS, args.examples, args.seed, progress,
-                      strict=bool(args.level), properties=args.properties, fp8=args.fp8)
+                      strict=bool(args.level), properties=args.properties, fp8=args.fp8,
+                      fp8_compute=args.fp8_compute)
     except (ValueError, TypeError) as e:
         print(f"hunt: {e}", file=sys.stderr)
         return 2

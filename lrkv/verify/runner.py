@@ -133,9 +133,12 @@ def prepare_inputs(case: Case, inp, policy: Policy | None = None) -> Prepared:
     bounds = float64_bounds(case, cond, expected, c)
     oracle = oracle_reference(inp) if case.level == "kernel" else None
     inconsistent = _consistency(case, level, f64, bounds, oracle)
-    # err_base: each path at each output's own precision against its own float64 run
+    # err_base: each path at each output's own precision against its own float64 run —
+    # with an FA3-style case's roundings (fp8_compute) at that precision only: the float64
+    # run, like the oracle, stays exact, so err_base carries what those roundings cost
     base: dict[str, ErrorMetrics] = {}
     runs = {}
+    rounding = {"fp8_compute": case.fp8_compute} if case.fp8_compute else {}
     for name, (_, dt) in expected.items():
         if dt not in runs:
             # an fp8 cache is dequantized to τ first, as the dequantize-then-attend path at τ
@@ -144,7 +147,7 @@ def prepare_inputs(case: Case, inp, policy: Policy | None = None) -> Prepared:
                 low = inp
             else:
                 low = (inp.dequantize_to(case.torch_dtype) if case.cache_format else inp).to(dt)
-            runs[dt] = {p: fn(low) for p, fn in paths.items()}
+            runs[dt] = {p: fn(low, **rounding) for p, fn in paths.items()}
         base[name] = worst_of(*(error_metrics(runs[dt][p][name], f64[p][name]) for p in paths))
     atol = {name: fa3_atol(ref[name], dt) for name, (_, dt) in expected.items()}
     if "out" in atol and "lse" in expected:  # scores accumulate in lse's dtype

@@ -113,16 +113,20 @@ def cases(draw, *, level: str = "kernel", dtypes=("float64",), specs=None, batch
     )
 
 
-def with_fp8(case: Case) -> Case:
+def with_fp8(case: Case, compute: bool = False) -> Case:
     """A drawn kernel or layer case with its cache in fp8: format, granularity and outliers
     from the case's own seed (reproducible), τ float32 where it was float64 (fp8's compute
-    dtypes: q stays at τ)."""
+    dtypes: q stays at τ). compute: at the kernel levels also FA3-style roundings
+    (fp8_compute "p", "q" or "qp", from the seed)."""
+    from ..reference.fp8 import FP8_COMPUTE
     from ..spec.fp8_scales import GRANULARITIES
-    from .case import CACHE_FORMATS, FP8_COMPUTE_DTYPES
+    from .case import CACHE_FORMATS, FP8_COMPUTE_DTYPES, KERNEL_LEVELS
 
     n = case.seed
+    rounding = FP8_COMPUTE[1 + n // 8 % 3] if compute and case.level in KERNEL_LEVELS else ""
     return case.replace(cache_format=CACHE_FORMATS[n % 2], scale_granularity=GRANULARITIES[n // 2 % 4],
-                        outliers=n % 3 == 0, dtype=case.dtype if case.dtype in FP8_COMPUTE_DTYPES else "float32")
+                        outliers=n % 3 == 0, dtype=case.dtype if case.dtype in FP8_COMPUTE_DTYPES else "float32",
+                        fp8_compute=rounding)
 
 
 def _min_rows(spec: AttentionSpec) -> int:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from ..reference.contract import validate_decode_inputs
+from ..reference.fp8 import FP8_COMPUTE_FORMAT, dequantize, quantize, round_query
 from ..reference.fp8_cache import dequantize_cache
 from ..reference.lrkv import accumulation_dtype, exact_freqs, factored_logits, layer_step
 from ..reference.masking import NEG_INF, valid_mask, zero_garbage
@@ -59,12 +60,21 @@ class TiledDecoder:
         part by its own scale (DESIGN §4 "FP8 caches"); the fp8 mutants override this."""
         return dequantize_cache(cache_scales, cd, *parts)
 
+    def round_query(self, q: torch.Tensor) -> torch.Tensor:
+        """q as the products meet it: as given (Fp8ComputeDecoder rounds it to e4m3)."""
+        return q
+
+    def round_weights(self, p: torch.Tensor) -> torch.Tensor:
+        """A tile's weights exp(s − m) as the value products meet them: as computed."""
+        return p
+
     def __call__(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
                  scale, key_scale=None, rope=None, cache_scales=None):
         B, T, H, d_h, r = validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k,
                                                  basis_v, lengths, scale=scale, key_scale=key_scale, rope=rope,
                                                  cache_scales=cache_scales)
         out_dtype = q.dtype
+        q = self.round_query(q)
         cd = accumulation_dtype(q.dtype)  # accumulate wide: float32 for half inputs, as kernels do
         if cache_scales is not None:  # dequantize on load, at the accumulation dtype
             shared_k, shared_v, latent_k, latent_v = self.dequantize(cache_scales, cd,
@@ -101,6 +111,7 @@ class TiledDecoder:
         st.m = m_new
         st.l = st.l + p.sum(-1)
         sv, lv = zero_garbage(shared_v[:, j0:j1], valid[:, j0:j1]), zero_garbage(latent_v[:, j0:j1], valid[:, j0:j1])
+        p = self.round_weights(p)  # after l's sum: the normaliser sums the weights as computed
         st.acc_shared = st.acc_shared + torch.einsum("bht,btd->bhd", p, sv)
         st.acc_private = st.acc_private + torch.einsum("bht,bthr->bhr", p, lv)
 
@@ -144,3 +155,35 @@ class TiledBackend(BaseBackend):
 
     def layer_step(self, weights, x_t, cache, positions):
         return layer_step(weights, x_t, cache, positions, decode=self.decode_attention)
+
+
+class Fp8ComputeDecoder(TiledDecoder):
+    """An FA3-style fp8 decode: q rounded to e4m3 with one scale per (row, head), each tile's
+    weights exp(s − m_running) rounded to e4m3 before the value products (the running max,
+    not the final one, as a fused kernel has it). Its error is what a case's fp8_compute
+    "qp" allows (lrkv.reference.fp8.round_query / rounded_weights)."""
+
+    def round_query(self, q: torch.Tensor) -> torch.Tensor:
+        return round_query(q)
+
+    def round_weights(self, p: torch.Tensor) -> torch.Tensor:
+        return dequantize(quantize(p, FP8_COMPUTE_FORMAT), torch.tensor(1.0), dtype=p.dtype)
+
+
+class Fp8ComputeBackend(TiledBackend):
+    """The FA3-style decoder as a backend. It runs the kernel level's fp8 cases that allow
+    both roundings (fp8_compute "qp") and declines the rest, so a plain fp8 case is run as
+    its "qp" twin and judged by that algorithm's err_base — never excused by the format's."""
+
+    name = "tiled-fp8-compute"
+    levels = frozenset({"kernel"})
+    dtypes = (torch.float32, torch.bfloat16, torch.float16)
+    description = "tiled decode rounding q and the softmax weights to e4m3 (FA3-style fp8 compute)"
+    decoder_class = Fp8ComputeDecoder
+
+    def supports(self, case) -> tuple[bool, str]:
+        if not getattr(case, "cache_format", ""):
+            return False, "an fp8-compute decode reads fp8 caches only"
+        if getattr(case, "fp8_compute", "") != "qp":
+            return False, "rounds q and the softmax weights to e4m3: runs fp8_compute='qp' cases only"
+        return True, ""

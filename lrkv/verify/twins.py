@@ -4,8 +4,8 @@ A kernel that declines exact RoPE must still face the page size 7, the shared pr
 the NaN pages that the grid's exact-RoPE paged case carries. So when a backend declines a
 case — `supports()` false, or the case's dtype not in its `dtypes` — the runner derives the
 case's *twin*: the nearest variant that changes only capability dimensions
-(features.CAPABILITY_DIMS: layout, RoPE mode, QK-norm, dtype, fp8 cache, head dim, rank,
-head count),
+(features.CAPABILITY_DIMS: layout, RoPE mode, QK-norm, dtype, fp8 cache, fp8 compute, head
+dim, rank, head count),
 in that order of preference and fewest changes first, keeping every other field (page size,
 shared pages, shuffled and NaN pages, lengths, n_new, splits, q scale, near cancellation,
 garbage, seed). The twin is an ordinary case for the gate; its record id is
@@ -24,7 +24,8 @@ import math
 from collections.abc import Callable
 
 from ..spec.fp8_scales import GRANULARITIES
-from .case import CACHE_FORMATS, Case
+from ..reference.fp8 import FP8_COMPUTE
+from .case import CACHE_FORMATS, KERNEL_LEVELS, Case
 from .features import CAPABILITY_DIMS
 
 NO_FP8 = "none"  # the cache dimension's value of a cache at τ
@@ -61,6 +62,10 @@ def candidates(case: Case, dim: str) -> list:
         mine = [f"{case.cache_format}/{g}" for g in GRANULARITIES if g != case.scale_granularity]
         other = [f"{f}/{case.scale_granularity}" for f in CACHE_FORMATS if f != case.cache_format]
         return [*mine, *other, NO_FP8]
+    if dim == "fp8_compute":  # fewest roundings first; none only for a case that has some
+        if not case.cache_format or case.level not in KERNEL_LEVELS:
+            return []
+        return [v or NO_FP8 for v in FP8_COMPUTE if v != case.fp8_compute and (v or case.fp8_compute)]
     if dim == "head_dim":
         return _by_distance(s.head_dim, HEAD_DIMS, log=True)
     if dim == "rank":
@@ -76,6 +81,8 @@ def _value(case: Case, dim: str):
         return getattr(case, dim)
     if dim == "cache":
         return case.fp8 or NO_FP8
+    if dim == "fp8_compute":
+        return case.fp8_compute or NO_FP8
     return getattr(case.spec, dim)
 
 
@@ -122,6 +129,10 @@ def apply_changes(case: Case, changes: dict) -> Case:
     if "cache" in changes:
         fmt, _, gran = ("" if changes["cache"] == NO_FP8 else changes["cache"]).partition("/")
         kw.update(cache_format=fmt, scale_granularity=gran)
+        if not fmt:
+            kw["fp8_compute"] = ""  # its roundings come with the fp8 cache
+    if "fp8_compute" in changes:
+        kw["fp8_compute"] = "" if changes["fp8_compute"] == NO_FP8 else changes["fp8_compute"]
     expect = case.expect
     if case.level == "layer-model":  # latent RoPE is the model's expected difference (case.py)
         expect = "differ" if s.rope == "latent" else "match"

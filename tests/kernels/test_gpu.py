@@ -46,6 +46,25 @@ def test_native_tight_exact_rope(dtype):
     check(decode_attention, case)
 
 
+@pytest.mark.parametrize("dtype,fmt,gran", [
+    (torch.bfloat16, "float8_e4m3fn", "per_head"), (torch.float16, "float8_e5m2", "per_tensor"),
+    (torch.bfloat16, "float8_e4m3fn", "per_token_head"),
+], ids=["bf16-e4m3-per_head", "fp16-e5m2-per_tensor", "bf16-e4m3-per_token_head"])
+def test_native_fp8_cache_at_the_paper_scale(dtype, fmt, gran):
+    # an fp8 cache natively: its tiles converted to q's dtype for the 16-bit tensor-core
+    # products, the wide path at its fp8 group (5 x 4 at H = 18), outlier tokens and channels
+    case = kernel_case(H=18, d_h=128, r=55, lengths=[2048, 1333, 1], dtype=dtype, seed=54, cache_format=fmt,
+                       scale_granularity=gran, outliers=True)
+    check(decode_attention, case)
+
+
+def test_native_fp8_paged_per_token():
+    case = kernel_case(level="kernel-paged", page_size=16, H=18, d_h=128, r=55, lengths=[3000, 1500],
+                       dtype=torch.bfloat16, seed=55, cache_format="float8_e4m3fn", scale_granularity="per_token",
+                       shared_prefix=32)
+    check(paged_decode_attention, case)
+
+
 def test_native_auto_splits_and_paged():
     B, T = 2, 8192
     cfg = pick_launch(B=B, H=18, d_h=128, r=55, slots=T, dtype=torch.bfloat16, device=torch.device("cuda"))
