@@ -39,13 +39,16 @@ def test_split_kernel_compiles_for_sm90(variant):
         assert res["stack"] == 0, f"the main configuration spills registers: {res}"
 
 
-FP8_DEFAULTS = [("", "per_token_head"), ("e4m3", "per_token_head"), ("e5m2", "per_tensor"), ("e4m3", "per_head"),
-                ("e4m3", "per_token")]
+# (H, r, paged, fp8 format, granularity): both paper scales with a 16-bit cache, contiguous and
+# paged; fp8 caches with every granularity once at H = 18 (each format, both layouts) and once at H = 32
+DEFAULT_LAUNCHES = [(H, r, paged, "", "") for H, r in ((18, 55), (32, 54)) for paged in (False, True)] + [
+    (18, 55, False, "e4m3", "per_token_head"), (18, 55, True, "e5m2", "per_tensor"),
+    (18, 55, False, "e5m2", "per_head"), (18, 55, True, "e4m3", "per_token"), (32, 54, False, "e4m3", "per_token_head"),
+]
 
 
-@pytest.mark.parametrize("fp8,granularity", FP8_DEFAULTS, ids=lambda x: x or "16-bit")
-@pytest.mark.parametrize("paged", [False, True], ids=["contiguous", "paged16"])
-@pytest.mark.parametrize("H,r", [(18, 55), (32, 54)], ids=["H18-r55", "H32-r54"])
+@pytest.mark.parametrize("H,r,paged,fp8,granularity", DEFAULT_LAUNCHES,
+                         ids=lambda x: {True: "paged16", False: "contiguous", "": "-"}.get(x, str(x)))
 def test_gpu_default_launch_compiles_without_spills(H, r, paged, fp8, granularity, monkeypatch):
     # Exactly the launch shape a CUDA run picks at the paper scales (bf16, d_h = 128), over a
     # bf16 cache and over fp8 caches of each format and granularity: registers must not
@@ -59,7 +62,7 @@ def test_gpu_default_launch_compiles_without_spills(H, r, paged, fp8, granularit
                              device=torch.device("cuda"), paged=paged, fp8=bool(fp8))
     assert cfg.private == "wide" and cfg.dot == "lp"
     res = _compile(Variant.from_launch(cfg, r=r, d_h=128, paged=paged, page_size=16,  # vLLM's page size
-                                       fp8=fp8, fp8_granularity=granularity))
+                                       fp8=fp8, fp8_granularity=granularity or "per_token_head"))
     assert res["variant"]["private"] == "wide" and res["variant"]["group"] == cfg.group_size
     if "stack" not in res:
         pytest.skip("cuobjdump not bundled with this triton: register usage unknown")

@@ -156,8 +156,8 @@ def test_extend_reads_fp8(fmt, granularity, paged):
                      kw["cache_scales"], ref64[0], s, dtype)
 
 
-@pytest.mark.parametrize("kind", ["decode", "paged", "extend"])
-@pytest.mark.parametrize("private", ["wide", "per_head"])
+@pytest.mark.parametrize("kind,private", [("decode", "wide"), ("decode", "per_head"), ("paged", "wide"),
+                                          ("extend", "wide")])
 @pytest.mark.parametrize("granularity", GRANULARITIES)
 @pytest.mark.parametrize("fmt", FMTS, ids=FMT_IDS.get)
 def test_16bit_products_read_fp8(fmt, granularity, private, kind):
