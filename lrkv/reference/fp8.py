@@ -221,22 +221,34 @@ def check_fp8_compute(fp8_compute) -> str:
     return fp8_compute
 
 
-def round_query(q: torch.Tensor) -> torch.Tensor:
+def round_query(q: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
     """q [.., H, d_h] through e4m3 with a float32 scale per (row, head) — amax / 448, 1 for
-    an all-zero row — and back, at q's dtype."""
+    an all-zero row — and back, at `dtype` (default q's): the decode asks for its accumulation
+    dtype, as an FA3-style kernel applies q's descale to its fp32 scores."""
     amax = q.to(torch.float64).abs().amax(dim=-1, keepdim=True)  # [.., H, 1]
     s = torch.where(amax > 0, amax / fp8_format(FP8_COMPUTE_FORMAT).max_finite, ZERO_AMAX_SCALE)
     s = s.to(SCALE_DTYPE).clamp_min(torch.finfo(SCALE_DTYPE).tiny)
-    return dequantize(quantize(q, FP8_COMPUTE_FORMAT, s), s, dtype=q.dtype)
+    return dequantize(quantize(q, FP8_COMPUTE_FORMAT, s), s, dtype=dtype or q.dtype)
 
 
-def rounded_weights(logits: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+# A fused kernel rounds exp(s − m_run) with m_run its RUNNING max, below the final one by a
+# tile-dependent amount: the same weight is rounded at another place of the fp8 grid. Phase k
+# of `rounded_weights` stands for one such schedule: slot t's weight is rounded as
+# p · 2^(φ_t) with φ_t = ((5t + 3k) mod 8) / 8 (phase 0: the final max, φ = 0), then scaled
+# back; err_base takes the worst of FP8_WEIGHT_PHASES phases, so a kernel is not failed for
+# where its running max happened to sit.
+FP8_WEIGHT_PHASES = 6
+
+
+def rounded_weights(logits: torch.Tensor, valid: torch.Tensor, phase: int = 0) -> torch.Tensor:
     """The softmax weights of scaled logits [.., T] (valid: broadcastable mask) with
-    p = exp(s − max) rounded to e4m3 (no scale: p ≤ 1) and normalised by Σ p unrounded;
-    empty rows give 0. At the logits' dtype."""
+    p = exp(s − max) rounded to e4m3 (no scale: p ≤ 1; `phase` > 0: at the grid offsets
+    above) and normalised by Σ p unrounded; empty rows give 0. At the logits' dtype."""
     x = torch.where(valid, logits, float("-inf"))
     m = x.amax(dim=-1, keepdim=True)
     p = torch.where(valid & (m > float("-inf")), torch.exp(x - m), 0.0)
     l = p.sum(dim=-1, keepdim=True)
-    p8 = dequantize(quantize(p, FP8_COMPUTE_FORMAT), torch.tensor(1.0), dtype=p.dtype)
-    return torch.where(l > 0, p8 / torch.where(l > 0, l, 1.0), 0.0)
+    t = torch.arange(p.shape[-1], device=p.device)
+    shift = torch.exp2(((5 * t + 3 * phase) % 8) / 8.0 if phase else t * 0.0).to(torch.float64)  # [T]  2^φ_t
+    p8 = dequantize(quantize(p.to(torch.float64) * shift, FP8_COMPUTE_FORMAT), torch.tensor(1.0)) / shift
+    return torch.where(l > 0, p8.to(p.dtype) / torch.where(l > 0, l, 1.0), 0.0)

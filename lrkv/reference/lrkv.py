@@ -118,6 +118,7 @@ def decode_attention(
     check: bool = True,
     cache_scales: CacheScales | None = None,  # an fp8 cache's scales ([] / [H] / [B, T_max] / [B, T_max, H])
     fp8_compute: str = "",  # "q" / "p" / "qp": round q / the softmax weights to e4m3 (FA3-style, fp8.py)
+    fp8_phase: int = 0,  # which rounding phase of the weights (fp8.rounded_weights)
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Factored decode, paper Eqs. 6–7. Returns out [B, H, d_h] and lse [B, H].
 
@@ -128,20 +129,19 @@ def decode_attention(
     if check:
         validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
                                scale=scale, key_scale=key_scale, rope=rope, cache_scales=cache_scales)
-    if "q" in fp8_compute:
-        q = round_query(q)
     shared_k, shared_v, latent_k, latent_v = dequantize_cache(cache_scales, q.dtype, shared_k, shared_v, latent_k,
                                                               latent_v)
     T = shared_k.shape[1]
     valid = valid_mask(lengths, T)  # [B, T]
     latent_k = zero_garbage(latent_k, valid)
     acc = accumulation_dtype(q.dtype)
-    q_, shared_k, latent_k, basis_k_ = q.to(acc), shared_k.to(acc), latent_k.to(acc), basis_k.to(acc)
+    q_ = round_query(q, acc) if "q" in fp8_compute else q.to(acc)
+    shared_k, latent_k, basis_k_ = shared_k.to(acc), latent_k.to(acc), basis_k.to(acc)
     logits = factored_logits(q_, shared_k, latent_k, basis_k_, freqs=exact_freqs(rope, q.shape[-1]),  # Eq. 6
                              key_scale=None if key_scale is None else key_scale.to(acc))
     a, lse = softmax_rows(logits * scale, valid[:, None, :])  # [B, H, T]
     if "p" in fp8_compute:
-        a = rounded_weights(logits * scale, valid[:, None, :])
+        a = rounded_weights(logits * scale, valid[:, None, :], fp8_phase)
     a = a.to(q.dtype)  # the value contraction runs at the input dtype, as a kernel's P·V does
     # Eq. 7: a_h S_V + (a_h R_h^V) B_h^{V T}; garbage slots zeroed before the contraction
     sv, lv = zero_garbage(shared_v, valid), zero_garbage(latent_v, valid)
@@ -153,7 +153,7 @@ def decode_attention(
 def materialized_decode_attention(
     q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
     scale: float, key_scale=None, rope: ExactRope | None = None, check: bool = True,
-    cache_scales: CacheScales | None = None, fp8_compute: str = "",
+    cache_scales: CacheScales | None = None, fp8_compute: str = "", fp8_phase: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The same contract computed by rebuilding K_h and V_h explicitly (the `materialized` path);
     an fp8 cache is dequantized to q's dtype first, and fp8_compute rounds, as in `decode_attention`."""
@@ -161,8 +161,6 @@ def materialized_decode_attention(
     if check:
         validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
                                scale=scale, key_scale=key_scale, rope=rope, cache_scales=cache_scales)
-    if "q" in fp8_compute:
-        q = round_query(q)
     shared_k, shared_v, latent_k, latent_v = dequantize_cache(cache_scales, q.dtype, shared_k, shared_v, latent_k,
                                                               latent_v)
     T = shared_k.shape[1]
@@ -178,10 +176,11 @@ def materialized_decode_attention(
     v = shared_v[:, :, None, :] + torch.einsum("bthr,hdr->bthd", latent_v, basis_v)  # V_h
     if key_scale is not None:
         k = k * key_scale[..., None]
-    logits = torch.einsum("bhd,bthd->bht", q.to(acc), k.to(acc)) * scale  # scores accumulate in acc
+    q_ = round_query(q, acc) if "q" in fp8_compute else q.to(acc)
+    logits = torch.einsum("bhd,bthd->bht", q_, k.to(acc)) * scale  # scores accumulate in acc
     a, lse = softmax_rows(logits, valid[:, None, :])
     if "p" in fp8_compute:
-        a = rounded_weights(logits, valid[:, None, :])
+        a = rounded_weights(logits, valid[:, None, :], fp8_phase)
     a = a.to(q.dtype)
     v = zero_garbage(v, valid)
     return torch.einsum("bht,bthd->bhd", a, v), lse

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, fields
 
 import torch
 
+from ..reference.fp8 import FP8_WEIGHT_PHASES
 from ..spec import as_dtype, dtype_name
 from .protocol import check_available, fp8_claims
 from .bounds import U64, Conditioning, oracle_reference
@@ -114,6 +115,35 @@ def _consistency(case: Case, level, f64: dict, bounds: dict[str, float], oracle)
     return "; ".join(problems)
 
 
+def _fp8_compute_effect(case: Case, paths: dict, inp64, f64: dict) -> dict[str, torch.Tensor]:
+    """An FA3-style case's roundings on their own (fp8_compute): per output, element by
+    element, the largest |rounded − exact| of the float64 paths over every rounding phase of
+    the weights (fp8.FP8_WEIGHT_PHASES) — the roundings' effect free of τ's, and of where a
+    kernel's running max sat. {} for a case without them."""
+    if not case.fp8_compute:
+        return {}
+    phases = range(FP8_WEIGHT_PHASES) if "p" in case.fp8_compute else range(1)
+    effect: dict[str, torch.Tensor] = {}
+    for k in phases:
+        for p, fn in paths.items():
+            for name, t in fn(inp64, fp8_compute=case.fp8_compute, fp8_phase=k).items():
+                exact = f64[p][name]
+                d = torch.where(torch.isfinite(exact) & torch.isfinite(t), (t - exact).abs(), 0.0)
+                effect[name] = d if name not in effect else torch.maximum(effect[name], d)
+    return effect
+
+
+def _widened(low: torch.Tensor, exact: torch.Tensor, effect: torch.Tensor | None) -> torch.Tensor:
+    """The τ run moved away from the exact one by `effect` (the declared roundings' own
+    error): |result − exact| = |low − exact| + effect, element by element — their errors
+    added, never allowed to cancel in err_base's favour or a kernel's disfavour."""
+    if effect is None:
+        return low
+    low = low.to(torch.float64)
+    direction = torch.where(low >= exact, 1.0, -1.0)
+    return low + direction * effect
+
+
 def prepare(case: Case, policy: Policy | None = None) -> Prepared:
     """Draw the case's inputs, run and cross-check the oracle, and measure err_base."""
     return prepare_inputs(case, get_level(case.level).make_inputs(case), policy)
@@ -133,12 +163,10 @@ def prepare_inputs(case: Case, inp, policy: Policy | None = None) -> Prepared:
     bounds = float64_bounds(case, cond, expected, c)
     oracle = oracle_reference(inp) if case.level == "kernel" else None
     inconsistent = _consistency(case, level, f64, bounds, oracle)
-    # err_base: each path at each output's own precision against its own float64 run —
-    # with an FA3-style case's roundings (fp8_compute) at that precision only: the float64
-    # run, like the oracle, stays exact, so err_base carries what those roundings cost
+    # err_base: each path at each output's own precision against its own float64 run
     base: dict[str, ErrorMetrics] = {}
     runs = {}
-    rounding = {"fp8_compute": case.fp8_compute} if case.fp8_compute else {}
+    rounding = _fp8_compute_effect(case, paths, inp64, f64)
     for name, (_, dt) in expected.items():
         if dt not in runs:
             # an fp8 cache is dequantized to τ first, as the dequantize-then-attend path at τ
@@ -147,8 +175,9 @@ def prepare_inputs(case: Case, inp, policy: Policy | None = None) -> Prepared:
                 low = inp
             else:
                 low = (inp.dequantize_to(case.torch_dtype) if case.cache_format else inp).to(dt)
-            runs[dt] = {p: fn(low, **rounding) for p, fn in paths.items()}
-        base[name] = worst_of(*(error_metrics(runs[dt][p][name], f64[p][name]) for p in paths))
+            runs[dt] = {p: fn(low) for p, fn in paths.items()}
+        base[name] = worst_of(*(error_metrics(_widened(runs[dt][p][name], f64[p][name], rounding.get(name)),
+                                              f64[p][name]) for p in paths))
     atol = {name: fa3_atol(ref[name], dt) for name, (_, dt) in expected.items()}
     if "out" in atol and "lse" in expected:  # scores accumulate in lse's dtype
         carried = logit_rounding(cond, expected["lse"][1])

@@ -74,13 +74,13 @@ class TiledDecoder:
                                                  basis_v, lengths, scale=scale, key_scale=key_scale, rope=rope,
                                                  cache_scales=cache_scales)
         out_dtype = q.dtype
-        q = self.round_query(q)
         cd = accumulation_dtype(q.dtype)  # accumulate wide: float32 for half inputs, as kernels do
         if cache_scales is not None:  # dequantize on load, at the accumulation dtype
             shared_k, shared_v, latent_k, latent_v = self.dequantize(cache_scales, cd,
                                                                      (shared_k, shared_v, latent_k, latent_v))
         q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v = (
             t.to(cd) for t in (q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v))
+        q = self.round_query(q)  # at cd: q's descale meets the wide scores
         key_scale = None if key_scale is None else key_scale.to(cd)
         valid = valid_mask(lengths, T)  # [B, T]
         freqs = exact_freqs(rope, d_h)

@@ -302,8 +302,8 @@ def quantization_markdown(records: list[dict]) -> list[str]:
              _g(r["quantization_cost"]["max_abs"]), _g(r["quantization_cost"]["mean_abs"]),
              _g(r["quantization_cost"]["sqnr_db"])] for rid, r in seen.items()]
     return ["", f"<details><summary>Quantization cost of the fp8 cases ({len(rows)}): recorded, not gated — the "
-            "dequantize-then-attend output at τ (with the case's fp8 compute roundings of q / the weights, "
-            "where it has them) against the float64 oracle on the cache before quantization</summary>", ""] + \
+            "dequantize-then-attend output at τ (without a case's fp8 compute roundings) against the float64 "
+            "oracle on the cache before quantization</summary>", ""] + \
         _table(["case", "cache", "τ", "fp8 compute", "max abs", "mean abs", "SQNR dB"], rows) + ["</details>"]
 
 
