@@ -240,6 +240,11 @@ def round_query(q: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tens
 FP8_WEIGHT_PHASES = 6
 
 
+def round_weights(p: torch.Tensor) -> torch.Tensor:
+    """Softmax weights p ∈ [0, 1] through e4m3 (no scale) and back, at p's dtype."""
+    return dequantize(quantize(p, FP8_COMPUTE_FORMAT), torch.tensor(1.0), dtype=p.dtype)
+
+
 def rounded_weights(logits: torch.Tensor, valid: torch.Tensor, phase: int = 0) -> torch.Tensor:
     """The softmax weights of scaled logits [.., T] (valid: broadcastable mask) with
     p = exp(s − max) rounded to e4m3 (no scale: p ≤ 1; `phase` > 0: at the grid offsets
@@ -250,5 +255,5 @@ def rounded_weights(logits: torch.Tensor, valid: torch.Tensor, phase: int = 0) -
     l = p.sum(dim=-1, keepdim=True)
     t = torch.arange(p.shape[-1], device=p.device)
     shift = torch.exp2(((5 * t + 3 * phase) % 8) / 8.0 if phase else t * 0.0).to(torch.float64)  # [T]  2^φ_t
-    p8 = dequantize(quantize(p.to(torch.float64) * shift, FP8_COMPUTE_FORMAT), torch.tensor(1.0)) / shift
+    p8 = round_weights(p.to(torch.float64) * shift) / shift
     return torch.where(l > 0, p8.to(p.dtype) / torch.where(l > 0, l, 1.0), 0.0)

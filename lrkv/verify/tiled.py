@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from ..reference.contract import validate_decode_inputs
-from ..reference.fp8 import FP8_COMPUTE_FORMAT, dequantize, quantize, round_query
+from ..reference.fp8 import round_query, round_weights
 from ..reference.fp8_cache import dequantize_cache
 from ..reference.lrkv import accumulation_dtype, exact_freqs, factored_logits, layer_step
 from ..reference.masking import NEG_INF, valid_mask, zero_garbage
@@ -167,7 +167,7 @@ class Fp8ComputeDecoder(TiledDecoder):
         return round_query(q)
 
     def round_weights(self, p: torch.Tensor) -> torch.Tensor:
-        return dequantize(quantize(p, FP8_COMPUTE_FORMAT), torch.tensor(1.0), dtype=p.dtype)
+        return round_weights(p)
 
 
 class Fp8ComputeBackend(TiledBackend):
