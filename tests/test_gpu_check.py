@@ -1,7 +1,8 @@
 """ci/gpu-check on a machine without a GPU: its plan lists every step with a time share and
 exits 0; a real run records why each step could not run and exits 1, because the required
-steps (native Triton tests, verify, gate) did not pass. The GPU run itself is `ci/gpu-check`
-on a GPU (docs/kernels.md)."""
+steps (native Triton tests, verify, gate) did not pass; either way $OUT is packed into the
+few files a device run brings back (ci/gpu-pack). The GPU run itself is `ci/gpu-check` on a
+GPU (docs/kernels.md)."""
 
 from __future__ import annotations
 
@@ -9,19 +10,23 @@ import json
 import os
 import shutil
 import subprocess
+import sys
+import tarfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "ci" / "gpu-check"
+PACK = ROOT / "ci" / "gpu-pack"
+MAX_BACK = 6  # files ci/gpu-check leaves in $OUT: the device run brings back 8, two folders down at most
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None or shutil.which("timeout") is None,
                                 reason="ci/gpu-check is a bash script using coreutils' timeout")
 
 
 def _run(tmp_path, *args, seconds=None):
-    env = {**os.environ, "OUT": str(tmp_path)}
+    env = {**os.environ, "OUT": str(tmp_path), "GPU_CHECK_SITE": str(tmp_path.parent / "site")}
     env.pop("TRITON_INTERPRET", None)
     if seconds is not None:
         env["GPU_CHECK_SECONDS"] = str(seconds)
@@ -35,7 +40,7 @@ def test_plan_lists_every_step(tmp_path):
     assert doc["plan"] and not doc["failed"]
     steps = {s["step"]: s for s in doc["steps"]}
     assert list(steps) == ["env", "sweep", "sweep-per-head", "bench", "bench-compiled", "pytest-triton", "verify-triton",
-                           "gate-triton", "verify-inductor", "gate-inductor", "pytest-gpu-other"]
+                           "gate-triton", "verify-inductor", "gate-inductor", "pytest-gpu-other", "profile"]
     assert all(s["status"] == "planned" for n, s in steps.items() if n != "env")
     assert "--sweep" in steps["sweep"]["note"] and "--check-targets" in steps["bench"]["note"]
     assert "private=wide" in steps["sweep"]["note"] and "private=per_head" in steps["sweep-per-head"]["note"]
@@ -45,7 +50,37 @@ def test_plan_lists_every_step(tmp_path):
     gate = steps["gate-triton"]["note"]
     assert "ci/baseline-triton.json" in gate and "--subset" not in gate  # gated on the whole baseline
     assert sum(int(steps[n]["seconds"]) for n in steps
-               if n not in ("verify-inductor", "gate-inductor", "pytest-gpu-other")) <= 465
+               if n not in ("verify-inductor", "gate-inductor", "pytest-gpu-other", "profile")) <= 465
+    _assert_packed(tmp_path)
+
+
+def _assert_packed(out: Path) -> set[str]:
+    """$OUT holds at most MAX_BACK plain files, none in a folder; returns the archive's names."""
+    left = list(out.iterdir())
+    assert len(left) <= MAX_BACK and all(p.is_file() for p in left), sorted(p.name for p in left)
+    assert {"summary.md", "summary.json", "results.tar.gz"} <= {p.name for p in left}
+    with tarfile.open(out / "results.tar.gz") as tar:
+        return set(tar.getnames())
+
+
+def test_pack_keeps_every_file_in_six(tmp_path):
+    # a run's output as ci/gpu-check writes it: ~25 files, reports two and three folders down
+    names = ["summary.md", "summary.json", "env.txt", "nvidia-smi.txt", "sweep.log", "bench.log",
+             "pytest-triton.log", "pytest-triton.xml", "verify-triton.log", "gate-triton.log", "gate-triton.md",
+             "profile.log", "bench/bench.json", "bench/bench.md", "sweep/bench.json", "sweep/bench.md",
+             "sweep-per-head/bench.json", "verify-triton/report.json", "verify-triton/report.md",
+             "verify-triton/cases/a/b.json", "bench-compiled/bench.json", "verify-inductor/report.json"]
+    for i, n in enumerate(names):
+        (tmp_path / n).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / n).write_text(f"{n} {i}\n")
+    proc = subprocess.run([sys.executable, str(PACK), str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    packed = _assert_packed(tmp_path)
+    assert packed == set(names)  # nothing lost: every file, its path kept
+    with tarfile.open(tmp_path / "results.tar.gz") as tar:
+        assert tar.extractfile("verify-triton/cases/a/b.json").read().decode() == "verify-triton/cases/a/b.json 19\n"
+    assert (tmp_path / "bench.json").read_text() == "bench/bench.json 12\n"  # lifted to the top
+    assert (tmp_path / "sweep.json").read_text() == "sweep/bench.json 14\n"
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="CUDA present: the steps would run")
@@ -59,3 +94,22 @@ def test_without_gpu_the_required_steps_fail(tmp_path):
         assert steps[name]["status"] == "skip" and "(required)" in steps[name]["note"], steps[name]
     assert steps["verify-inductor"]["status"] == "skip"
     assert (tmp_path / "env.txt").exists() and "FAILED" in (tmp_path / "summary.md").read_text()
+    assert "nvidia-smi.txt" in _assert_packed(tmp_path)
+
+
+def test_a_dependency_that_does_not_import_stops_the_run_in_one_line(tmp_path):
+    # the device's image lacks some runtime dependencies (ci/gpu-wheels carries them): a run
+    # without them must say which at once, not fail later inside a step
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "allpairspy.py").write_text("raise ImportError('not on this machine')\n")
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "PYTHONPATH": str(shadow), "GPU_CHECK_SITE": str(tmp_path / "site")}
+    env.pop("TRITON_INTERPRET", None)
+    proc = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "gpu-check: cannot import allpairspy" in proc.stdout
+    doc = json.loads((out / "summary.json").read_text())
+    steps = {s["step"]: s for s in doc["steps"]}
+    assert steps["deps"]["status"] == "fail" and "allpairspy" in steps["deps"]["note"]
+    assert all(s["status"] == "skip" for n, s in steps.items() if n not in ("env", "deps", "cuda")), steps

@@ -5,13 +5,16 @@ by the harness's rule."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from lrkv.kernels import runtime
 from lrkv.kernels.decode import decode_attention, paged_decode_attention
+from lrkv.kernels.extend import extend_attention
 from lrkv.kernels.launch import DOT_MODES, pick_launch
-from lrkv.kernels.testing import check, kernel_case, kernel_inputs
+from lrkv.kernels.testing import assert_passes, check, kernel_case, kernel_inputs
 
 pytestmark = [
     pytest.mark.gpu,
@@ -58,6 +61,18 @@ def test_native_fp8_cache_at_the_paper_scale(dtype, fmt, gran):
     check(decode_attention, case)
 
 
+@pytest.mark.parametrize("fmt,gran,level", [
+    ("float8_e5m2", "per_token", "kernel-paged"), ("float8_e4m3fn", "per_head", "kernel-paged"),
+    ("float8_e4m3fn", "per_head", "kernel-extend"), ("float8_e5m2", "per_token_head", "kernel-extend"),
+])
+def test_native_fp8_paged_and_extend_at_the_paper_scale(fmt, gran, level):
+    # both fp8 formats through the paged and extend contracts natively, at H 32 / r 54
+    knobs = dict(n_new=(4, 1)) if level == "kernel-extend" else {}
+    case = kernel_case(level=level, page_size=16, H=32, d_h=128, r=54, lengths=[2100, 900], dtype=torch.bfloat16,
+                       seed=60, cache_format=fmt, scale_granularity=gran, outliers=True, **knobs)
+    check(extend_attention if level == "kernel-extend" else paged_decode_attention, case)
+
+
 def test_native_fp8_paged_per_token():
     case = kernel_case(level="kernel-paged", page_size=16, H=18, d_h=128, r=55, lengths=[3000, 1500],
                        dtype=torch.bfloat16, seed=55, cache_format="float8_e4m3fn", scale_granularity="per_token",
@@ -94,18 +109,77 @@ def test_torch_compile_sees_the_triton_op():
     torch.testing.assert_close(compiled[1], eager[1], rtol=1.6e-2, atol=1e-2)
 
 
-def _captured(args, kw):
-    """decode_attention(*args, **kw) captured in a CUDA graph (warmed up outside the capture)
-    and the outputs the graph writes."""
+def _captured(args, kw, fn=decode_attention):
+    """fn(*args, **kw) captured in a CUDA graph (warmed up outside the capture) and the
+    outputs the graph writes."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        decode_attention(*args, **kw)  # warm-up compiles outside the capture
+        fn(*args, **kw)  # warm-up compiles outside the capture
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
-        outs = decode_attention(*args, **kw)
+        outs = fn(*args, **kw)
     return g, outs
+
+
+_GRAPH_CASES = {  # one per contract; the wide private path at the paper's smaller scale
+    "decode": (decode_attention, dict(H=18, d_h=128, r=55, lengths=[1500, 700, 1], dtype=torch.bfloat16,
+                                      seed=56, key_scale=True)),
+    "paged": (paged_decode_attention, dict(level="kernel-paged", page_size=16, H=18, d_h=128, r=55,
+                                           lengths=[1500, 700], dtype=torch.bfloat16, seed=57, rope="exact")),
+    "extend": (extend_attention, dict(level="kernel-extend", n_new=(3, 1, 5), page_size=16, H=18, d_h=128, r=55,
+                                      lengths=[900, 400, 64], dtype=torch.bfloat16, seed=58)),
+}
+
+
+@pytest.mark.parametrize("contract", sorted(_GRAPH_CASES))
+def test_cuda_graph_replay_is_eager_bit_for_bit(contract):
+    """FlashInfer's decode test: the graph's output buffers are refilled with NaN between capture
+    and replay, so a replay that writes nothing (or part of a row) cannot pass on stale values;
+    the replay must equal eager exactly, since the same kernels run on the same inputs."""
+    fn, shape = _GRAPH_CASES[contract]
+    case = kernel_case(**shape)
+    inp = kernel_inputs(case)
+    kw = dict(inp.kwargs(), check=False)
+    eager = fn(*inp.args(), **kw)
+    assert_passes(case, out=eager[0], lse=eager[1])
+    g, outs = _captured(inp.args(), kw, fn)
+    for t in outs:
+        t.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    for name, got, want in zip(("out", "lse"), outs, eager):
+        assert torch.equal(got, want), f"{contract}: the replayed {name} differs from eager"
+
+
+POOL_ELEMENTS = 2**31 + 2**21  # past int32: a page offset computed in 32 bits wraps
+
+
+def test_page_pool_past_int32_with_pages_at_its_end():
+    """FlashInfer and vLLM test tens of thousands of blocks: here one pool tensor holds more than
+    2^31 elements and the sequences' pages are its last ones, so `page * page_stride` only lands
+    on them in 64-bit arithmetic. Same pages, same launch: the answer must be bit-identical to
+    the one from the small pool, which passes the harness's rule."""
+    case = kernel_case(level="kernel-paged", page_size=16, H=8, d_h=128, r=16, lengths=[700, 300],
+                       dtype=torch.bfloat16, seed=59)
+    small = kernel_inputs(case)
+    want = check(paged_decode_attention, case, small)
+    p_small = small.shared_k.shape[0]
+    p_big = -(-POOL_ELEMENTS // small.shared_k[0].numel()) + p_small
+    big = {}
+    for name in ("shared_k", "shared_v", "latent_k", "latent_v"):
+        t = getattr(small, name)
+        pool = torch.full((p_big, *t.shape[1:]), float("nan"), dtype=t.dtype, device=t.device)
+        pool[p_big - p_small:] = t  # the small pool's pages, moved to the end
+        big[name] = pool
+    assert big["shared_k"].numel() > 2**31 and big["latent_k"].numel() > 2**31
+    moved = replace(small, page_table=small.page_table + (p_big - p_small), **big)
+    assert int(moved.page_table.max()) * big["shared_k"][0].numel() > 2**31 - 1
+    got = moved.call(paged_decode_attention)
+    del big, moved
+    for name, g, w in zip(("out", "lse"), got, want):
+        assert torch.equal(g, w), f"{name} differs when the same pages sit past 2^31 elements"
 
 
 def test_cuda_graph_capture():
