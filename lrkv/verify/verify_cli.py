@@ -55,7 +55,7 @@ def register(subparsers) -> None:
                    help="directory to import --backend modules from (the working directory is tried too)")
     v.add_argument("--allow-empty", action="store_true",
                    help="exit 0 even if a backend verified nothing (skips, unavailable, only baselines)")
-    v.add_argument("--no-progress", action="store_true", help="no progress bar")
+    v.add_argument("--no-progress", action="store_true", help="no progress bar: a plain line on stderr every 30 s instead")
     v.add_argument("--no-twins", action="store_true",
                    help="record a declined case as a skip only; do not run its nearest supported variant "
                         "(its features then go uncovered)")
@@ -286,14 +286,35 @@ def _print_coverage(console, cov: dict) -> None:
             _say(console, f"  {b} · {lv}: {', '.join(names)}", "yellow")
 
 
+PLAIN_PROGRESS_S = 30.0  # --no-progress: seconds between plain progress lines on stderr
+
+
+def _plain_progress(total: int):
+    """on_step for --no-progress: 'lrkv verify: 40/180 steps, 31 s (last: …)' on stderr, at most
+    every PLAIN_PROGRESS_S seconds (a GPU's first launches compile for minutes; CI logs show it)."""
+    start = last = time.monotonic()
+    done = 0
+
+    def on_step(what: str) -> None:
+        nonlocal done, last
+        done += 1
+        now = time.monotonic()
+        if now - last >= PLAIN_PROGRESS_S:
+            last = now
+            print(f"lrkv verify: {done}/{total} steps, {now - start:.0f} s (last: {what[:PROGRESS_CHARS]})",
+                  file=sys.stderr, flush=True)
+    return on_step
+
+
 def _run_with_progress(cases, backends, policy, console, show: bool, records: list[dict], twins: bool = True,
                        isolation: str | None = None, notes: list[str] | None = None):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .runner import run, total_steps
 
-    if not show:
-        return run(cases, backends, policy, records=records, twins=twins, isolation=isolation, notes=notes)
+    if not show:  # a CI log: a plain line at most every PLAIN_PROGRESS_S, so a long run is never silent
+        return run(cases, backends, policy, records=records, twins=twins, isolation=isolation, notes=notes,
+                   on_step=_plain_progress(total_steps(cases, backends)))
     with Progress(TextColumn("verify"), BarColumn(bar_width=24), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.description}", markup=False), console=console, transient=True) as progress:
         task = progress.add_task("", total=total_steps(cases, backends))

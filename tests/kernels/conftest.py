@@ -33,6 +33,34 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.triton)
 
 
+@pytest.fixture(autouse=True)
+def _cuda_context_survives(request):
+    """Natively, a kernel's illegal memory access is reported at the next synchronisation and
+    leaves the CUDA context unusable: every later test in the process would fail for it. So each
+    test ends with a synchronisation; if it raises, this test is the one that broke the context —
+    under pytest-xdist the worker exits (xdist names this test as the crash and starts a fresh
+    worker for the rest), else the session stops here."""
+    yield
+    import os
+
+    import torch
+
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return
+    try:
+        torch.cuda.synchronize()
+    except Exception as e:  # noqa: BLE001 - any CUDA error here is sticky
+        msg = f"CUDA context lost during {request.node.nodeid}: {type(e).__name__}: {e}"
+        print(msg, flush=True)
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            log = os.environ.get("LRKV_FAILURE_LOG")
+            if log:
+                with open(log, "a") as f:
+                    f.write(f"==== {request.node.nodeid} (worker exit)\n{msg}\n\n")
+            os._exit(3)
+        pytest.exit(msg, returncode=3)
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _kernels_live(request):
     if request.node.get_closest_marker("own_kernel_mode"):

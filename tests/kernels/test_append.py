@@ -130,7 +130,8 @@ def test_paged_append_rejects_missing_and_shared_pages():
 @pytest.mark.parametrize("bad, err, words", [
     (lambda e: {**e, "shared_k": e["shared_k"].double()}, TypeError,
      r"entries\['shared_k'\] has dtype torch.float64 but the cache holds torch.bfloat16"),
-    (lambda e: {**e, "latent_v": e["latent_v"].index_fill(0, torch.tensor([1]), float("nan"))}, ValueError,
+    (lambda e: {**e, "latent_v": e["latent_v"].index_fill(0, torch.tensor([1], device=e["latent_v"].device),
+                                                          float("nan"))}, ValueError,
      r"entries\['latent_v'\] contains NaN or Inf"),
     (lambda e: {**e, "key_scale": -e["key_scale"]}, ValueError, "key_scale must be >= 0"),
 ])

@@ -20,6 +20,8 @@ from lrkv.kernels.extend import extend_attention
 from lrkv.kernels.testing import assert_passes, check, kernel_case, kernel_inputs, passes, reference, verdicts
 from lrkv.kernels.triton_backend import TritonBackend
 
+from ..test_helpers.device import wide_exact_dtype
+
 pytestmark = pytest.mark.equivalence
 
 
@@ -34,7 +36,7 @@ def test_private_paths_and_splits(private, num_splits, page):
     # splits that leave the early tokens' later splits empty (the merge must ignore them);
     # block_t 16 with page 16 keeps each tile inside one page
     case = extend_case([17, 3, 1], page_size=page or 0, H=5, d_h=16, r=6, lengths=[40, 9, 23], key_scale=True,
-                       seed=33)
+                       seed=33, dtype=wide_exact_dtype())
     check(extend_attention, case, private=private, num_splits=num_splits, block_t=16)
 
 

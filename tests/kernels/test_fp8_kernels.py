@@ -5,17 +5,17 @@ dequantized cache — and the test inputs are checked to be sensitive to the bug
 (K/V scales swapped, shared/latent scales swapped, a per-head scale read from head 0). The
 fp8 append is bit-exact against the reference quantizer (outlier tokens and channels, the
 double-rounding tie, saturation), never writes a NaN pattern into a valid slot, and every
-malformed fp8 call is refused before launch. Run in the interpreter on CPU (conftest)."""
+malformed fp8 call is refused before launch. Inputs and references are built on the CPU; the
+kernels run natively on a GPU, else in the interpreter (conftest)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from lrkv.kernels import append as kappend
 from lrkv.kernels import decode as kdecode
-from lrkv.kernels.append import append, paged_append
-from lrkv.kernels.decode import decode_attention, paged_decode_attention
-from lrkv.kernels.extend import extend_attention
+from lrkv.kernels import extend as kextend
 from lrkv.kernels.paged import PagedCache
 from lrkv.reference import lrkv as L
 from lrkv.reference.cache import allocate_cache
@@ -28,7 +28,22 @@ from lrkv.reference.fp8_cache import CacheScales, quantize_cache
 from lrkv.reference.paged import paged_decode_attention as ref_paged
 from lrkv.spec import AttentionSpec
 
+from ..test_helpers.device import in_place, on_kernel
 from ..test_helpers.inputs import paginate, ragged_queries, random_factored_inputs
+
+# inputs and references are built on the CPU; the kernels run on the kernel device (natively
+# CUDA, else the interpreter on the CPU) through these wrappers
+decode_attention = on_kernel(kdecode.decode_attention)
+paged_decode_attention = on_kernel(kdecode.paged_decode_attention)
+extend_attention = on_kernel(kextend.extend_attention)
+
+
+def append(cache, entries, positions):
+    return in_place(kappend.append, cache, entries, positions)
+
+
+def paged_append(cache, entries, positions):
+    return in_place(kappend.paged_append, cache, entries, positions)
 
 pytestmark = pytest.mark.equivalence
 
@@ -286,8 +301,7 @@ def no_launch(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("launched")
     monkeypatch.setattr(kdecode, "run_factored_decode", boom)
-    import lrkv.kernels.extend as kext
-    monkeypatch.setattr(kext, "run_factored_decode", boom)
+    monkeypatch.setattr(kextend, "run_factored_decode", boom)
 
 
 def _with(sc, **parts):

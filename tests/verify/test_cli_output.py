@@ -127,3 +127,16 @@ def test_many_failures_are_grouped_and_counted(tmp_path, capsys):
     assert "more in this group" in err
     assert cli.main(["-v", *args]) == 1
     assert sum(line.startswith("  replay: ") for line in capsys.readouterr().err.splitlines()) == len(failing)
+
+
+def test_no_progress_still_prints_plain_progress_lines(tmp_path, capsys, monkeypatch):
+    # a CI log (or a GPU's first minutes of compiles) is never silent: with the bar off, a plain
+    # line per interval on stderr — here every step, the interval set to zero
+    from lrkv.verify import verify_cli
+
+    monkeypatch.setattr(verify_cli, "PLAIN_PROGRESS_S", 0.0)
+    assert _verify(tmp_path, GOOD) == 0
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("lrkv verify: ") and " steps, " in ln]
+    assert lines and lines[-1].startswith("lrkv verify: ") and "/" in lines[-1].split()[2]
+    done, total = map(int, lines[-1].split()[2].split("/"))
+    assert done == total >= 1
