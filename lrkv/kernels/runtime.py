@@ -50,6 +50,33 @@ def triton_version() -> str | None:
     return getattr(triton, "__version__", "unknown")
 
 
+def interpreter_problem() -> str | None:
+    """Why Triton's interpreter cannot run the kernels here, or None. Interpreters without the
+    fix of triton-lang/triton#9171 (Triton 3.6 has none; 3.9 has it) index with
+    `int(array)`, which numpy >= 2.4 refuses for a 1-element array: every launch would fail
+    with an InterpreterError naming neither cause."""
+    import inspect
+
+    import numpy as np
+
+    try:
+        int(np.ones(1))
+        return None  # numpy < 2.4 converts it: any interpreter runs
+    except TypeError:
+        pass
+    try:
+        from triton.runtime import interpreter as ti
+
+        src = inspect.getsource(ti._patch_lang_tensor)
+    except Exception:  # noqa: BLE001 - another layout of the interpreter: assume it is fixed
+        return None
+    if "int(self.handle.data))" not in src:
+        return None
+    return (f"Triton {triton_version()}'s interpreter indexes with int() of a 1-element array, which numpy "
+            f"{np.__version__} refuses (triton-lang/triton#9171): install numpy<2.4, or a Triton with the fix "
+            "(3.9 has it), to run the kernels on a CPU")
+
+
 def mode() -> tuple[str, str]:
     """('cuda' | 'interpreter' | 'fallback', a sentence saying why)."""
     if _FORCED:
@@ -68,6 +95,8 @@ def _load(which: str) -> ModuleType:
     with _LOCK:
         if which in _LOADED:
             return _LOADED[which]
+        if which == "interpreter" and (problem := interpreter_problem()):
+            raise RuntimeError(problem)
         name = f"lrkv.kernels._kernels_{which}"
         old = os.environ.get("TRITON_INTERPRET")
         os.environ["TRITON_INTERPRET"] = "1" if which == "interpreter" else "0"

@@ -83,6 +83,8 @@ class TritonBackend(BaseBackend):
         which, why = runtime.mode()
         if which == "fallback":
             return False, why
+        if which == "interpreter" and (problem := runtime.interpreter_problem()):
+            return False, problem
         return True, f"{which}: {why}"
 
     @property

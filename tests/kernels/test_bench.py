@@ -167,6 +167,7 @@ def test_recorded_launch_shape_is_the_variants_own(monkeypatch):
 
     monkeypatch.setattr(launch, "num_sms", lambda device: 132)
     monkeypatch.setattr(launch.runtime, "is_interpreted", lambda: False)
+    monkeypatch.setattr(launch, "triton_before_tier", lambda: False)  # the current Triton's table
     spec = PAPER_SCALES["2.5B"].spec("lrkv")
     inputs = dict(q=torch.empty(8, spec.n_heads, spec.head_dim, dtype=torch.bfloat16, device="meta"),
                   shared_k=torch.empty(8, 32768, spec.head_dim, dtype=torch.bfloat16, device="meta"))

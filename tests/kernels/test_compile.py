@@ -20,6 +20,17 @@ pytestmark = [
 ]
 
 
+def _no_spill_promise():
+    """The no-spill assertions hold for the Triton the sm_90 compile report was made with;
+    an older one spills at every wide shape (ci/logs/triton36-rehearsal.log)."""
+    from lrkv.kernels import launch, runtime
+
+    if launch.triton_before_tier():
+        pytest.skip(f"Triton {runtime.triton_version()} is older than {'.'.join(map(str, launch.TRITON_TIER))}, "
+                    "where the launch table's no-spill shapes were compiled; it spills at every wide shape "
+                    "(ci/logs/triton36-rehearsal.log) and has its own measured entry")
+
+
 def _compile(v):
     try:
         return compile_variant(v)
@@ -36,6 +47,7 @@ def _compile(v):
 def test_split_kernel_compiles_for_sm90(variant):
     res = _compile(variant)
     if variant == Variant(num_warps=8) and "stack" in res:
+        _no_spill_promise()
         assert res["stack"] == 0, f"the main configuration spills registers: {res}"
 
 
@@ -56,6 +68,7 @@ def test_gpu_default_launch_compiles_without_spills(H, r, paged, fp8, granularit
     # pick_launch is asked as if on a 132-SM GPU, which this machine need not have.
     from lrkv.kernels import launch
 
+    _no_spill_promise()
     monkeypatch.setattr(launch, "num_sms", lambda device: 132)
     monkeypatch.setattr(launch.runtime, "is_interpreted", lambda: False)
     cfg = launch.pick_launch(B=8, H=H, d_h=128, r=r, slots=32768, dtype=torch.bfloat16,

@@ -161,4 +161,8 @@ def test_extend_kernel_compiles_for_sm90():
         res = compile_variant(EXTEND_VARIANTS[0], extend=True)
     except FileNotFoundError as e:
         pytest.skip(f"CUDA toolchain of the triton wheel not found: {e}")
-    assert res["kernel"] == "decode_split_kernel[extend]" and res.get("stack", 0) == 0, res
+    assert res["kernel"] == "decode_split_kernel[extend]", res
+    from lrkv.kernels import launch
+
+    if not launch.triton_before_tier():  # the no-spill shape is the current Triton's (test_compile.py)
+        assert res.get("stack", 0) == 0, res

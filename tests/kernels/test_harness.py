@@ -33,3 +33,33 @@ def test_kernel_mutant_fails_the_mutant_grid(name):
     recs = runner.run(cases, [(f"triton:{name}", TritonBackend(mutant=name))], policy(), properties=False)
     assert any(r["status"] == "fail" for r in recs), [(r["id"], r["status"]) for r in recs]
     assert not any(r["status"] == "error" for r in recs), [r["reason"] for r in recs if r["status"] == "error"]
+
+
+def test_an_interpreter_numpy_refuses_is_named_not_launched(monkeypatch):
+    # Triton 3.6's interpreter (torch 2.11's) indexes with int() of a 1-element array; numpy
+    # >= 2.4 refuses that, and every launch died with an InterpreterError naming neither cause
+    import inspect
+
+    import numpy as np
+
+    from lrkv.kernels import runtime
+    from lrkv.kernels.triton_backend import TritonBackend
+
+    old = 'scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data))'
+    fixed = 'scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))'
+    refuses = True
+    try:
+        int(np.ones(1))
+        refuses = False
+    except TypeError:
+        pass
+    monkeypatch.setattr(inspect, "getsource", lambda obj: old)
+    problem = runtime.interpreter_problem()
+    if not refuses:  # numpy < 2.4: every interpreter runs
+        assert problem is None
+        return
+    assert problem and "numpy" in problem and "triton-lang/triton#9171" in problem
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert TritonBackend().available() == (False, problem)
+    monkeypatch.setattr(inspect, "getsource", lambda obj: fixed)
+    assert runtime.interpreter_problem() is None and TritonBackend().available()[0]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from lrkv.kernels import launch
@@ -136,6 +137,7 @@ def _pick(mode, shape, dtype, rope, private, block_t, kind, paged):
 
 
 def test_table_makes_the_recorded_picks(monkeypatch):
+    monkeypatch.setattr(launch, "triton_before_tier", lambda: False)  # the picks of a current Triton
     wrong = []
     for line in PICKS.strip().splitlines():
         call, want = line.split("|")
@@ -149,9 +151,33 @@ def test_table_makes_the_recorded_picks(monkeypatch):
     assert not wrong, "\n".join(wrong)
 
 
+@pytest.mark.parametrize("version,want", [("3.6.0", (32, 4)), ("3.8.1", (32, 4)), ("3.9.0", (16, 8)),
+                                          ("3.10.0", (16, 8)), ("3.9.0+git1a2b", (16, 8))])
+def test_an_older_triton_takes_its_measured_wide_tile(monkeypatch, version, want):
+    # the H200 sweep under Triton 3.6 measured 32 x 4 1.66x faster than the 16 x 8 the sm_90
+    # compile report (Triton 3.9, no spill) chose; the older compiler gets its own entry, over a
+    # 16-bit contiguous cache only (paged, exact RoPE and fp8 were not measured there)
+    monkeypatch.setattr(launch, "num_sms", lambda device: 132)
+    monkeypatch.setattr(launch.runtime, "is_interpreted", lambda: False)
+    monkeypatch.setattr(launch.runtime, "triton_version", lambda: version)
+    pick = lambda **kw: launch.pick_launch(B=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16,  # noqa: E731
+                                          device=torch.device("cuda"), **kw)
+    cfg = pick()
+    assert (cfg.private, cfg.group_size, cfg.block_t, cfg.num_warps) == ("wide", 9, *want)
+    for kw in (dict(paged=True), dict(fp8=True), dict(rope_exact=True)):
+        assert (pick(**kw).block_t, pick(**kw).num_warps) != (32, 4), kw
+    # off the GPU the tier changes nothing
+    monkeypatch.setattr(launch.runtime, "is_interpreted", lambda: True)
+    cpu = lambda: launch.pick_launch(B=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16,  # noqa: E731
+                                     device=torch.device("cpu"))
+    here = cpu()
+    monkeypatch.setattr(launch.runtime, "triton_version", lambda: "3.9.0")
+    assert cpu() == here
+
+
 def test_every_entry_names_committed_evidence():
     for key, choice in [*launch.LAUNCH_TABLE.items(), (("size rule",), launch.size_rule(16, 128, 64, "lp"))]:
-        files = [f for f in (launch.COMPILE_REPORT, launch.H200_RUN) if f in choice.evidence]
+        files = [f for f in (launch.COMPILE_REPORT, launch.H200_RUN, launch.H200_SWEEP) if f in choice.evidence]
         assert files and all((ROOT / f).is_file() for f in files), (key, choice.evidence)
     for key, (_, evidence) in launch.PRIVATE_DEFAULT.items():
         assert launch.COMPILE_REPORT in evidence and (ROOT / launch.COMPILE_REPORT).is_file(), key

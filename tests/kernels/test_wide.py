@@ -159,6 +159,7 @@ def test_gpu_launch_defaults(monkeypatch):
     # what a CUDA run would pick (132 SMs, as on an H200), without a GPU
     monkeypatch.setattr(launch_mod, "num_sms", lambda device: 132)
     monkeypatch.setattr(launch_mod.runtime, "is_interpreted", lambda: False)
+    monkeypatch.setattr(launch_mod, "triton_before_tier", lambda: False)  # the current Triton's table
     cuda = torch.device("cuda")
     cfg = pick_launch(B=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16, device=cuda)
     assert (cfg.private, cfg.block_t, cfg.num_warps, cfg.dot) == ("wide", 16, 8, "lp")
