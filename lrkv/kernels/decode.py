@@ -127,6 +127,18 @@ def scale_tensors(cache_scales: CacheScales | None) -> dict[str, torch.Tensor]:
 
 
 # ----------------------------------------------------------------------------- custom op
+def _traceable(kernel):
+    """wrap_triton(kernel): the launch as torch.compile and torch.export trace it. torch 2.11's
+    wrap_triton refuses the interpreter's kernels (InterpretedFunction, not JITFunction); those
+    launch as they are — the interpreter is a CPU check, never traced."""
+    try:
+        return wrap_triton(kernel)
+    except RuntimeError:
+        if runtime.is_interpreted():
+            return kernel
+        raise
+
+
 @triton_op("lrkv::factored_decode", mutates_args=())
 def factored_decode(
     q: torch.Tensor,  # [B, H, d_h]
@@ -194,7 +206,7 @@ def factored_decode(
     sc_st = {p: _scale_strides(t, codes[p], p not in SHARED_PARTS) for p, t in
              zip(PARTS, (scale_sk, scale_sv, scale_lk, scale_lv))}
 
-    wrap_triton(K.decode_split_kernel)[(B, n_groups, num_splits)](
+    _traceable(K.decode_split_kernel)[(B, n_groups, num_splits)](
         q, shared_k, shared_v, latent_k, latent_v, basis_k, ks, cos, sin, lengths, pt, scale_t,
         m_part, l_part, acc_s, acc_p,
         H, D, R, split_size, page, n_pages, max_pages, num_splits, slots,
@@ -220,7 +232,7 @@ def factored_decode(
         s_clvb=sc_st["latent_v"][0], s_clvt=sc_st["latent_v"][1], s_clvh=sc_st["latent_v"][2],
         FP8_SK=codes["shared_k"], FP8_SV=codes["shared_v"], FP8_LK=codes["latent_k"], FP8_LV=codes["latent_v"],
     )
-    wrap_triton(K.decode_combine_kernel)[(B, H)](
+    _traceable(K.decode_combine_kernel)[(B, H)](
         m_part, l_part, acc_s, acc_p, basis_v, out, lse,
         H, D, R, num_splits, *basis_v.stride(),
         BLOCK_S=next_pow2(num_splits, 2), BLOCK_D=block_d, BLOCK_R=block_r,

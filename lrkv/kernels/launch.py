@@ -20,8 +20,8 @@ left None is chosen here, in this order:
      `gpu/triton<3.9` entry first: the compiler makes the tile); everywhere else (the interpreter, float64's broadcast-and-sum products
      on a GPU, an unlisted key) the size rule (`size_rule`), and in the interpreter its own
      tile rule (`interpreter_tile`) on top.
-  5. `num_splits` — the occupancy rule (`occupancy_rule`): about `programs_per_sm`
-     (b, group, split) programs per SM, each split at least MIN_SPLIT_SLOTS slots, at most
+  5. `num_splits` — the occupancy rule (`occupancy_rule`): at most `programs_per_sm`
+     (b, group, split) programs per SM, in whole waves, each split at least MIN_SPLIT_SLOTS slots, at most
      MAX_SPLITS, in whole tiles; a caller's count is used as is, even when it leaves splits
      empty (the tests use 17 splits over 37 slots).
 
@@ -192,9 +192,11 @@ def group_rule(H: int, r: int, private: str, fp8: bool = False) -> int:
 
 def occupancy_rule(rows: int, n_groups: int, slots: int, block_t: int, programs_per_sm: int,
                    n_sms: int) -> tuple[int, int]:
-    """(num_splits, split_size): about programs_per_sm programs per SM over the (row, group)
-    pairs, splits of at least MIN_SPLIT_SLOTS slots, at most MAX_SPLITS, in whole tiles."""
-    want = max(1, -(-programs_per_sm * n_sms // max(1, rows * n_groups)))
+    """(num_splits, split_size): at most programs_per_sm programs per SM over the (row, group)
+    pairs — rounded down, so the grid is whole waves, never a full wave and a few programs
+    more (the 2026-12-04 H200 profile: 272 programs on 132 one-program SMs, 2.06 waves) —
+    splits of at least MIN_SPLIT_SLOTS slots, at most MAX_SPLITS, in whole tiles."""
+    want = max(1, programs_per_sm * n_sms // max(1, rows * n_groups))
     by_length = max(1, -(-slots // MIN_SPLIT_SLOTS))
     num_splits = max(1, min(want, by_length, MAX_SPLITS))
     split_size = -(-max(slots, 1) // num_splits)

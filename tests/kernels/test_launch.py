@@ -15,25 +15,26 @@ from lrkv.kernels import launch
 ROOT = Path(__file__).resolve().parents[2]
 
 # What pick_launch chose for these calls when its rules were nested ifs (recorded from that
-# code, before the table): mode | B,H,d_h,r,slots | dtype | rope | private | block_t | kind
+# code, before the table; the split counts since the occupancy rule rounds down to whole
+# waves): mode | B,H,d_h,r,slots | dtype | rope | private | block_t | kind
 #   -> private, dot, group, tile, warps, splits. gpu: a 132-SM CUDA device (an H200).
 PICKS = """
-gpu    8,18,128,55,32768  bf16 none  -        -  decode | wide     lp   g9  t16  w8 s17
-gpu    8,18,128,55,32768  bf16 exact -        -  decode | per_head lp   g9  t32  w8 s17
-gpu    8,18,128,55,32768  fp16 none  -        -  decode | wide     lp   g9  t16  w8 s17
-gpu    8,18,128,55,32768  fp16 exact -        -  decode | per_head lp   g9  t32  w8 s17
-gpu    8,18,128,55,32768  fp32 none  -        -  decode | wide     ieee g9  t16  w8 s17
-gpu    8,18,128,55,32768  fp32 exact -        -  decode | per_head ieee g9  t32  w8 s17
-gpu    8,18,128,55,32768  fp64 none  -        -  decode | per_head fma  g9  t16  w8 s17
-gpu    8,18,128,55,32768  fp64 exact -        -  decode | per_head fma  g9  t16  w8 s17
-gpu    8,32,128,54,32768  bf16 none  -        -  decode | wide     lp   g8  t16  w8 s9
-gpu    8,32,128,54,32768  bf16 exact -        -  decode | per_head lp   g16 t32  w8 s17
-gpu    8,32,128,54,32768  fp16 none  -        -  decode | wide     lp   g8  t16  w8 s9
-gpu    8,32,128,54,32768  fp16 exact -        -  decode | per_head lp   g16 t32  w8 s17
-gpu    8,32,128,54,32768  fp32 none  -        -  decode | wide     ieee g8  t16  w8 s9
-gpu    8,32,128,54,32768  fp32 exact -        -  decode | per_head ieee g16 t32  w8 s17
-gpu    8,32,128,54,32768  fp64 none  -        -  decode | per_head fma  g16 t16  w8 s17
-gpu    8,32,128,54,32768  fp64 exact -        -  decode | per_head fma  g16 t16  w8 s17
+gpu    8,18,128,55,32768  bf16 none  -        -  decode | wide     lp   g9  t16  w8 s16
+gpu    8,18,128,55,32768  bf16 exact -        -  decode | per_head lp   g9  t32  w8 s16
+gpu    8,18,128,55,32768  fp16 none  -        -  decode | wide     lp   g9  t16  w8 s16
+gpu    8,18,128,55,32768  fp16 exact -        -  decode | per_head lp   g9  t32  w8 s16
+gpu    8,18,128,55,32768  fp32 none  -        -  decode | wide     ieee g9  t16  w8 s16
+gpu    8,18,128,55,32768  fp32 exact -        -  decode | per_head ieee g9  t32  w8 s16
+gpu    8,18,128,55,32768  fp64 none  -        -  decode | per_head fma  g9  t16  w8 s16
+gpu    8,18,128,55,32768  fp64 exact -        -  decode | per_head fma  g9  t16  w8 s16
+gpu    8,32,128,54,32768  bf16 none  -        -  decode | wide     lp   g8  t16  w8 s8
+gpu    8,32,128,54,32768  bf16 exact -        -  decode | per_head lp   g16 t32  w8 s16
+gpu    8,32,128,54,32768  fp16 none  -        -  decode | wide     lp   g8  t16  w8 s8
+gpu    8,32,128,54,32768  fp16 exact -        -  decode | per_head lp   g16 t32  w8 s16
+gpu    8,32,128,54,32768  fp32 none  -        -  decode | wide     ieee g8  t16  w8 s8
+gpu    8,32,128,54,32768  fp32 exact -        -  decode | per_head ieee g16 t32  w8 s16
+gpu    8,32,128,54,32768  fp64 none  -        -  decode | per_head fma  g16 t16  w8 s16
+gpu    8,32,128,54,32768  fp64 exact -        -  decode | per_head fma  g16 t16  w8 s16
 gpu    3,5,32,7,40        bf16 none  -        -  decode | wide     lp   g5  t16  w8 s1
 gpu    3,5,32,7,40        bf16 exact -        -  decode | per_head lp   g5  t32  w8 s1
 gpu    3,5,32,7,40        fp16 none  -        -  decode | wide     lp   g5  t16  w8 s1
@@ -114,11 +115,11 @@ cpu    1,4,32,8,64        fp32 none  -        -  decode | wide     ieee g4  t32 
 cpu    1,4,32,8,64        fp32 exact -        -  decode | wide     ieee g4  t32  w4 s1
 cpu    1,4,32,8,64        fp64 none  -        -  decode | wide     ieee g4  t32  w4 s1
 cpu    1,4,32,8,64        fp64 exact -        -  decode | wide     ieee g4  t32  w4 s1
-gpu    8,18,128,55,32768  bf16 none  per_head -  decode | per_head lp   g9  t64  w4 s17
-gpu    8,18,128,55,32768  bf16 none  per_head 16 decode | per_head lp   g9  t16  w8 s17
-gpu    8,18,128,55,32768  bf16 exact per_head 64 decode | per_head lp   g9  t64  w8 s17
-gpu    8,18,128,55,32768  bf16 exact wide     -  decode | wide     lp   g9  t16  w8 s17
-gpu    8,18,128,55,32768  fp64 none  -        -  decode | per_head fma  g9  t16  w8 s17
+gpu    8,18,128,55,32768  bf16 none  per_head -  decode | per_head lp   g9  t64  w4 s16
+gpu    8,18,128,55,32768  bf16 none  per_head 16 decode | per_head lp   g9  t16  w8 s16
+gpu    8,18,128,55,32768  bf16 exact per_head 64 decode | per_head lp   g9  t64  w8 s16
+gpu    8,18,128,55,32768  bf16 exact wide     -  decode | wide     lp   g9  t16  w8 s16
+gpu    8,18,128,55,32768  fp64 none  -        -  decode | per_head fma  g9  t16  w8 s16
 interp 3,5,32,7,40        fp64 none  -        -  extend | wide     ieee g5  t32  w4 s1
 interp 3,5,32,7,40        fp32 exact per_head 16 extend | per_head ieee g5  t16  w4 s1
 cpu    3,5,32,7,40        bf16 none  -        -  extend | wide     ieee g5  t32  w4 s1

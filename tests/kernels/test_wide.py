@@ -164,12 +164,13 @@ def test_gpu_launch_defaults(monkeypatch):
     cfg = pick_launch(B=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16, device=cuda)
     assert (cfg.private, cfg.block_t, cfg.num_warps, cfg.dot) == ("wide", 16, 8, "lp")
 
-    def expected_splits(pps):  # pps x SMs programs over the (b, group) pairs, in whole tiles
-        want = -(-pps * 132 // (8 * 2))
+    def expected_splits(pps):  # at most pps x SMs programs over the (b, group) pairs: whole waves, whole tiles
+        want = pps * 132 // (8 * 2)
         size = -(-(-(-32768 // want)) // 16) * 16
         return -(-32768 // size)
 
-    assert cfg.num_splits == expected_splits(2) == 17
+    assert cfg.num_splits == expected_splits(2) == 16  # 256 programs: one wave at 2 per SM, not 272
+    assert 8 * cfg.n_groups * cfg.num_splits <= 2 * 132
     more = pick_launch(B=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16, device=cuda, programs_per_sm=8)
     assert more.num_splits == expected_splits(8) == 64 and more.programs_per_sm == 8
     f64 = pick_launch(B=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.float64, device=cuda)
