@@ -171,7 +171,7 @@ def check_server_properties(backend: Any, cases: Iterable[Case] | None = None, *
     from ..verify.tolerance import Tolerance
     from ..verify.tolerance_report import property_table
 
-    target = resolve(backend, backend_ref)
+    target = backend if isinstance(backend, Target) else resolve(backend, backend_ref)
     if cases is None:
         accepts = backend_accepts(target.backend, Tolerance())
         cases = [next((c for c in grid_cases("default") if c.level == lv and accepts(c)), None)

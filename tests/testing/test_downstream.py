@@ -1,7 +1,9 @@
 """lrkv used as a downstream repository uses it: ci/downstream-check builds the wheel,
 installs it into a fresh venv outside this checkout, `lrkv init`s a project, and runs its
 tests through the pytest plugin and `lrkv verify` + `lrkv gate` on the starter backend
-(pass) and on a planted bug (fail, with a replay command that resolves). A few minutes."""
+(pass) and on a planted bug (fail, with a replay command that resolves), and runs the
+documented `pytest --lrkv-backend ... -m equivalence` on the starter (pass); a kernel that
+writes into its cache fails test_server_properties both ways. A few minutes."""
 
 from __future__ import annotations
 
@@ -25,3 +27,6 @@ def test_downstream_round_trip(tmp_path):
                        timeout=LIMIT_S, cwd=tmp_path)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]
     assert "ok: the wheel's lrkv" in r.stdout and "downstream check: ok" in r.stdout
+    assert "ok: pytest --lrkv-backend (no test file needed) (exit 0)" in r.stdout
+    for path in ("pytest -m equivalence", "pytest --lrkv-backend"):
+        assert f"ok: {path} -k server_properties (writes its cache) (exit 1)" in r.stdout

@@ -68,6 +68,41 @@ def test_the_starter_backend_is_the_example_backend(tmp_path):
     assert body(starter).replace(name(starter), name(example)) == body(example)
 
 
+def test_the_generated_test_file_runs_every_suite_test(tmp_path):
+    """One list, lrkv.testing.suite.TESTS: the plugin adds these, the file `lrkv init` writes
+    imports exactly these, and they are every test the suite defines (the file used to miss
+    test_server_properties, among others)."""
+    import importlib.util
+    import inspect
+
+    from lrkv.testing import suite
+
+    assert _init(tmp_path) == 0
+    spec = importlib.util.spec_from_file_location("generated_test_lrkv", tmp_path / FILES["test_lrkv.py.tmpl"])
+    generated = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generated)
+    imported = {n for n, f in vars(generated).items() if n.startswith("test_") and f is getattr(suite, n, None)}
+    defined = {n for n, f in vars(suite).items() if n.startswith("test_") and inspect.isfunction(f)}
+    assert len(set(suite.TESTS)) == len(suite.TESTS)
+    assert imported == set(suite.TESTS) == defined
+    assert {n for n in vars(generated) if n.startswith("test_")} == imported  # no test of its own
+
+
+def test_the_generated_test_file_fails_a_kernel_that_writes_its_cache(tmp_path):
+    """The starter with a server bug planted: the project's own test file (no --lrkv-backend)
+    runs test_server_properties, and it fails naming the property."""
+    from .test_plugin import WRITES_CACHE, _pytest
+
+    assert _init(tmp_path) == 0
+    with open(tmp_path / f"{MODULE}.py", "a") as f:
+        f.write(WRITES_CACHE + "backend = writes_cache\n")
+    r = _pytest(tmp_path, "-k", "server_properties")
+    assert r.returncode == 1, r.stdout[-3000:]
+    assert r.stdout.splitlines()[-1].startswith("1 failed, "), r.stdout[-3000:]  # and the rest deselected
+    assert f"FAILED tests/test_lrkv.py::test_server_properties[{MODULE}:backend]" in r.stdout
+    assert "PROPERTY inputs_untouched writes-cache" in r.stdout
+
+
 def _nothing_written(tmp_path, *keep) -> bool:
     """No starter file (and no staging folder) exists under tmp_path, apart from `keep`."""
     left = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file() or p.is_symlink()}

@@ -127,3 +127,37 @@ def test_a_crashing_or_hanging_backend_fails_its_tests_not_the_session(tmp_path)
     h = _pytest(tmp_path, "--lrkv-backend", "crashing_backend:hangs", "-k", "permutation")
     assert h.returncode == 1, h.stdout[-3000:]
     assert "no result within the per-case time limit of 3 s" in h.stdout
+
+
+# the example backend with a server bug planted: right answers, then its cache written in place
+# (tests/testing/test_init.py plants the same class in an `lrkv init` project)
+WRITES_CACHE = '''
+
+class WritesCache(SplitKDecode):
+    name = "writes-cache"
+
+    def decode_attention(self, q, shared_k, *args, **kw):
+        result = super().decode_attention(q, shared_k, *args, **kw)
+        shared_k.neg_()  # the server's cache, corrupted for the next step
+        return result
+
+
+writes_cache = WritesCache()
+'''
+
+
+def test_server_properties_pass_on_the_examples_and_fail_on_a_kernel_that_writes_its_cache(tmp_path):
+    """test_server_properties used to hand the check the plugin's Target, not the backend: a
+    TypeError on every backend, correct or not."""
+    import re
+
+    (tmp_path / "writes_cache_backend.py").write_text("from examples.my_backend import SplitKDecode\n" + WRITES_CACHE)
+    examples = [f"examples.{m}:backend" for m in ("my_backend", "my_paged_backend", "my_extend_backend")]
+    args = [a for label in [*examples, "writes_cache_backend:writes_cache"] for a in ("--lrkv-backend", label)]
+    r = _pytest(tmp_path, *args, "-k", "server_properties", "-rA")
+    assert r.returncode == 1, r.stdout[-3000:]
+    assert "1 failed, 3 passed" in r.stdout, r.stdout[-3000:]
+    for label in examples:
+        assert re.search(rf"PASSED \S*suite\.py::test_server_properties\[{re.escape(label)}\]", r.stdout), label
+    assert re.search(r"FAILED \S*suite\.py::test_server_properties\[writes_cache_backend:writes_cache\]", r.stdout)
+    assert "PROPERTY inputs_untouched writes-cache" in r.stdout and "wrote into its inputs: shared_k" in r.stdout
