@@ -17,12 +17,12 @@ left None is chosen here, in this order:
      to BLOCK_H >= 16 rows anyway (tl.dot's minimum M).
   4. `block_t`, `num_warps` — `LAUNCH_TABLE[(gpu, private, rope, paged)]` on a GPU with
      tl.dot products (under a Triton older than TRITON_TIER and over a 16-bit cache, its
-     `gpu/triton<3.9` entry first: the compiler makes the tile); everywhere else (the interpreter, float64's broadcast-and-sum products
-     on a GPU, an unlisted key) the size rule (`size_rule`), and in the interpreter its own
-     tile rule (`interpreter_tile`) on top.
+     `gpu/triton<3.9` entry first: the compiler makes the tile); everywhere else (the
+     interpreter, float64's broadcast-and-sum products on a GPU, an unlisted key) the size
+     rule (`size_rule`), and in the interpreter its own tile rule (`interpreter_tile`) on top.
   5. `num_splits` — the occupancy rule (`occupancy_rule`): at most `programs_per_sm`
-     (b, group, split) programs per SM, in whole waves, each split at least MIN_SPLIT_SLOTS slots, at most
-     MAX_SPLITS, in whole tiles; a caller's count is used as is, even when it leaves splits
+     (b, group, split) programs per SM, in whole waves, each split at least MIN_SPLIT_SLOTS
+     slots, at most MAX_SPLITS, in whole tiles; a caller's count is used as is, even when it leaves splits
      empty (the tests use 17 splits over 37 slots).
 
 The evidence named by the table is committed: `ci/logs/compile-check-sm90.json` (registers

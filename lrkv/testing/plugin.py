@@ -98,7 +98,7 @@ def pytest_generate_tests(metafunc) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before the mark plugin deselects by -m / -k
 def pytest_collection_modifyitems(session, config, items) -> None:
-    """With --lrkv-backend, add the suite's tests (lrkv.testing.suite.TESTS)."""
+    """With --lrkv-backend, add the suite's tests."""
     if not config.getoption("lrkv_backend"):
         return
     from . import suite
@@ -107,7 +107,7 @@ def pytest_collection_modifyitems(session, config, items) -> None:
     if any(getattr(i, "path", None) == path for i in items):
         return  # collected already (its path was given on the command line)
     module = pytest.Module.from_parent(session, path=path)
-    items.extend(i for i in session.genitems(module) if getattr(i, "originalname", None) in suite.TESTS)
+    items.extend(session.genitems(module))
 
 
 @pytest.hookimpl(trylast=True)

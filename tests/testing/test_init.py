@@ -69,9 +69,8 @@ def test_the_starter_backend_is_the_example_backend(tmp_path):
 
 
 def test_the_generated_test_file_runs_every_suite_test(tmp_path):
-    """One list, lrkv.testing.suite.TESTS: the plugin adds these, the file `lrkv init` writes
-    imports exactly these, and they are every test the suite defines (the file used to miss
-    test_server_properties, among others)."""
+    """The file `lrkv init` writes runs every test the suite defines, and nothing else (it
+    used to name eight and miss test_server_properties, among others)."""
     import importlib.util
     import inspect
 
@@ -83,8 +82,8 @@ def test_the_generated_test_file_runs_every_suite_test(tmp_path):
     spec.loader.exec_module(generated)
     imported = {n for n, f in vars(generated).items() if n.startswith("test_") and f is getattr(suite, n, None)}
     defined = {n for n, f in vars(suite).items() if n.startswith("test_") and inspect.isfunction(f)}
-    assert len(set(suite.TESTS)) == len(suite.TESTS)
-    assert imported == set(suite.TESTS) == defined
+    assert "test_server_properties" in defined and len(defined) >= 11
+    assert imported == defined
     assert {n for n in vars(generated) if n.startswith("test_")} == imported  # no test of its own
 
 
