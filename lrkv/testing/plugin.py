@@ -10,9 +10,12 @@ tests (this repository's tests/verify/test_equivalence.py does). Loading the plu
 nothing heavy: torch and the harness load only when a suite test is collected.
 
 A session is never green on nothing: at its end the plugin prints how many cases each
-`--lrkv-backend` verified (grid cases and drawn examples that met the rule), and a backend
-that verified none — unavailable here, every case skipped or declined, or every test
-deselected — fails the session, naming why, unless `--lrkv-allow-empty` is given.
+backend (`--lrkv-backend`, or a test module's LRKV_BACKENDS) verified — grid cases and drawn
+examples that met the rule — per case level with the features they covered, and fails the
+session, naming why, unless `--lrkv-allow-empty` is given, when a backend verified none
+(unavailable here, every case skipped or declined, or every test deselected) or, with the
+case grid run for it, none at a level it declares (its paged or extend path declined or
+skipped throughout).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from .tally import TALLIES, Tally, tally
+from .tally import NEEDS, TALLIES, Tally, tally
 
 GRIDS = ("default", "quick", "mutants")
 DEFAULT_GRID = "quick"
@@ -37,8 +40,8 @@ def pytest_addoption(parser) -> None:
     group.addoption("--lrkv-grid", choices=GRIDS, default=None,
                     help=f"the case grid test_grid_case runs (default: {DEFAULT_GRID})")
     group.addoption("--lrkv-allow-empty", action="store_true", default=False,
-                    help="do not fail the session when a --lrkv-backend verified no case "
-                         "(unavailable here, every case skipped or deselected)")
+                    help="do not fail the session when a backend verified no case, or none at a level it "
+                         "declares (unavailable here, every case skipped or deselected)")
     group.addoption("--lrkv-in-process", action="store_true", default=False,
                     help="call the backend in the pytest process instead of lrkv's worker process (for a "
                          "debugger; a crash or os._exit in the backend then ends the session)")
@@ -116,9 +119,14 @@ def pytest_collection_finish(session) -> None:
     if t is None:
         return
     for item in session.items:
-        label = getattr(getattr(item, "callspec", None), "params", {}).get("lrkv_target")
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        label = params.get("lrkv_target")
         if isinstance(label, str):
             t.labels[item.nodeid] = label
+            case = params.get("lrkv_case")
+            if case is not None:  # a grid case: the level rule applies to this label
+                t.grid_labels.add(label)
+                t.grid_levels[item.nodeid] = NEEDS.get(case.level, case.level)
 
 
 def pytest_runtest_logreport(report) -> None:
@@ -126,31 +134,64 @@ def pytest_runtest_logreport(report) -> None:
     if t is None or not report.skipped or report.nodeid not in t.labels:
         return
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-    t.skipped(t.labels[report.nodeid], reason.removeprefix("Skipped: "))
+    t.skipped(t.labels[report.nodeid], reason.removeprefix("Skipped: "), t.grid_levels.get(report.nodeid))
+
+
+def _why_skipped(skips) -> str:
+    n = sum(skips.values())
+    return f"{n} skipped: " + "; ".join(f"{r} ({c})" for r, c in skips.most_common(3))
 
 
 def _empty(config) -> dict[str, str]:
-    """--lrkv-backend label -> why it verified nothing, for each that verified no case."""
+    """Backend label -> why it verified nothing, or nothing at a level it declares (with the
+    case grid run for it), for each such label: --lrkv-backend's and a test file's LRKV_BACKENDS."""
     t = getattr(config, "_lrkv_tally", None)
     if t is None or config.getoption("collectonly", False):
         return {}
     out = {}
-    for label in dict.fromkeys(config.getoption("lrkv_backend")):
-        if t.verified[label]:
+    for label in dict.fromkeys([*config.getoption("lrkv_backend"), *t.labels.values()]):
+        if not t.verified[label]:
+            if label in t.unavailable:
+                out[label] = f"unavailable here: {t.unavailable[label]}"
+            elif t.skips.get(label):
+                out[label] = _why_skipped(t.skips[label])
+            else:
+                out[label] = "no suite test ran for it (deselected, or it failed before verifying a case)"
             continue
-        if label in t.unavailable:
-            why = f"unavailable here: {t.unavailable[label]}"
-        elif t.skips.get(label):
-            n = sum(t.skips[label].values())
-            top = "; ".join(f"{r} ({c})" for r, c in t.skips[label].most_common(3))
-            why = f"{n} skipped: {top}"
-        else:
-            why = "no suite test ran for it (deselected, or it failed before verifying a case)"
-        out[label] = why
+        missing = t.unverified_levels(label)
+        if missing:  # the backend declares the level; the grid ran; no case of it met the rule
+            out[label] = "; ".join(
+                f"level {lv}: " + (_why_skipped(t.level_skips[(label, lv)]) if t.level_skips.get((label, lv))
+                                   else "no case of it ran (deselected, or it failed)") for lv in missing)
     return out
 
 
+def _levels_line(t, label: str) -> str:
+    """' — kernel 30 (features 14/48), kernel-paged 9 (15/52)': cases and features per case level."""
+    from ..verify.features import level_features
+
+    levels = t.levels.get(label)
+    if not levels:
+        return ""
+    parts = [f"{lv} {n} (features {len(t.features[label][lv])}/{len(level_features(lv))})"
+             for lv, n in sorted(levels.items())]
+    return " — " + ", ".join(parts)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """pytest-xdist controller: a worker's tally joins the session's (the workers ran the tests)."""
+    t = getattr(node.config, "_lrkv_tally", None)
+    data = (getattr(node, "workeroutput", None) or {}).get("lrkv_tally")
+    if t is not None and data:
+        t.merge(data)
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
+    t = getattr(session.config, "_lrkv_tally", None)
+    if t is not None and hasattr(session.config, "workeroutput"):  # a pytest-xdist worker: its
+        session.config.workeroutput["lrkv_tally"] = t.export()  # controller judges the whole session
+        return
     if session.config.getoption("lrkv_allow_empty"):
         return
     if _empty(session.config) and exitstatus == pytest.ExitCode.OK:
@@ -159,19 +200,19 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     t = getattr(config, "_lrkv_tally", None)
-    labels = list(dict.fromkeys(config.getoption("lrkv_backend")))
+    labels = list(dict.fromkeys([*config.getoption("lrkv_backend"), *(t.labels.values() if t else ())]))
     if t is None or config.getoption("collectonly", False) or not (labels or t.verified):
         return
     terminalreporter.write_sep("=", "lrkv")
     for label in dict.fromkeys([*labels, *t.verified]):
-        terminalreporter.write_line(f"lrkv: {label}: {t.verified[label]} cases verified")
+        terminalreporter.write_line(f"lrkv: {label}: {t.verified[label]} cases verified{_levels_line(t, label)}")
     allow = config.getoption("lrkv_allow_empty")
     for label, why in _empty(config).items():
+        what = "verified no case" if not t.verified[label] else "verified no case at a level it declares"
         if allow:
-            terminalreporter.write_line(f"lrkv: --lrkv-backend {label} verified no case ({why}); "
-                                        "accepted by --lrkv-allow-empty", yellow=True)
+            terminalreporter.write_line(f"lrkv: {label} {what} ({why}); accepted by --lrkv-allow-empty",
+                                        yellow=True)
         else:
-            terminalreporter.write_line(f"lrkv: FAILED: --lrkv-backend {label} verified no case: {why} "
-                                        "(a run that verified nothing is not a pass; --lrkv-allow-empty "
-                                        "accepts it)", red=True, bold=True)
+            terminalreporter.write_line(f"lrkv: FAILED: {label} {what}: {why} (a run that verified nothing "
+                                        "is not a pass; --lrkv-allow-empty accepts it)", red=True, bold=True)
 

@@ -37,7 +37,7 @@ from ..verify.runner import repro_command
 from ..verify.strategies import PROFILES, cases, lrkv_specs, with_fp8
 from . import properties
 from .check import NotVerified, check_case, check_server_properties
-from .tally import record_unavailable, record_verified
+from .tally import record_declared, record_unavailable, record_verified
 from .target import Target, resolve
 
 pytestmark = pytest.mark.equivalence
@@ -59,6 +59,7 @@ def load(label: str) -> Target:
             pytest.fail(f"--lrkv-backend {label}: cannot load ({e})", pytrace=False)
         _TARGETS[label] = target
     target = _TARGETS[label]
+    record_declared(label, getattr(target.backend, "levels", ()))  # each declared level must verify a case
     ok, why = target.backend.available()
     if not ok:
         record_unavailable(label, why)  # the plugin fails a session that verified nothing, naming why
@@ -118,7 +119,7 @@ def check(target: Target, strategy, cap: int | None, body) -> None:
             assume(target.backend.supports(case)[0])
         note(f"replay: {repro_command(target.label, case)}")
         body(case)
-        record_verified(target.label)  # this example met the rule (a failing one raised)
+        record_verified(target.label, case)  # this example met the rule (a failing one raised)
     prop()
 
 
@@ -130,7 +131,7 @@ def test_grid_case(lrkv_target: str, lrkv_case: Case) -> None:
         check_case(target, lrkv_case)
     except NotVerified as e:  # declined by supports(): a skip with its reason, never a pass
         pytest.skip(f"{target.label}: {e.reason}")
-    record_verified(target.label)
+    record_verified(target.label, lrkv_case)
 
 
 # ----------------------------------------------------------------------------- drawn cases

@@ -339,7 +339,7 @@ def default_grid() -> list[Case]:
 
 
 def quick_grid() -> list[Case]:
-    """A smoke subset: a few cases per level and dtype (seconds, plus inductor compiles)."""
+    """A smoke subset: a few cases per level and dtype, every level (seconds, plus inductor compiles)."""
     return [
         Case("kernel", BASE, "float64", (10, 33, 2), 40),
         Case("kernel", BASE, "float32", (7, 40, 19), 40, q_scale=100.0),
@@ -349,6 +349,15 @@ def quick_grid() -> list[Case]:
         Case("kernel", QKN_EXACT, "float32", (130, 7, 101), 160),
         Case("layer", BASE, "float32", (1, 6, 11), 12),
         Case("layer-model", LATENT, "float64", (8, 8, 8), 8, expect="differ"),
+        # every kernel level, so a backend's paged or extend path never escapes the smoke run:
+        # shuffled pools, a shared prefix page, a page size dividing nothing, exact RoPE (its
+        # positions are logical slots, not physical ones), an empty sequence, NaN garbage pages
+        # (float64 and a half precision each: the float64-only oracles run every level too, and a
+        # backend without float64 runs the float64 case's float32 twin)
+        Case("kernel-paged", EXACT, "float64", (37, 21, 14, 0), 40, page_size=7, shared_prefix=14, seed=2),
+        Case("kernel-paged", BASE, "bfloat16", (16, 33, 1), 40, page_size=16, shared_prefix=16, seed=3),
+        Case("kernel-extend", EXACT, "float64", (12, 40, 23), 48, n_new=(6, 3, 1), page_size=5, seed=1),
+        Case("kernel-extend", BASE, "float16", (9, 20, 16), 24, n_new=(2, 8, 0), seed=2),
     ]
 
 

@@ -48,15 +48,16 @@ CASE = Case("kernel", AttentionSpec.lrkv(3, 8, 3), "float32", (5, 9, 0), 9, tile
 def test_check_backend_passes_a_correct_backend():
     report = check_backend(EXAMPLE, grid="quick")
     assert isinstance(report, Report) and report.ok
-    # 4 kernel cases of the quick grid, and the float64 one's float32 twin (the example has no float64)
-    assert report.counts["pass"] == report.verified == 5 and not report.failures
+    # 4 kernel cases of the quick grid and the float64 one's float32 twin (the example has no
+    # float64), the bfloat16 paged case and the float64 paged case's float32 twin
+    assert report.counts["pass"] == report.verified == 7 and not report.failures
 
 
 def test_check_backend_lists_each_failure_with_a_replay_that_resolves():
     with pytest.raises(AssertionError) as e:
         check_backend(SCALED, grid="quick")
     msg = str(e.value)
-    assert "4 of 8 cases failed" in msg and msg.count("replay: ") == 4  # a twin included
+    assert "5 of 13 cases failed" in msg and msg.count("replay: ") == 5  # a twin included
     label = "tests.testing.test_api:SCALED"
     assert f"replay: lrkv verify --backend {label} --case " in msg
     assert get_backend(label).name == "scaled-out"
@@ -98,10 +99,11 @@ def test_cases_for_ids_and_skips():
     params = cases_for(EXAMPLE, "quick")
     twins = [p for p in params if "~" in p.id]  # the float64 case's twin follows it
     assert [p.id for p in params if p not in twins] == [c.id for c in grid_cases("quick")]
-    f64 = [c for c in grid_cases("quick") if c.level == "kernel" and c.dtype == "float64"]
+    mine = ("kernel", "kernel-paged")  # the example's levels
+    f64 = [c for c in grid_cases("quick") if c.level in mine and c.dtype == "float64"]
     assert [p.id for p in twins] == [f"{c.id}~dtype=float32" for c in f64] and not any(p.marks for p in twins)
     skipped = {p.id for p in params if p.marks}
-    assert skipped == {c.id for c in grid_cases("quick") if c.level != "kernel" or c.dtype == "float64"}
+    assert skipped == {c.id for c in grid_cases("quick") if c.level not in mine or c.dtype == "float64"}
     assert all(p.marks[0].kwargs["reason"].startswith("my-splitk: ") for p in params if p.marks)
     assert any("not implemented" in p.marks[0].kwargs["reason"] for p in params if p.marks)
 

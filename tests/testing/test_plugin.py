@@ -5,6 +5,7 @@ and fails — never skips — a backend that cannot be loaded."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,11 +24,12 @@ def _pytest(tmp_path, *args) -> subprocess.CompletedProcess:
 def test_plugin_runs_the_grid_and_says_no_with_the_replay(tmp_path):
     ok = _pytest(tmp_path, "--lrkv-backend", "examples.my_backend:backend", "-k", "grid_case or permutation")
     assert ok.returncode == 0, ok.stdout[-3000:]
-    # 4 kernel cases, the float64 case's float32 twin and the permutation property; 3 cases not claimed
-    assert "6 passed, 3 skipped" in ok.stdout
+    # 4 kernel cases and the float64 case's float32 twin, 2 paged cases (one a twin) and the
+    # permutation property; 6 cases not claimed (the float64 ones, the layer levels, extend)
+    assert "8 passed, 6 skipped" in ok.stdout
     bad = _pytest(tmp_path, "--lrkv-backend", "tests.testing.test_api:SCALED", "-k", "grid_case")
     assert bad.returncode == 1, bad.stdout[-3000:]
-    assert "4 failed, 1 passed, 3 skipped" in bad.stdout  # a twin included
+    assert "5 failed, 2 passed, 6 skipped" in bad.stdout  # twins included; 1 % is within bfloat16 paged's bound
     assert "replay: lrkv verify --backend tests.testing.test_api:SCALED --case '" in bad.stdout
 
 
@@ -67,7 +69,7 @@ def test_a_session_that_verified_nothing_fails_naming_why(tmp_path):
     assert r.returncode == 1, r.stdout[-3000:]
     assert "passed" not in r.stdout and "failed" not in r.stdout.split("lrkv: FAILED")[0]
     assert "lrkv: nocuda_backend:backend: 0 cases verified" in r.stdout
-    assert "--lrkv-backend nocuda_backend:backend verified no case: unavailable here: no CUDA" in r.stdout
+    assert "lrkv: FAILED: nocuda_backend:backend verified no case: unavailable here: no CUDA" in r.stdout
     ok = _pytest(tmp_path, "--lrkv-backend", "nocuda_backend:backend", "--lrkv-allow-empty")
     assert ok.returncode == 0, ok.stdout[-3000:]
     assert "accepted by --lrkv-allow-empty" in ok.stdout
@@ -77,15 +79,59 @@ def test_cases_declined_by_supports_are_skips_and_not_a_pass(tmp_path):
     (tmp_path / "nocuda_backend.py").write_text(NO_CUDA)
     r = _pytest(tmp_path, "--lrkv-backend", "nocuda_backend:declines", "-k", "grid_case")
     assert r.returncode == 1, r.stdout[-3000:]
-    assert "7 skipped" in r.stdout and "passed" not in r.stdout  # no twin: supports() declines every variant
-    assert "verified no case: 7 skipped" in r.stdout and "only on Tuesdays" in r.stdout
+    assert "11 skipped" in r.stdout and "passed" not in r.stdout  # no twin: supports() declines every variant
+    assert "verified no case: 11 skipped" in r.stdout and "only on Tuesdays" in r.stdout
+
+
+LEVELS = '''
+from examples.my_backend import SplitKDecode
+from examples.my_paged_backend import PagedDecode
+
+
+class Both(SplitKDecode):
+    name = "both"
+    levels = frozenset({"kernel", "kernel-paged"})
+    paged_decode_attention = PagedDecode.paged_decode_attention
+
+
+class DeclinesPaged(Both):
+    name = "declines-paged"
+
+    def supports(self, case):
+        return case.level != "kernel-paged", "pages not yet"
+
+
+both = Both()
+declines_paged = DeclinesPaged()
+'''
+
+
+def test_every_declared_level_must_verify_a_case(tmp_path):
+    """The default (quick) grid reaches every level a backend declares; a declared level whose
+    every case was declined fails the session, naming the level, though the kernel level passed."""
+    (tmp_path / "levels_backend.py").write_text(LEVELS)
+    ok = _pytest(tmp_path, "--lrkv-backend", "levels_backend:both", "-k", "grid_case")
+    assert ok.returncode == 0, ok.stdout[-3000:]
+    assert "cases verified — kernel 5 (features " in ok.stdout and ", kernel-paged 2 (features " in ok.stdout
+    bad = _pytest(tmp_path, "--lrkv-backend", "levels_backend:declines_paged", "-k", "grid_case")
+    assert bad.returncode == 1, bad.stdout[-3000:]
+    assert "failed" not in bad.stdout.split("lrkv: FAILED")[0]  # every test passed or skipped
+    assert re.search("lrkv: FAILED: levels_backend:declines_paged verified no case at a level it declares: "
+                     r"level kernel-paged: \d skipped", bad.stdout) and "pages not yet" in bad.stdout
+    allowed = _pytest(tmp_path, "--lrkv-backend", "levels_backend:declines_paged", "-k", "grid_case",
+                      "--lrkv-allow-empty")
+    assert allowed.returncode == 0 and "accepted by --lrkv-allow-empty" in allowed.stdout
+    # under pytest-xdist the workers run the tests and the controller judges: the same verdict
+    parallel = _pytest(tmp_path, "--lrkv-backend", "levels_backend:declines_paged", "-k", "grid_case", "-n", "2")
+    assert parallel.returncode == 1, parallel.stdout[-3000:]
+    assert re.search(r"verified no case at a level it declares: level kernel-paged: \d skipped", parallel.stdout)
 
 
 def test_the_summary_counts_the_verified_cases(tmp_path):
     r = _pytest(tmp_path, "--lrkv-backend", "examples.my_backend:backend", "-k", "grid_case")
     assert r.returncode == 0, r.stdout[-3000:]
-    assert "5 passed, 3 skipped" in r.stdout
-    assert "lrkv: examples.my_backend:backend: 5 cases verified" in r.stdout
+    assert "7 passed, 6 skipped" in r.stdout
+    assert "lrkv: examples.my_backend:backend: 7 cases verified — kernel 5 (features " in r.stdout
     deselected = _pytest(tmp_path, "--lrkv-backend", "examples.my_backend:backend", "-k", "no_such_test")
     assert deselected.returncode != 0 and "verified no case" in deselected.stdout
 

@@ -192,7 +192,7 @@ def paged_report():
     return _report(cases, [("examples.my_paged_backend:backend", get_backend("examples.my_paged_backend:backend"))])
 
 
-def test_a_report_that_covers_less_than_its_baseline_is_refused(paged_report, tmp_path):
+def test_a_report_that_covers_less_than_its_baseline_is_refused(paged_report, tmp_path, capsys):
     baseline = gate.baseline_from_report(paged_report)
     assert "pages shared" in baseline["coverage"]["my-paged"]["kernel-paged"]
     assert gate.exit_code(gate.classify(paged_report, baseline), paged_report) == 0
@@ -206,7 +206,10 @@ def test_a_report_that_covers_less_than_its_baseline_is_refused(paged_report, tm
     rpath, bpath = tmp_path / "report.json", tmp_path / "baseline.json"
     gate.write_baseline(baseline, bpath)
     rpath.write_text(json.dumps(shrunk))
+    capsys.readouterr()
     assert main(["gate", str(rpath), "--baseline", str(bpath), "--update-baseline"]) == 1
+    err = capsys.readouterr().err  # says what is lost, the right way round, grouped: not a wall of names
+    assert "1 features the baseline covered are not covered by the report (my-paged · kernel-paged: 1 (pages shared))" in err
     assert json.loads(bpath.read_text())["coverage"] == baseline["coverage"]
     assert main(["gate", str(rpath), "--baseline", str(bpath), "--update-baseline", "--drop-coverage"]) == 0
     assert "pages shared" not in json.loads(bpath.read_text())["coverage"]["my-paged"]["kernel-paged"]
@@ -244,3 +247,13 @@ def test_check_case_reports_a_failing_twin_of_a_declined_case():
 
     with pytest.raises(AssertionError, match="twin of a declined case"):
         check_case(PowerOfTwoPages(), HAND_PAIRED[2], backend_ref="lrkv.verify.coverage_mutants:PowerOfTwoPages")
+
+
+@pytest.mark.parametrize("grid", ["quick", "default", "mutants"])
+def test_every_grid_reaches_every_kernel_level(grid):
+    """The plugin's grid (quick by default) once had no paged or extend case: a paged-only bug
+    passed `pytest -m equivalence`. Every grid a user can pick has every kernel level."""
+    from lrkv.testing.check import grid_cases
+    from lrkv.verify.case import KERNEL_LEVELS
+
+    assert set(KERNEL_LEVELS) <= {c.level for c in grid_cases(grid)}
