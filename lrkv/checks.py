@@ -92,6 +92,8 @@ def _first_existing_parent(path: Path) -> Path:
 
 def check_out_dir(name: str, value: Any) -> Path:
     """A directory that exists or can be created: no file stands at it or at any parent."""
+    if isinstance(value, str) and not value.strip():  # Path("") is the current folder: say so, never guess
+        raise ValueError(f"{name}: an empty path (give . for the current folder)")
     path = Path(value)
     if path.exists() and not path.is_dir():
         raise ValueError(f"{name}: {path} exists and is not a directory")

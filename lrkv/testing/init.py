@@ -3,12 +3,20 @@
 Writes, from the templates packaged in lrkv/testing/templates/:
 
     lrkv.toml                      the project's config (policy overrides, commented out)
-    lrkv_backend.py                a starter backend that passes (flash-decoding in PyTorch)
+    lrkv_backend.py                a starter backend that passes (flash-decoding in PyTorch,
+                                   decode and paged decode)
     tests/test_lrkv.py             the equivalence suite on that backend, via the pytest plugin
     .github/workflows/lrkv.yml     CI: install lrkv, pytest -m equivalence, lrkv verify, lrkv gate
+    .gitignore                     reports/ and the test caches (lines added to an existing one)
 
-then prints how to create the first baseline. Existing files are never overwritten without
---force (exit 2 naming the file).
+then prints the next steps, from `git init` to the merge gate. Existing files are never
+overwritten without --force (exit 2 naming the file); an existing .gitignore only gains the
+lines it lacks.
+
+The workflow installs lrkv from where this lrkv came from, when its distribution metadata
+says (PEP 610 `direct_url.json`: a git URL at its commit or an https archive; none: an index,
+by version); a local wheel or checkout is nothing CI can reach, so LRKV_PACKAGE is left empty
+and the workflow's first step fails with one line saying what to set.
 
 All or nothing: every target is checked first — an existing file without --force, a
 directory or other non-file where a file goes, a file where a directory is needed (say a
@@ -22,6 +30,7 @@ already moved are taken back, overwritten ones restored, and the error names the
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -40,7 +49,9 @@ FILES = {
     "backend.py.tmpl": f"{MODULE}.py",
     "test_lrkv.py.tmpl": "tests/test_lrkv.py",
     "workflow.yml.tmpl": ".github/workflows/lrkv.yml",
+    "gitignore.tmpl": ".gitignore",
 }
+MERGED = (".gitignore",)  # an existing one gains the template's missing lines; never refused, never replaced
 
 
 def register(subparsers) -> None:
@@ -62,13 +73,60 @@ def render(template: str, **values: str) -> str:
     return text
 
 
-def plan(directory: Path) -> dict[Path, str]:
-    """Every file `init` writes, with its content."""
-    from lrkv import __version__
+def requirement(direct_url: str | None, version: str) -> str:
+    """The pip requirement CI installs lrkv (with its `test` extra) by, from the installed
+    distribution's PEP 610 `direct_url.json` (None: installed from an index by name); '' when
+    it came from a local wheel, folder or editable checkout, which a CI runner cannot reach."""
+    if direct_url is None:
+        return f"lrkv[test]=={version}"
+    try:
+        info = json.loads(direct_url)
+    except ValueError:
+        return ""
+    url = info.get("url", "") if isinstance(info, dict) else ""
+    if not url.startswith(("https://", "http://", "ssh://", "git@")):
+        return ""  # file://: this machine only
+    vcs = info.get("vcs_info") or {}
+    if vcs.get("vcs") == "git" and vcs.get("commit_id"):
+        return f"lrkv[test] @ git+{url}@{vcs['commit_id']}"
+    return f"lrkv[test] @ {url}" if "archive_info" in info else ""
 
+
+def installed_requirement() -> str:
+    """`requirement` for the lrkv running now."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("lrkv")
+    except metadata.PackageNotFoundError:
+        return ""
+    return requirement(dist.read_text("direct_url.json"), dist.version)
+
+
+def _merged(path: Path, text: str) -> str | None:
+    """An existing file's text plus the template's lines it lacks (None: nothing to add)."""
+    if not path.is_file() or path.is_symlink():
+        return text
+    old = path.read_text(encoding="utf-8")
+    have = set(old.splitlines())
+    missing = [line for line in text.splitlines() if line.strip() and not line.startswith("#") and line not in have]
+    return (old + ("" if old.endswith("\n") or not old else "\n") + "# added by lrkv init\n"
+            + "".join(f"{line}\n" for line in missing)) if missing else None
+
+
+def plan(directory: Path, package: str | None = None) -> dict[Path, str]:
+    """Every file `init` writes, with its content (package: LRKV_PACKAGE, default the running lrkv's)."""
     values = {"BACKEND_REF": f"{MODULE}:backend", "BACKEND_NAME": "my-backend", "BASELINE": BASELINE,
-              "VERSION": __version__}
-    return {directory / dest: render(src, **values) for src, dest in FILES.items()}
+              "PACKAGE": installed_requirement() if package is None else package}
+    files = {}
+    for src, dest in FILES.items():
+        text = render(src, **values)
+        if dest in MERGED:
+            text = _merged(directory / dest, text)
+            if text is None:
+                continue
+        files[directory / dest] = text
+    return files
 
 
 class InitError(ValueError):
@@ -98,7 +156,7 @@ def check_targets(directory: Path, files: dict[Path, str], *, force: bool = Fals
             raise InitError(f"{path} is a symbolic link; lrkv init does not write through links")
         if path.exists() and not path.is_file():
             raise InitError(f"{path} exists and is not a regular file")
-        if path.exists() and not force:
+        if path.exists() and not force and path.name not in MERGED:
             raise FileExistsError(f"{path} exists; use --force to overwrite it")
 
 
@@ -127,11 +185,11 @@ def _undo(placed: list[Path], backups: dict[Path, Path], made: list[Path]) -> No
             pass
 
 
-def init_project(directory: str | Path, *, force: bool = False) -> list[Path]:
+def init_project(directory: str | Path, *, force: bool = False, package: str | None = None) -> list[Path]:
     """Write the starter files, all or nothing (see the module doc); raise FileExistsError
     naming the first existing one unless force, InitError naming a path that cannot be written."""
     directory = Path(directory)
-    files = plan(directory)
+    files = plan(directory, package)
     check_targets(directory, files, force=force)
     made: list[Path] = []  # folders this call created, outermost first
     placed: list[Path] = []
@@ -172,19 +230,30 @@ def init_project(directory: str | Path, *, force: bool = False) -> list[Path]:
     return list(files)
 
 
-def next_steps(directory: Path) -> str:
+def next_steps(directory: Path, package: str) -> str:
     cd = "" if directory.resolve() == Path.cwd().resolve() else f"cd {directory}\n  "
-    return (f"Next, from the project root:\n"
-            f"  {cd}python -m pytest -m equivalence          # the suite on the starter backend\n"
-            f"  lrkv verify --backend {MODULE}:backend --out reports/lrkv\n"
-            f"The first baseline (commit {BASELINE}; the workflow gates against it):\n"
-            f"  lrkv gate reports/lrkv/report.json --baseline {BASELINE} --update-baseline\n"
-            f"Then replace the body of {MODULE}.py with your kernel.")
+    in_git = any((d / ".git").exists() for d in (directory.resolve(), *directory.resolve().parents))
+    git = "" if in_git else "git init -q                                 # the gate ties each report to a commit\n  "
+    verify = f"lrkv verify --backend {MODULE}:backend --out reports/lrkv"
+    steps = (f"Next, from the project root:\n"
+             f"  {cd}{git}python -m pytest -m equivalence -q          # the suite on the starter backend\n"
+             f"  {verify}\n"
+             f"  lrkv gate reports/lrkv/report.json --baseline {BASELINE} --update-baseline   # the first baseline\n"
+             f"  git add -A && git commit -qm \"lrkv: starter backend and its baseline\"\n"
+             f"Then, for each change to {MODULE}.py (your kernel): commit it, and gate a report of that commit:\n"
+             f"  {verify}\n"
+             f"  lrkv gate reports/lrkv/report.json --baseline {BASELINE} --require-commit --replay 8")
+    if not package:
+        steps += (f"\nBefore pushing: set LRKV_PACKAGE in .github/workflows/lrkv.yml — this lrkv came from a "
+                  f"local wheel or checkout, which CI cannot install from.")
+    return steps
 
 
 def cmd_init(args) -> int:
+    package = installed_requirement()
+    merged = {Path(args.dir) / name for name in MERGED if (Path(args.dir) / name).is_file()}
     try:
-        written = init_project(args.dir, force=args.force)
+        written = init_project(args.dir, force=args.force, package=package)
     except (FileExistsError, InitError) as e:
         print(f"lrkv init: {e} (nothing written)", file=sys.stderr)
         return EXIT_USAGE
@@ -193,6 +262,6 @@ def cmd_init(args) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     for path in written:
-        print(f"wrote {path}")
-    print(next_steps(args.dir))
+        print(f"added lrkv's lines to {path}" if path in merged else f"wrote {path}")
+    print(next_steps(args.dir, package))
     return 0

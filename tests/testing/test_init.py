@@ -23,6 +23,7 @@ def test_writes_the_project_and_says_how_to_make_the_first_baseline(tmp_path, ca
     assert f"--baseline {BASELINE} --update-baseline" in out
     wf = (tmp_path / ".github/workflows/lrkv.yml").read_text()
     assert 'pip install "$LRKV_PACKAGE"' in wf and ".[dev]" not in wf and "-e ." not in wf
+    assert "lrkv==" not in wf  # never a default that cannot resolve: LRKV_PACKAGE comes from the metadata
     assert f"lrkv verify --backend {MODULE}:backend" in wf and f"--baseline {BASELINE}" in wf
     assert "GITHUB_STEP_SUMMARY" in wf and "upload-artifact" in wf and "pytest -m equivalence" in wf
     assert f"--baseline {BASELINE} --require-commit --replay 8" in wf  # the gate ties the report to HEAD, re-runs some
@@ -52,7 +53,8 @@ def test_the_starter_backend_passes(tmp_path, monkeypatch):
     assert _init(tmp_path) == 0
     monkeypatch.syspath_prepend(str(tmp_path))
     report = check_backend(f"{MODULE}:backend", grid="quick")
-    assert report.ok and report.counts["pass"] == 5  # 4 quick kernel cases + the float64 case's twin
+    # 4 quick kernel cases + the float64 case's twin, and both paged cases (the extend ones are skips)
+    assert report.ok and report.counts["pass"] == 7
 
 
 def test_the_starter_backend_is_the_example_backend(tmp_path):
@@ -182,3 +184,51 @@ def test_a_read_only_folder_is_exit_2_naming_it(tmp_path, capsys):
         assert _nothing_written(tmp_path)
     finally:
         (tmp_path / "tests").chmod(0o700)
+
+
+def test_the_workflow_installs_lrkv_from_where_it_came_from():
+    """PEP 610 metadata: a git install at its commit, an https wheel, an index by version; a
+    local wheel, folder or editable checkout (nothing CI can reach) leaves it empty."""
+    from lrkv.testing.init import requirement
+
+    git = '{"url": "https://github.com/acme/lrkv.git", "vcs_info": {"vcs": "git", "commit_id": "abc123"}}'
+    assert requirement(git, "0.1.0") == "lrkv[test] @ git+https://github.com/acme/lrkv.git@abc123"
+    wheel = '{"url": "https://example.com/lrkv-0.1.0-py3-none-any.whl", "archive_info": {}}'
+    assert requirement(wheel, "0.1.0") == "lrkv[test] @ https://example.com/lrkv-0.1.0-py3-none-any.whl"
+    assert requirement(None, "0.2.0") == "lrkv[test]==0.2.0"
+    for local in ('{"url": "file:///tmp/dist/lrkv-0.1.0-py3-none-any.whl", "archive_info": {}}',
+                  '{"url": "file:///home/me/lrkv", "dir_info": {"editable": true}}', "not json", "[]"):
+        assert requirement(local, "0.1.0") == "", local
+
+
+def test_an_empty_package_fails_the_workflow_with_one_line(tmp_path, capsys):
+    from lrkv.testing.init import init_project
+
+    init_project(tmp_path, package="")
+    wf = (tmp_path / ".github/workflows/lrkv.yml").read_text()
+    assert 'LRKV_PACKAGE: ""' in wf and 'if [ -z "$LRKV_PACKAGE" ]; then' in wf and "::error::set LRKV_PACKAGE" in wf
+
+
+def test_gitignore_is_written_or_extended_never_refused(tmp_path, capsys):
+    assert _init(tmp_path / "new") == 0
+    assert "reports/" in (tmp_path / "new/.gitignore").read_text().splitlines()
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old/.gitignore").write_text("build/\nreports/")
+    capsys.readouterr()
+    assert _init(tmp_path / "old") == 0
+    assert "added lrkv's lines to" in capsys.readouterr().out
+    lines = (tmp_path / "old/.gitignore").read_text().splitlines()
+    assert lines[:2] == ["build/", "reports/"] and lines.count("reports/") == 1 and ".hypothesis/" in lines
+
+
+def test_next_steps_run_git_init_commit_and_the_commit_tied_gate(tmp_path, capsys):
+    assert _init(tmp_path / "p") == 0
+    out = capsys.readouterr().out
+    assert "git init" in out and "git add -A && git commit" in out
+    assert out.index("--update-baseline") < out.index("git commit") < out.index("--require-commit")
+
+
+def test_an_empty_directory_name_is_refused(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["init", ""])
+    assert e.value.code == 2 and "empty path" in capsys.readouterr().err
