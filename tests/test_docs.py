@@ -25,3 +25,13 @@ def test_design_document_has_every_cited_section():
     for path in [*DOCS, *ROOT.joinpath("lrkv").rglob("*.py")]:
         cited |= {int(n) for n in re.findall(r"DESIGN §(\d+)", path.read_text(encoding="utf-8"))}
     assert cited and cited <= sections, sorted(cited - sections)
+
+
+def test_the_readme_contract_examples_run_as_written():
+    """The decode contract's Python blocks (what a kernel computes for rope=), verbatim."""
+    from tests.test_helpers.doc_blocks import blocks
+
+    for code in blocks(ROOT / "README.md", "The decode contract", "python"):
+        scope: dict = {}
+        exec(compile(code, "README.md (The decode contract)", "exec"), scope)
+        assert scope["rotated"].shape == scope["private_k"].shape
