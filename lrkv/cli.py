@@ -54,6 +54,18 @@ def _global_options(parser: argparse.ArgumentParser) -> None:
                        help="more output: every record with its reason (-vv: debug logging too)")
 
 
+def _noise_after_verb(parser: argparse.ArgumentParser) -> None:
+    """-q / -v after the verb as well (a printed replay command takes `-v` at its end); counted
+    from there, and flags the verb already uses for itself are left to it."""
+    taken = set(parser._option_string_actions)
+    group = parser.add_mutually_exclusive_group()
+    for flags, dest in ((("-q", "--quiet"), "quiet"), (("-v", "--verbose"), "verbose")):
+        free = [f for f in flags if f not in taken]
+        if free:
+            group.add_argument(*free, dest=dest, action="count", default=argparse.SUPPRESS,
+                               help=f"as `lrkv {free[0]} VERB`")
+
+
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """The `lrkv` parser; with a verb, that verb's module registers its real sub-parser
     (the others appear in the verb list only)."""
@@ -65,6 +77,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     if verb in verbs:
         module = importlib.import_module(verbs[verb][0])
         module.register(sub)
+        _noise_after_verb(sub.choices[verb])
     for name, (_, help_) in verbs.items():
         if name not in sub.choices:
             sub.add_parser(name, help=help_, add_help=False)

@@ -70,3 +70,14 @@ def test_quiet_turns_progress_off(monkeypatch):
     assert cli.main(["-q", "verify", "--grid", "quick"]) == 0
     assert seen["no_progress"] is True and seen["verbosity"] == -1
     assert cli.main(["-vv", "verify"]) == 0 and seen["verbosity"] == 2 and seen["no_progress"] is False
+
+
+def test_quiet_and_verbose_also_follow_the_verb(monkeypatch, capsys):
+    """A printed replay command (`lrkv verify --backend … --case '…'`) takes -v at its end."""
+    seen = {}
+    monkeypatch.setattr("lrkv.verify.verify_cli.cmd_verify", lambda args: seen.update(vars(args)) or 0)
+    assert cli.main(["verify", "--backend", "tiled", "--case", "{}", "-v"]) == 0 and seen["verbosity"] == 1
+    assert cli.main(["verify", "-q"]) == 0 and seen["verbosity"] == -1 and seen["no_progress"] is True
+    with pytest.raises(SystemExit) as e:
+        cli.main(["verify", "-q", "-v"])  # one or the other, as before the verb
+    assert e.value.code == 2 and "not allowed with" in capsys.readouterr().err

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 from pathlib import Path
 
 from ..checks import arg_in_file, arg_int, arg_out_dir, parse_json
@@ -144,7 +145,24 @@ def register(subparsers) -> None:
                         "with the project's lrkv.toml / [tool.lrkv.policy] override)")
     p.add_argument("--out", type=arg_out_dir(), help="output directory for artifact, manifest and report")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
-    p.set_defaults(func=run)
+    p.set_defaults(func=_quiet_third_party(run))
+
+
+def _quiet_third_party(fn):
+    """The verb without torch's / onnx's deprecation notices (FutureWarning, DeprecationWarning),
+    which a user of the exporter cannot act on; lrkv's own warnings (RuntimeWarning, UserWarning)
+    still print. `-W` / PYTHONWARNINGS given on purpose win (they are checked first)."""
+    import functools
+    import warnings
+
+    @functools.wraps(fn)
+    def wrapped(args):
+        with warnings.catch_warnings():
+            if not sys.warnoptions:
+                for category in (FutureWarning, DeprecationWarning):
+                    warnings.simplefilter("ignore", category)
+            return fn(args)
+    return wrapped
 
 
 def run(args: argparse.Namespace) -> int:

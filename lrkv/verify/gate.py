@@ -419,8 +419,10 @@ def render_markdown(entries: list[GateEntry], max_rows: int = 40, report: dict |
     c = counts(entries)
     code = exit_code(entries, report)
     verdict = {EXIT_OK: "✅ ok", EXIT_BLOCKED: "❌ blocked", EXIT_NOTHING: "⚠️ nothing verified"}[code]
+    props = sum(e.klass == "FAIL" and "#" in e.key for e in entries)  # `<record key>#<property>` entries
     lines = [f"## LRKV merge gate — {verdict}", "",
-             " · ".join(f"{k} {v}" for k, v in c.items() if v or k in BLOCKING), ""]
+             " · ".join(f"{k} {v}" for k, v in c.items() if v or k in BLOCKING)
+             + (f" (FAIL: {c['FAIL'] - props} cases, {props} server properties)" if props else ""), ""]
     notable = [e for e in entries if e.klass not in ("PASS", "SKIP", "XFAIL")]
     notable.sort(key=lambda e: (e.klass not in BLOCKING, e.klass, e.key))
     if notable:

@@ -35,6 +35,20 @@ GATE_EXITS = """exit codes:
 """
 
 
+
+DROPPED_SHOWN = 3  # feature names shown per backend · level when a baseline update would drop coverage
+
+
+def _dropped_summary(lost: list[str]) -> str:
+    """'tiled · kernel-paged: 40 (page size 1, …); …': the dropped features per backend and level."""
+    groups: dict[str, list[str]] = {}
+    for item in lost:
+        where, _, feature = item.rpartition(" · ")
+        groups.setdefault(where, []).append(feature)
+    return "; ".join(f"{where}: {len(fs)} ({', '.join(fs[:DROPPED_SHOWN])}{', …' if len(fs) > DROPPED_SHOWN else ''})"
+                     for where, fs in groups.items())
+
+
 def register(subparsers) -> None:
     g = subparsers.add_parser("gate", help="gate a tolerance report against the accepted baseline",
                               description=GATE_DOC, epilog=GATE_EXITS,
@@ -164,9 +178,9 @@ def cmd_gate(args) -> int:
 
         lost = coverage_dropped(baseline, new)
         if lost and not args.drop_coverage:
-            print(f"lrkv gate: refusing to update {baseline_path}: the report covers {len(lost)} features the "
-                  f"baseline covered ({'; '.join(lost[:8])}{' …' if len(lost) > 8 else ''}); accept that on "
-                  "purpose with --drop-coverage", file=sys.stderr)
+            print(f"lrkv gate: refusing to update {baseline_path}: {len(lost)} features the baseline covered are "
+                  f"not covered by the report ({_dropped_summary(lost)}); accept that on purpose with "
+                  "--drop-coverage, which lists them", file=sys.stderr)
             return EXIT_BLOCKED
         if lost:
             print(f"lrkv gate: dropping coverage of {len(lost)} features on purpose: {'; '.join(lost)}")

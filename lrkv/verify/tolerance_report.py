@@ -340,10 +340,13 @@ def headline(report: dict) -> str:
     return f"✅ {counts}"
 
 
+NO_COMMIT = "none (no git commit)"  # made outside a git repository, or before its first commit; the gate says the same
+
+
 def render_markdown(report: dict) -> str:
     recs = report["records"]
     env, git = report["environment"], report["git"]
-    commit = (git["commit"] or "unknown")[:12] + (" (dirty)" if git.get("dirty") else "")
+    commit = (git["commit"][:12] if git["commit"] else NO_COMMIT) + (" (dirty)" if git.get("dirty") else "")
     policy = report["policy"]
     lines = [
         f"## LRKV tolerance report — {headline(report)}",

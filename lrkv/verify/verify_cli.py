@@ -195,8 +195,12 @@ def _verify(args, console, state: dict) -> int:
     tot = report["summary"]["total"]
     if getattr(args, "verbosity", 0) >= 0:
         console.print(summary_table(report))
+    from .server_properties import failures
+
+    props = failures(records)  # each is a FAIL entry of its own at the gate: counted apart, never hidden
     _say(console, f"{len(cases)} cases, {len(records)} records in {seconds:.1f}s: "
-         + ", ".join(f"{n} {s}" for s, n in tot.items() if n))
+         + ", ".join(f"{n} {s}" for s, n in tot.items() if n)
+         + (f"; {len(props)} required server properties failed" if props else ""))
     _print_coverage(console, report.get("coverage") or {})
     _print_properties(console, report.get("properties") or {})
     for note in notes:

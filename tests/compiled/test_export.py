@@ -322,3 +322,22 @@ def test_check_of_an_artifact_that_is_not_the_manifests_engine_is_exit_2(release
     assert lrkv_main(["export", "--check", str(pt2), "--quiet"]) == 2
     out = capsys.readouterr().out
     assert f"field engine: {pt2.name} does not load with the 'aoti' engine's loader" in out, out
+
+
+def test_export_hides_third_party_deprecations_but_not_its_own_warnings():
+    """torch's pytree FutureWarning used to print on every `lrkv export`; lrkv's own isolation
+    and engine warnings must still reach the user."""
+    import warnings
+
+    from lrkv.compiled.export_cli import _quiet_third_party
+
+    def verb(args):
+        warnings.warn("`isinstance(treespec, LeafSpec)` is deprecated", FutureWarning)
+        warnings.warn("old API", DeprecationWarning)
+        warnings.warn("lrkv isolation: runs in-process", RuntimeWarning)
+        return 0
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert _quiet_third_party(verb)(None) == 0
+    assert [w.category for w in seen] == [RuntimeWarning]

@@ -4,6 +4,7 @@ GitHub annotations, `gate --json`, and a missing baseline's hint."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -140,3 +141,36 @@ def test_no_progress_still_prints_plain_progress_lines(tmp_path, capsys, monkeyp
     assert lines and lines[-1].startswith("lrkv verify: ") and "/" in lines[-1].split()[2]
     done, total = map(int, lines[-1].split()[2].split("/"))
     assert done == total >= 1
+
+
+class ScaledAndWritesCache:
+    """Wrong values (out × 1.01) and a write into its cache: one failing case, plus a failing
+    server property on it that the gate lists as an entry of its own."""
+
+    name, levels, dtypes = "scaled-writes", frozenset({"kernel"}), (torch.float32,)
+
+    def available(self):
+        return True, ""
+
+    def decode_attention(self, q, shared_k, *args, **kw):
+        from lrkv.reference.lrkv import decode_attention
+
+        out, lse = decode_attention(q, shared_k, *args, **kw)
+        shared_k.neg_()
+        return out * 1.01, lse
+
+
+SCALED_WRITES = ScaledAndWritesCache()
+
+
+def test_verify_and_gate_count_the_same_failures(tmp_path, capsys):
+    """verify's line and the gate's counts agree: a failed server property on a failing case
+    is counted apart in both, never silently counted twice in one of them."""
+    assert _verify(tmp_path, "tests.verify.test_cli_output:SCALED_WRITES") == 1
+    out = capsys.readouterr().err
+    assert "1 cases, 1 records" in out and ": 1 fail; 2 required server properties failed" in out
+    report = tmp_path / "r" / "report.json"
+    baseline = Path(__file__).resolve().parents[2] / "ci" / "baseline.json"
+    assert cli.main(["gate", str(report), "--baseline", str(baseline), "--subset"]) == 1
+    out = "".join(capsys.readouterr())
+    assert "FAIL 3" in out and "(FAIL: 1 cases, 2 server properties)" in out
