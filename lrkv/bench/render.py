@@ -98,6 +98,12 @@ def footnotes(result: BenchResult) -> list[str]:
                          f"{g.payload_ratio / ratios['lrkv'].payload_ratio:.3f}x LRKV's")
     if any("interpreter" in r.note for r in result.rows):
         notes.append("rows run in Triton's CPU interpreter: the code path only, their times mean nothing")
+    # the table cell cuts a reason short; each distinct one in full, once (a user backend's especially)
+    skipped: dict[str, list[str]] = {}
+    for r in result.rows:
+        if r.status == "skipped" and f"{r.family} / {r.backend}" not in skipped.setdefault(r.reason, []):
+            skipped[r.reason].append(f"{r.family} / {r.backend}")
+    notes += [f"skipped ({', '.join(rows)}): {reason}" for reason, rows in skipped.items()]
     graph = {r.note.split(";")[0] for r in result.rows if r.device == "cuda" and r.note}
     if graph:
         notes.append("GPU rows: " + ", ".join(sorted(graph)))
