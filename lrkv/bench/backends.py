@@ -307,15 +307,34 @@ BACKEND_NAMES = ("inductor", "eager", "triton", "triton-paged", "triton-rope", "
 GPU_BACKENDS = ("inductor", "triton", "triton-paged", "triton-rope", "sdpa")  # the default on CUDA
 
 
-def step_backends(device: str, names: list[str] | None = None, *, formulation: str = "bench") -> list:
-    """The backends to run on a device, in table order (all known ones when names is None)."""
+def step_backends(device: str, names: list | None = None, *, formulation: str = "bench",
+                  dtype: torch.dtype = torch.float32) -> list:
+    """The backends to run on a device, in table order (all known ones when names is None).
+
+    A name with a colon is a user's backend, `package.module:attribute`
+    (`lrkv.bench.user_backends`; it times the lrkv row at `dtype`); an already built backend
+    passes through. Named only user backends, the device's default built-ins stay in front
+    of them, so the user's row is timed beside them."""
     known = {"inductor": lambda: InductorSteps(formulation), "eager": lambda: EagerSteps(formulation),
              "triton": TritonSteps, "triton-paged": lambda: TritonSteps("paged"),
              "triton-rope": lambda: TritonSteps("rope"), "triton-fp8": lambda: TritonSteps("fp8"),
              "sdpa": SdpaSteps}
+    defaults = list(GPU_BACKENDS) if device == "cuda" else ["inductor"]
     if names is None:
-        names = list(GPU_BACKENDS) if device == "cuda" else ["inductor"]
-    unknown = [n for n in names if n not in known]
+        names = defaults
+    unknown = [n for n in names if isinstance(n, str) and ":" not in n and n not in known]
     if unknown:
-        raise ValueError(f"unknown bench backend(s) {unknown}; known: {sorted(known)}")
-    return [known[n]() for n in names]
+        raise ValueError(f"unknown bench backend(s) {unknown}; known: {sorted(known)}, or a user's "
+                         "'package.module:attribute'")
+    if not any((n if isinstance(n, str) else n.name) in known for n in names):
+        names = [*defaults, *names]
+    from .user_backends import UserSteps
+
+    out = [known[n]() if n in known else UserSteps(n, dtype) if isinstance(n, str) else n for n in names]
+    seen: dict[str, int] = {}
+    for b in out:
+        seen[b.name] = seen.get(b.name, 0) + 1
+    clash = sorted(n for n, k in seen.items() if k > 1)
+    if clash:  # rows are keyed by backend name: two of one name would overwrite each other
+        raise ValueError(f"two bench backends share the name {clash[0]!r}; rename one (its `name` attribute)")
+    return out

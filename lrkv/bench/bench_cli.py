@@ -57,6 +57,16 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _backend(text: str) -> str:
+    """A built-in bench backend's name, or a user's 'package.module:attribute' (resolved later,
+    before anything runs, as `lrkv verify --backend` resolves it)."""
+    value = text.strip()
+    if value in BACKEND_NAMES or (":" in value and value.split(":", 1)[0] and value.split(":", 1)[1]):
+        return value
+    raise argparse.ArgumentTypeError(f"unknown backend {text!r}; known: {', '.join(BACKEND_NAMES)}, or a "
+                                     "user's backend as 'package.module:attribute'")
+
+
 def _names(text: str) -> tuple[str, ...]:
     names = tuple(p.strip() for p in text.split(",") if p.strip())
     if not names:
@@ -78,8 +88,12 @@ def register(subparsers) -> None:
                    help="lrkv,lrkv-mat,mha,gqa,gqa-eq,gqa-eq8,mqa,mla,mlra (mha is always needed)")
     p.add_argument("--rounds", type=arg_int(minimum=1), help="interleaved timing rounds per shape (>= 1)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: cuda if present")
-    p.add_argument("--backend", action="append", choices=BACKEND_NAMES,
-                   help="repeatable; default: inductor on CPU; on CUDA all but eager")
+    p.add_argument("--backend", action="append", type=_backend, metavar="NAME|module:attr",
+                   help=f"repeatable: {', '.join(BACKEND_NAMES)}, or a user's decode backend as "
+                        "package.module:attribute (times its lrkv row; named alone, the defaults stay); "
+                        "default: inductor on CPU; on CUDA all but eager")
+    p.add_argument("--backend-path", action="append", default=[], metavar="DIR",
+                   help="directory to import --backend modules from (the working directory is tried too)")
     p.add_argument("--dtype", help="default: float32 on CPU, bfloat16 on CUDA")
     p.add_argument("--threads", type=arg_int(minimum=1), help="torch intra-op threads (default: torch's choice)")
     p.add_argument("--formulation", choices=("bench", "reference"), default="bench",
@@ -169,6 +183,8 @@ def _run(args, console):
     import torch
 
     from ..spec import PAPER_SCALES, as_dtype
+    from ..verify.backend_registry import add_backend_path
+    from .backends import step_backends
     from .runner import RunOptions, run_bench
 
     device = _device(args)
@@ -184,7 +200,14 @@ def _run(args, console):
     except (ValueError, TypeError) as e:
         console.print(f"[red]{e}[/red]")
         return 2
-    opts = RunOptions(device=device, dtype=dtype, backends=args.backend, threads=args.threads,
+    try:  # a user's backend is imported and checked here, before the machine is measured
+        for d in args.backend_path:
+            add_backend_path(d)
+        backends = step_backends(device, args.backend, formulation=args.formulation, dtype=dtype)
+    except (ValueError, TypeError) as e:
+        console.print(f"--backend: {e}", style="red", markup=False, highlight=False, emoji=False)
+        return 2
+    opts = RunOptions(device=device, dtype=dtype, backends=backends, threads=args.threads,
                       formulation=args.formulation, memory_fraction=args.memory_fraction, budget_s=args.budget_s,
                       checkpoint=_checkpoint(Path(args.out) / PARTIAL))
     _warn_if_busy(console, device, args.threads)

@@ -36,7 +36,9 @@ def cells(row: BenchRow, *, show_backend: bool = False) -> list[str]:
     T = _k(row.seq_len) + (WARM if "fits in LLC" in row.note else "")
     head = [name, str(row.batch), T]
     if row.status != "ok":
-        return head + [f"{row.status}: {row.reason}"[:70], "", "", "", "", _f(row.payload_ratio, ".3f"), ""]
+        # a skipped reason is printed whole under the table (footnotes): a short cell keeps the columns readable
+        width = 40 if row.status == "skipped" else 70
+        return head + [f"{row.status}: {row.reason}"[:width], "", "", "", "", _f(row.payload_ratio, ".3f"), ""]
     return head + [
         _f(row.time_s * 1e3, ".3f"), _f(row.bytes_total / 1e6, ".1f"), _f(row.bandwidth / 1e9, ".1f"),
         _f(row.bandwidth_frac * 100 if row.bandwidth_frac is not None else None, ".0f"),
@@ -68,7 +70,10 @@ def rich_tables(result: BenchResult) -> list:
     for scale in dict.fromkeys(r.scale for r in result.rows):
         table = Table(title=f"lrkv bench {_scale_title(result, scale)}: one decode step, one layer")
         for h in HEADERS:
-            table.add_column(h, justify="left" if h == "family" else "right", no_wrap=True)
+            # ms holds a skipped/error row's reason: capped, so the numbers keep their width (reasons
+            # are printed whole under the table)
+            table.add_column(h, justify="left" if h == "family" else "right", no_wrap=True,
+                             max_width=28 if h == "ms" else None)
         last = None
         for row in (r for r in result.rows if r.scale == scale):
             if last is not None and row.key != last:
@@ -98,6 +103,12 @@ def footnotes(result: BenchResult) -> list[str]:
                          f"{g.payload_ratio / ratios['lrkv'].payload_ratio:.3f}x LRKV's")
     if any("interpreter" in r.note for r in result.rows):
         notes.append("rows run in Triton's CPU interpreter: the code path only, their times mean nothing")
+    # the table cell cuts a reason short; each distinct one in full, once (a user backend's especially)
+    skipped: dict[str, list[str]] = {}
+    for r in result.rows:
+        if r.status == "skipped" and f"{r.family} / {r.backend}" not in skipped.setdefault(r.reason, []):
+            skipped[r.reason].append(f"{r.family} / {r.backend}")
+    notes += [f"skipped ({', '.join(rows)}): {reason}" for reason, rows in skipped.items()]
     graph = {r.note.split(";")[0] for r in result.rows if r.device == "cuda" and r.note}
     if graph:
         notes.append("GPU rows: " + ", ".join(sorted(graph)))

@@ -39,7 +39,9 @@ DYNAMO_CONFIG = dict(fail_on_recompile_limit_hit=True)
 class RunOptions:
     device: str = "cpu"  # cpu | cuda
     dtype: torch.dtype = torch.float32  # storage + compute dtype of every step
-    backends: list[str] | None = None  # None: inductor on CPU; inductor, triton, sdpa on CUDA
+    # None: inductor on CPU; inductor, triton, sdpa on CUDA. Built-in names, users'
+    # 'package.module:attribute' backends, or backends step_backends built (lrkv.bench.backends).
+    backends: list | None = None
     threads: int | None = None  # torch intra-op threads (None: torch's default)
     formulation: str = "bench"  # bench (time-major steps) | reference (the references' einsums)
     memory_fraction: float = 0.5  # of the available memory one shape may use
@@ -104,7 +106,7 @@ def _run(grid: BenchGrid, opts: RunOptions, rep: Reporter) -> BenchResult:
     machine = describe_machine(opts.device, threads=threads)
     if opts.measure_machine:
         machine = measure(machine, opts.dtype)
-    backends = step_backends(opts.device, opts.backends, formulation=opts.formulation)
+    backends = step_backends(opts.device, opts.backends, formulation=opts.formulation, dtype=opts.dtype)
     plan = _plan(grid, backends, opts.device)
     avail = available_memory(opts.device)
     budget = int(opts.memory_fraction * avail) if avail else None

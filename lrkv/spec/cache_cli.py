@@ -4,6 +4,7 @@
     lrkv cache --preset 6.3B --layers 32 --rank 54 --seq-len 8K --batch 16 --tp 4 --budget-gib 80
     lrkv cache --preset 2.5B --seq-len 32K --batch 64 --json     # one JSON object on stdout
     lrkv cache --preset 2.5B --seq-len 32K --batch 64 --dtype fp8 --scales per_token_head
+    lrkv cache --heads 32 --head-dim 128 --rank 48 --layers 40 --kv-heads 8 --seq-len 32K --batch 16
 
 Per family: bytes per token per layer, its fraction of MHA (Eq. 9 for LRKV), the whole-model
 cache (Eq. 8: N·B·T·b·elements), the bytes ONE device holds under --tp (LRKV replicates its
@@ -13,8 +14,11 @@ width is padded to --align. Also: the largest LRKV rank within --target of MHA's
 --scales (with --dtype fp8 or fp8_e5m2) adds the float32 scales of LRKV's fp8 cache at one
 granularity — per_tensor, per_head, per_token, per_token_head (DESIGN §4, "FP8 caches") — and
 the share of fp8's saving over bf16 that they take.
-32K means 32,768 (K = 1024, M = 1024²). Presets are the paper's scales (Tables 5 and 7);
---layers is required where Table 5 gives no layer count (128M, 6.3B).
+32K means 32,768 (K = 1024, M = 1024²); --seq-len and --batch are at most 2^31 - 1. Presets are
+the paper's scales (Tables 5 and 7); --layers is required where Table 5 gives no layer count
+(128M, 6.3B). Without --preset the model is custom: --heads, --head-dim, --rank, --layers and
+--kv-heads are required (--mla-latent defaults to 4·d_h); with --preset each of them replaces
+the preset's value (lrkv.spec.cache_model).
 
 A --rank past d_h is refused; a rank past the break-even rank d_h(1 − 1/H) (LRKV's cache no
 smaller than MHA's), or a --target whose ceiling passes d_h (capped there) or the break-even
@@ -36,9 +40,16 @@ from fractions import Fraction
 def _count(text: str) -> int:
     from lrkv.checks import check_int
 
-    from .planner import parse_count
+    from .planner import MAX_COUNT, parse_count
     try:
-        return check_int("value", parse_count("value", text), minimum=1)
+        value = parse_count("value", text)
+    except (TypeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("value ")) from None
+    if value > MAX_COUNT:  # an exact int of any size would plan; no deployment has 2^31 tokens a sequence
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_COUNT:,} (2^31 - 1: the decode contract's "
+                                         f"lengths are int32), got {text.strip()!r}")
+    try:
+        return check_int("value", value, minimum=1)
     except (TypeError, ValueError) as e:
         raise argparse.ArgumentTypeError(str(e).removeprefix("value ")) from None
 
@@ -69,21 +80,30 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser("cache", help="size a deployment: KV cache of LRKV and its peers side by side",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--preset", required=True, choices=sorted(PAPER_SCALES), help="the paper's scale (Table 7)")
-    p.add_argument("--rank", type=arg_int(minimum=0),
+    from lrkv.spec.planner import MAX_COUNT
+
+    dim = arg_int(minimum=1, maximum=MAX_COUNT)
+    p.add_argument("--preset", choices=sorted(PAPER_SCALES),
+                   help="the paper's scale (Table 7); without it, a custom model: --heads, --head-dim, --rank, "
+                        "--layers, --kv-heads. With it, each of those flags replaces the preset's value")
+    p.add_argument("--heads", type=dim, help="query heads H")
+    p.add_argument("--head-dim", type=dim, help="head width d_h")
+    p.add_argument("--kv-heads", type=dim, help="GQA's KV heads n_kv; must divide --heads")
+    p.add_argument("--mla-latent", type=dim, help="MLA's latent width d_c (custom model default: 4 x d_h)")
+    p.add_argument("--rank", type=arg_int(minimum=0, maximum=MAX_COUNT),
                    help="LRKV rank r, at most d_h (default: Table 7's for the preset); past the break-even "
                         "rank d_h(1 - 1/H) a warning says its cache is no smaller than MHA's")
-    p.add_argument("--layers", type=arg_int(minimum=1), help="layer count N (default: Table 5's, where it has one)")
+    p.add_argument("--layers", type=dim, help="layer count N (default: Table 5's, where it has one)")
     p.add_argument("--seq-len", type=_count, required=True, help="cached tokens per sequence, e.g. 32K")
     p.add_argument("--batch", type=_count, default=1, help="concurrent sequences (default 1)")
     p.add_argument("--dtype", type=_dtype, default="bf16",
                    help="cache storage dtype: bf16, fp16, fp32, fp8 (e4m3fn), fp8_e5m2 (default bf16)")
-    p.add_argument("--tp", type=arg_int(minimum=1), default=1, help="tensor-parallel devices (default 1)")
+    p.add_argument("--tp", type=arg_int(minimum=1, maximum=MAX_COUNT), default=1, help="tensor-parallel devices (default 1)")
     p.add_argument("--budget-gib", type=arg_float(minimum=0, exclusive_minimum=True),
                    help="cache memory of ONE device in GiB: report the tokens that fit")
     p.add_argument("--target", type=_fraction, default=Fraction(1, 2),
                    help="target fraction of MHA's cache for the rank ceiling (default 1/2)")
-    p.add_argument("--align", type=arg_int(minimum=1), default=16,
+    p.add_argument("--align", type=arg_int(minimum=1, maximum=MAX_COUNT), default=16,
                    help="pad each cached tensor's innermost width to a multiple of this (default 16)")
     p.add_argument("--scales", choices=GRANULARITIES,
                    help="fp8 only: count LRKV's float32 cache scales at this granularity and their share of "
@@ -102,11 +122,16 @@ def run_cli(args: argparse.Namespace) -> int:
 
     from lrkv.spec.dtypes import FP8_DTYPES, as_dtype
     from lrkv.spec.planner import GIB, plan
-    from lrkv.spec.presets import preset
+    from lrkv.spec.cache_model import cache_model
 
     err = Console(stderr=True)
-    scale = preset(args.preset)
-    n_layers = args.layers if args.layers is not None else scale.n_layers
+    try:
+        scale = cache_model(args.preset, heads=args.heads, head_dim=args.head_dim, rank=args.rank,
+                            layers=args.layers, kv_heads=args.kv_heads, mla_latent=args.mla_latent)
+    except ValueError as e:
+        err.print(str(e), style="red", markup=False, highlight=False, soft_wrap=True)
+        return 2
+    n_layers = scale.n_layers
     if n_layers is None:
         err.print(f"[red]--layers is required: Table 5 gives no layer count for {scale.label}[/]")
         return 2
@@ -119,7 +144,7 @@ def run_cli(args: argparse.Namespace) -> int:
         return 2
     try:
         result = plan(scale, n_layers=n_layers, batch=args.batch, seq_len=args.seq_len, dtype=args.dtype,
-                      tp=args.tp, rank=args.rank, budget_bytes=budget, target_fraction=args.target,
+                      tp=args.tp, rank=None, budget_bytes=budget, target_fraction=args.target,
                       align=args.align, scales=args.scales)
     except (TypeError, ValueError) as e:
         err.print(f"[red]{e}[/]")

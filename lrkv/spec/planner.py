@@ -33,6 +33,9 @@ from .fp8_scales import GRANULARITIES, SCALE_BYTES
 from .presets import MLRA4, PaperScale
 
 GIB = 2**30
+# Upper bound of every count `lrkv cache` takes (tokens a sequence, batch, model sizes):
+# 2^31 - 1, what the decode contract's int32 lengths can hold.
+MAX_COUNT = 2**31 - 1
 # The peers shown beside LRKV, in the order of the table.
 PEERS: tuple[str, ...] = ("mha", "gqa", "mqa", "mla", "mlra", "lrkv")
 _COUNT = re.compile(r"^\s*(\d+)\s*([kKmM]?)\s*$")
@@ -182,8 +185,8 @@ def plan(scale: PaperScale, *, n_layers: int, batch: int, seq_len: int, dtype="b
     """Size one deployment for LRKV and its peers side by side; `scales` (an fp8 `dtype` only)
     adds LRKV's fp8 scale bytes at that granularity (`plan_scales`)."""
     check_int("n_layers", n_layers, minimum=1)
-    check_int("batch", batch, minimum=1)
-    check_int("seq_len", seq_len, minimum=1)
+    check_int("batch", batch, minimum=1, maximum=MAX_COUNT)
+    check_int("seq_len", seq_len, minimum=1, maximum=MAX_COUNT)
     check_int("tp", tp, minimum=1)
     check_int("align", align, minimum=1)
     if budget_bytes is not None:
