@@ -146,10 +146,11 @@ def _with_factored_cache(spec, T):
     return training_allocations(spec, T) + cache_allocation(spec, T)
 
 
-def _extra_lrkv_quadratic(spec, T):
-    from lrkv.proofs.paper.v1_summary import training_allocations
+def _extra_lrkv_pairs(spec, T):
+    """LRKV combining one more pair per token than MHA (a different function, not another implementation)."""
+    from lrkv.proofs.paper.v1_summary import dependent_pairs
 
-    return training_allocations(spec, T) + (T * T if spec.family == "lrkv" else 0)
+    return dependent_pairs(spec, T) + (T if spec.family == "lrkv" else 0)
 
 
 NEW = [
@@ -157,15 +158,16 @@ NEW = [
     ("zero_init_kills_residual_gradients", dict(init=lambda d, d_h, r: (sp.ones(d, r), sp.zeros(d_h, r))), "stays_zero"),
     ("zero_init_kills_residual_gradients", dict(loss=lambda W, G: sp.Integer(0)), "one_zero_factor_recovers"),
     ("zero_init_kills_residual_gradients", dict(factors=_zeros_like_factors), "reference_init_nonzero"),
-    ("v1_no_quadratic_growth", dict(training=lambda spec, T: 5 * T + 1), "lrkv_forward_quadratic"),
-    ("v1_no_quadratic_growth", dict(training=_extra_lrkv_quadratic), "same_quadratic_term_as_mha"),
+    ("v1_no_quadratic_growth", dict(pairs=lambda spec, T: 2 * T - 1), "lrkv_pairs_quadratic"),
+    ("v1_no_quadratic_growth", dict(pairs=_extra_lrkv_pairs), "same_pairs_as_mha"),
     ("v1_no_quadratic_growth", dict(cache=lambda spec, T: T * T), "caches_linear"),
     ("v1_training_memory_halved", dict(training=_with_factored_cache), "per_token_independent_of_rank"),
     ("v1_training_memory_halved", dict(cache=lambda spec, T: 10 * T), "cache_depends_on_rank"),
-    ("v1_mqa_gqa_query_sharing", dict(heads=lambda spec: {"query_heads": 1, "kv_heads_k": 1, "kv_heads_v": 1}),
-     "queries_per_head"),
-    ("v1_mqa_gqa_query_sharing", dict(heads=lambda spec: {"query_heads": spec.n_heads, "kv_heads_k": spec.n_heads,
-                                                          "kv_heads_v": spec.n_heads}), "kv_shared"),
+    ("v1_mqa_gqa_query_sharing", dict(printed=_tampered(data.TABLE9, ("cache_pct", "GQA"), "50.0")),
+     "printed_is_kv_sharing"),
+    ("v1_mqa_gqa_query_sharing", dict(reading=lambda H, n_kv: {"query_sharing_only": Fraction(n_kv, H),
+                                                               "kv_sharing": Fraction(n_kv, H)}),
+     "printed_is_not_query_sharing"),
     ("review_batch_tokens", dict(printed=_tampered(data.TRAINING_SETUP, ("batches", "128M", "accumulation"), 2)),
      "every_group_32768"),
     ("review_midtraining_mix", dict(printed=_tampered(data.TRAINING_SETUP, ("midtraining", "parts", "GSM8K"), "18K")),

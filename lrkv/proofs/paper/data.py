@@ -85,7 +85,7 @@ TABLE12 = {
         "2.5B": {"H": 18, "mha": "648.0", "lrkv": "360.0", "pct": "48.4"},
         "6.3B": {"H": 32, "mha": "1152.0", "lrkv": "612.0", "pct": "45.1"},
     },
-    "method": "App. G.1: tensors of the stated shapes, numel() × element_size()",
+    "method": "App. G.1, p. 28: tensors of the stated shapes, numel() × element_size()",
     # Independent statements of the paper (as the reviews report them) a reading of the capacities
     # can agree or disagree with; the batch of the measurement is stated nowhere.
     "statements": {
@@ -297,4 +297,34 @@ HUMANEVAL = {
 MLRA_MEMORY = {
     "source": "MLRA summary (theoretical contribution: '在不增加额外显存开销的前提下支持张量并行')",
     "kv_lora_rank": 512, "rope_dim": 64, "n_latent_heads": 4, "tp": 4,
+}
+
+# App. E, Fig. 19 (pp. 26–27): 2.5B pretraining BPB against Table 2's Combined for the five
+# architectures, R² = 0.786 (Chinese review §4.3). The sources print BPB at 2.5B for three of them.
+FIG19 = {
+    "source": "App. E, Fig. 19, pp. 26–27 (Chinese review §4.3: '2.5B 五个架构的预训练 BPB 与 Combined ... R^2=0.786')",
+    "printed_r2": "0.786", "families": ("MHA", "GQA", "MQA", "MLA", "LRKV"),
+    "bpb_2p5b": {"MHA": "0.723", "LRKV": "0.719", "MLA": "0.724"},  # Table 1 (Chinese review §4.1; English review Sec. 5)
+}
+
+# Fig. 5 (p. 7) read by the Chinese review (§4.4): MLA-d_c=128 at about 16.7% cache and CE ≈ 2.947,
+# where Table 8 prints 8.3% and 2.901.
+FIG5 = {
+    "source": "Fig. 5, p. 7 (Chinese review §4.4: '约 16.7% 缓存、CE≈2.947'); Table 8, p. 25",
+    "mla128_cache_pct": "16.7", "mla128_ce": "2.947",
+    # declared before comparing: a value read off a plot is granted ±0.01 CE, a third of Table 8's whole CE range
+    "ce_reading_tolerance": "0.01",
+}
+
+# Table 2 (p. 6) at 128M: GSM8K cells (Chinese review §4.3: '128M 的 GSM8K 只有 0.3，低于 MHA 的 1.0'; English
+# review Sec. 5: 'At 128M, GSM8K is 0.3 for LRKV versus 1.0 for MHA').
+GSM8K_128M = {"source": "Table 2, p. 6 (Chinese review §4.3; English review Sec. 5)", "MHA": "1.0", "LRKV": "0.3"}
+
+# The main comparison's cache budgets (Table 1 runs at Table 7's configurations; Chinese review §3:
+# '主表的比较同时改变了缓存预算'), as percentages of MHA's cache, derived from Table 7.
+MAIN_BUDGETS = {
+    "source": "Table 7, p. 24; Table 1, p. 5; Chinese review §3 (GQA KV heads 3/4/6/2, MLA d_c 128/256/384/1024)",
+    "scales": ("128M", "1.2B", "2.5B", "6.3B"),
+    "pct": {"GQA": ("50", "33.3", "33.3", "6.25"), "MLA": ("8.3", "8.3", "8.3", "12.5"),
+            "LRKV": ("52.6", "48.2", "48.5", "45.3")},
 }

@@ -130,3 +130,29 @@ def paper_centring_drop(*, printed=data.CENTRING_DROP, table3=data.TABLE3, centr
                        "(16.67 at 6). The observed drops are smaller than what centring removes from maximally "
                        "diverse maps.", ev)
     return Verdict("refuted", f"Sub-check(s) {failing(checks)} fail.", ev)
+
+
+@proof(
+    "paper_mqa_centring_rise",
+    item=10,
+    claim="At 2.5B MQA's centred effective rank (91.0%) is above its uncentred one (86.2%), the only family whose score centring raises, and below the centred ceiling.",
+    source="Table 3, p. 16 (English review Sec. 6: 'MQA's 91.0% centered score is above its 86.2% uncentered score'; Chinese review §4.5)",
+    expected="proved",
+)
+def paper_mqa_centring_rise(*, printed=data.TABLE3, centring=centring_matrix) -> Verdict:
+    from .quality import strictly_below
+
+    unc, cen = printed["uncentred"]["2.5B"], printed["centred"]["2.5B"]
+    ceiling = pct(centred_ceiling_of(printed["heads"]["2.5B"], centring) / printed["heads"]["2.5B"])
+    others = [k for k in unc if k != "MQA"]
+    checks = {"mqa_rises": strictly_below(unc["MQA"], cen["MQA"]),
+              "others_fall": all(strictly_below(cen[k], unc[k]) for k in others),
+              "below_centred_ceiling": dec(cen["MQA"]) <= ceiling}
+    at_128m = {k: [printed["uncentred"]["128M"][k], printed["centred"]["128M"][k]] for k in printed["centred"]["128M"]}
+    ev = {"2.5B": {k: [unc[k], cen[k]] for k in unc}, "128M": at_128m, "centred_ceiling_pct": show(ceiling, 2),
+          "checks": checks}
+    if all(checks.values()):
+        return Verdict("proved", f"MQA rises {unc['MQA']} → {cen['MQA']}% under centring while MHA, LRKV and MLA "
+                       f"fall ({', '.join(f'{k} {unc[k]} → {cen[k]}' for k in others)}); {cen['MQA']}% is below the "
+                       f"centred ceiling {show(ceiling, 2)}% (17/18). At 128M MQA rises too ({' → '.join(at_128m['MQA'])}).", ev)
+    return Verdict("refuted", f"Sub-check(s) {failing(checks)} fail on Table 3's cells.", ev)

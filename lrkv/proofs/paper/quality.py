@@ -276,3 +276,23 @@ def paper_mqa_humaneval_lowest(*, printed=data.HUMANEVAL) -> Verdict:
                        "but 'lowest of the main "
                        f"methods' also needs {', '.join(missing)}, which the sources do not give.", ev)
     return Verdict("proved", "MQA's HumanEval is below every other family's at every scale.", ev)
+
+
+@proof(
+    "paper_table9_all_beat_mha",
+    item=10,
+    claim="At 8K context (Table 9, 512M) all four compressed methods — GQA, MQA, MLA, LRKV — have lower CE and lower BPB than MHA.",
+    source="Table 9, p. 26 (Chinese review §4.2: '所有压缩方法都优于 MHA'); English review Sec. 5",
+    expected="proved",
+)
+def paper_table9_all_beat_mha(*, printed=data.TABLE9, bpb=data.TABLE9_BPB) -> Verdict:
+    others = [k for k in printed["ce"] if k != "MHA"]
+    checks = {"ce_all_below_mha": all(strictly_below(printed["ce"][k], printed["ce"]["MHA"]) for k in others),
+              "bpb_all_below_mha": all(strictly_below(bpb[k], bpb["MHA"]) for k in others)}
+    ev = {"ce": printed["ce"], "bpb": bpb, "checks": checks}
+    if all(checks.values()):
+        ce_txt = ", ".join(f"{k} {printed['ce'][k]}" for k in others)
+        bpb_txt = ", ".join(f"{k} {bpb[k]}" for k in others)
+        return Verdict("proved", f"CE {ce_txt} and BPB {bpb_txt} all lie below MHA's {printed['ce']['MHA']} / "
+                       f"{bpb['MHA']} beyond the printed rounding.", ev)
+    return Verdict("refuted", f"Sub-check(s) {failing(checks)} fail: a compressed method is not below MHA.", ev)

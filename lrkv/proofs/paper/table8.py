@@ -10,7 +10,7 @@ import sympy as sp
 
 from lrkv.spec import AttentionSpec, cache_ratio
 
-from ..record import Verdict
+from ..record import Verdict, failing
 from ..registry import proof
 from . import data
 from .printed import dec, interval, matches, pct, show
@@ -190,3 +190,69 @@ def paper_cross_table_ordering(*, printed=data.CROSS_TABLE) -> Verdict:
                        "the printed rounding: the CE/BPB ratios differ (3.318 vs 3.301), so the two tables do not "
                        "share one token-to-byte conversion.", ev)
     return Verdict("refuted", "CE and BPB rank the two configurations the same way.", ev)
+
+
+@proof(
+    "paper_table8_ce_by_rank",
+    item=10,
+    claim="In Table 8's 128M rank sweep LRKV's CE falls with every rank step (2.908 → 2.877), and r = 32 is the first rank below MHA's 2.903 (r = 8 and 16 are above it).",
+    source="Table 8, p. 25 (English review Sec. 5: 'Rank 8 gives CE 2.908, slightly above MHA's 2.903 ... monotonic'; Chinese review §4.4: 'r=32 已超过 MHA')",
+    expected="proved",
+)
+def paper_table8_ce_by_rank(*, printed=data.TABLE8_CE) -> Verdict:
+    from .quality import strictly_below
+
+    ranks = sorted(printed["lrkv_ce"])
+    ce = printed["lrkv_ce"]
+    below = [r for r in ranks if strictly_below(ce[r], printed["mha_ce"])]
+    checks = {"falls_with_rank": all(strictly_below(ce[b], ce[a]) for a, b in zip(ranks, ranks[1:])),
+              "first_below_mha_is_32": bool(below) and below[0] == 32
+              and all(not strictly_below(ce[r], printed["mha_ce"]) for r in ranks if r < 32)}
+    ev = {"lrkv_ce": {str(r): ce[r] for r in ranks}, "mha_ce": printed["mha_ce"],
+          "ranks_below_mha": below, "checks": checks}
+    if all(checks.values()):
+        return Verdict("proved", f"CE {' > '.join(ce[r] for r in ranks)} at r = {', '.join(map(str, ranks))}, each "
+                       f"step beyond the printed rounding; r = 32 ({ce[32]}) is the first below MHA's "
+                       f"{printed['mha_ce']}, r = 8 and 16 ({ce[8]}, {ce[16]}) are above it.", ev)
+    return Verdict("refuted", f"Sub-check(s) {failing(checks)} fail on Table 8's cells.", ev)
+
+
+@proof(
+    "paper_fig5_mla128",
+    item=10,
+    claim="Fig. 5's MLA-d_c=128 point (about 16.7% cache, CE ≈ 2.947) is Table 8's MLA-128 row (8.3%, 2.901).",
+    source="Fig. 5, p. 7 and Table 8, p. 25 (Chinese review §4.4)",
+    expected="inconsistent",
+)
+def paper_fig5_mla128(*, printed=data.FIG5, table8=data.TABLE8, table8_ce=data.TABLE8_CE, table1=data.TABLE1_FULL) -> Verdict:
+    """The cache coordinate is tested under the one assumption the prose's 50% needs (a keys-only
+    denominator, paper_table8_mla384_prose); the CE coordinate against Table 8's 2.901 within the
+    reading tolerance declared in data.FIG5 before comparing, and against every 128M CE printed in
+    Tables 1 and 8 (no row of either gives the plotted value)."""
+    H, d_h, dc = table8["H"], table8["d_h"], 128
+    tol = dec(printed["ce_reading_tolerance"])
+    fig_ce, tab_ce = dec(printed["mla128_ce"]), dec(table8_ce["mla_ce"][dc])
+    all_128m = {f"Table 8 LRKV-{r}": v for r, v in table8_ce["lrkv_ce"].items()}
+    all_128m |= {f"Table 8 MLA-{c}": v for c, v in table8_ce["mla_ce"].items()}
+    all_128m |= {f"Table 1 {f}": v[table1["scales"].index("128M")] for f, v in table1["ce"].items()}
+    nearest = min(all_128m, key=lambda k: abs(dec(all_128m[k]) - fig_ce))
+    checks = {"cache_keys_only_denominator": matches(pct(Fraction(dc, H * d_h)), printed["mla128_cache_pct"])}
+    ce_ok = abs(fig_ce - tab_ce) <= tol
+    ev = {"figure": {"cache_pct": printed["mla128_cache_pct"], "ce": printed["mla128_ce"]},
+          "table8": {"cache_pct": table8["mla_pct"][dc], "ce": table8_ce["mla_ce"][dc]},
+          "cache_keys_only_pct": show(pct(Fraction(dc, H * d_h)), 2), "ce_gap": show(fig_ce - tab_ce, 3), "ce_within_tolerance": ce_ok,
+          "declared_tolerance": printed["ce_reading_tolerance"],
+          "nearest_printed_128m_ce": {"row": nearest, "ce": all_128m[nearest],
+                                      "gap": show(abs(dec(all_128m[nearest]) - fig_ce), 3)},
+          "above_every_printed_128m_ce": all(dec(v) < fig_ce for v in all_128m.values()), "checks": checks}
+    if all(checks.values()) and ce_ok:
+        return Verdict("reconciled", "The point is Table 8's MLA-128 row with the cache over keys only.", ev,
+                       assumption="Fig. 5 divides by MHA's keys only (H·d_h), as the prose's 50% does")
+    if not checks["cache_keys_only_denominator"]:
+        return Verdict("inconsistent", f"Neither coordinate is Table 8's row: cache {printed['mla128_cache_pct']}% is "
+                       f"not 128/(6·128) and CE is {ev['ce_gap']} away.", ev)
+    return Verdict("inconsistent", f"The cache coordinate is 128/(6·128) = {ev['cache_keys_only_pct']}% (keys-only "
+                   f"denominator, as the prose's 50%), but the CE is not: {printed['mla128_ce']} is "
+                   f"{ev['ce_gap']} above Table 8's {table8_ce['mla_ce'][dc]}, beyond the ±{printed['ce_reading_tolerance']} "
+                   f"granted a plot reading, and {'above' if ev['above_every_printed_128m_ce'] else 'not at'} every 128M CE "
+                   f"Tables 1 and 8 print (nearest: {nearest}, {all_128m[nearest]}).", ev)
