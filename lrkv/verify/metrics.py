@@ -161,7 +161,8 @@ def worst_text(where: dict | None) -> str:
 
 
 def nonfinite_text(where: dict | None) -> str:
-    """'NaN/inf differ from the reference's at 12 positions, first: (batch 0, …: got nan, ref 0.41), …'."""
+    """'non-finite values (NaN/inf) differ from the reference's at 12 positions, first:
+    (batch 0, head 3, channel 0: got nan, ref 0.412), …' (got and ref show which side has them)."""
     nf = (where or {}).get("nonfinite")
     if not nf:
         return "non-finite values (NaN/inf) at positions where the reference has none, or vice versa"
@@ -169,4 +170,5 @@ def nonfinite_text(where: dict | None) -> str:
                       for e in nf["first"])
     more = ", …" if nf["count"] > len(nf["first"]) else ""
     n = nf["count"]
-    return f"NaN/inf differ from the reference's at {n} position{'s' if n != 1 else ''}, first: {shown}{more}"
+    return (f"non-finite values (NaN/inf) differ from the reference's at {n} position{'s' if n != 1 else ''}, "
+            f"first: {shown}{more}")
