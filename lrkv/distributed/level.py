@@ -31,7 +31,7 @@ import torch
 
 from ..spec import AttentionSpec, per_device_cache_elements
 from ..verify.case import Case
-from ..verify.levels import Level
+from ..verify.levels import Level, named_axes
 from ..verify.levels.model import incremental_y, make_model_inputs, model_conditioning
 from ..verify.runner import not_applicable
 from .partition import plan_rank, rank_cache_elements
@@ -185,4 +185,6 @@ LEVEL = Level(
                         "incremental-materialized": _single_process("materialized_decode_attention", case)},
     consistency=lambda case: [("incremental", "incremental-materialized")], call=_call, outputs=_outputs,
     conditioning=model_conditioning, wrap_backends=tp_backends, prefetch=prefetch,
+    position=named_axes(y=("batch", "position", "feature"), rank_disagreement=("batch", "position", "feature"),
+                        cache_excess=("rank",)),
 )

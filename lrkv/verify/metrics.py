@@ -10,11 +10,16 @@ the numeric metrics are taken over positions where both tensors are finite.
     cos_diff     1 − 2Σ(out·ref) / Σ(out² + ref²)      (FlashMLA; 0 for identical tensors)
     sqnr_db      10·log10(Σref² / Σ(out − ref)²)      (torchao; +inf for identical tensors)
     nonfinite_match  NaN, +inf and −inf masks all equal
+
+`locate` says where: the element of the largest |out − ref| and the first positions whose
+non-finite values differ, each named by the level's axes. It is description only — the
+verdict comes from the numbers above, so a location in a report can never change one.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -88,3 +93,82 @@ def worst_of(*ms: ErrorMetrics) -> ErrorMetrics:
     """Field-wise worst of several metrics (the err_base of several baseline paths)."""
     return ErrorMetrics(max(m.max_abs for m in ms), max(m.max_rel for m in ms), max(m.mean_abs for m in ms),
                         max(m.cos_diff for m in ms), min(m.sqnr_db for m in ms), all(m.nonfinite_match for m in ms))
+
+
+NONFINITE_SHOWN = 3  # non-finite mismatches named by position; the rest are counted
+
+Position = Callable[[tuple[int, ...]], dict[str, int]]  # an element's index -> its named position
+
+
+def unnamed(index: tuple[int, ...]) -> dict[str, int]:
+    """The position of an element of an output whose axes have no names."""
+    return {f"axis {i}": v for i, v in enumerate(index)}
+
+
+def _element(a: torch.Tensor, b: torch.Tensor, index: tuple[int, ...], name: Position) -> dict:
+    return {"at": name(index), "got": json_float(a[index]), "ref": json_float(b[index])}
+
+
+def locate(out: torch.Tensor, ref: torch.Tensor, name: Position = unnamed) -> dict:
+    """Where out is furthest from ref: {"worst": the element of the largest |out − ref| among
+    positions finite in both (None if there is none), "nonfinite": {"count", "first"} of the
+    positions whose NaN/±inf differ from ref's (None if they all match)}; each element is
+    {"at": name(index), "got", "ref"}. Ties go to the first element in memory order."""
+    a = out.detach().to(torch.float64).cpu()
+    b = ref.detach().to(torch.float64).cpu()
+    differ = (torch.isnan(a) != torch.isnan(b)) | (torch.isposinf(a) != torch.isposinf(b)) \
+        | (torch.isneginf(a) != torch.isneginf(b))
+    both = torch.isfinite(a) & torch.isfinite(b)
+    worst = None
+    if bool(both.any()):
+        err = torch.where(both, (a - b).abs(), torch.tensor(-1.0, dtype=torch.float64))
+        index = tuple(int(i) for i in torch.unravel_index(err.argmax(), err.shape))
+        worst = _element(a, b, index, name)
+    nonfinite = None
+    if bool(differ.any()):
+        first = [tuple(int(i) for i in ix) for ix in differ.nonzero()[:NONFINITE_SHOWN]]
+        nonfinite = {"count": int(differ.sum()), "first": [_element(a, b, ix, name) for ix in first]}
+    return {"worst": worst, "nonfinite": nonfinite}
+
+
+# a token of the extend level is also placed in its sequence: these keys describe the token
+TOKEN_DETAIL = ("sequence", "new_token", "new_tokens")
+
+
+def position_text(at: dict) -> str:
+    """'batch 2, head 1, channel 17'; an extend token as 'token 5 (sequence 1, new token 2 of 4)'."""
+    parts = []
+    for axis, i in at.items():
+        if axis in TOKEN_DETAIL:
+            continue
+        text = f"{axis} {i}"
+        if axis == "token" and "sequence" in at:
+            text += f" (sequence {at['sequence']}, new token {at.get('new_token')} of {at.get('new_tokens')})"
+        parts.append(text)
+    return ", ".join(parts)
+
+
+def _value(x) -> str:
+    return f"{parse_float(x):.4g}"
+
+
+def worst_text(where: dict | None) -> str:
+    """' at batch 2, head 1, channel 17 (ref 0.412, got 0.443)', or '' when nothing is located."""
+    w = (where or {}).get("worst")
+    if not w:
+        return ""
+    return f" at {position_text(w['at'])} (ref {_value(w['ref'])}, got {_value(w['got'])})"
+
+
+def nonfinite_text(where: dict | None) -> str:
+    """'non-finite values (NaN/inf) differ from the reference's at 12 positions, first:
+    (batch 0, head 3, channel 0: got nan, ref 0.412), …' (got and ref show which side has them)."""
+    nf = (where or {}).get("nonfinite")
+    if not nf:
+        return "non-finite values (NaN/inf) at positions where the reference has none, or vice versa"
+    shown = ", ".join(f"({position_text(e['at'])}: got {_value(e['got'])}, ref {_value(e['ref'])})"
+                      for e in nf["first"])
+    more = ", …" if nf["count"] > len(nf["first"]) else ""
+    n = nf["count"]
+    return (f"non-finite values (NaN/inf) differ from the reference's at {n} position{'s' if n != 1 else ''}, "
+            f"first: {shown}{more}")

@@ -40,7 +40,7 @@ from .protocol import check_available, fp8_claims
 from .bounds import U64, Conditioning, oracle_reference
 from .case import Case, case_shapes
 from .levels import get_level
-from .metrics import ErrorMetrics, error_metrics, json_float, worst_of
+from .metrics import ErrorMetrics, error_metrics, json_float, locate, unnamed, worst_of
 from .quantization_cost import measured
 from .tolerance import Policy, Tolerance, fa3_atol, judge_record, make_bound, ulp
 from .coverage import declined
@@ -231,8 +231,15 @@ def _describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
+def _namer(case: Case, output: str):
+    """Index -> named position in `output` of the case's level (unnamed axes if it names none)."""
+    position = get_level(case.level).position
+    return unnamed if position is None else (lambda index: position(case, output, index))
+
+
 def _evidence(prep: Prepared, outs: dict[str, torch.Tensor], tol: Tolerance) -> dict:
-    """Per output: what the gate needs to re-judge — metrics, err_base, atol, float64 bound, dtypes."""
+    """Per output: what the gate needs to re-judge — metrics, err_base, atol, float64 bound,
+    dtypes — and where its worst element is (descriptive: the reason names it)."""
     ev = {}
     for name, t in outs.items():
         m = error_metrics(t, prep.ref[name])
@@ -241,7 +248,7 @@ def _evidence(prep: Prepared, outs: dict[str, torch.Tensor], tol: Tolerance) -> 
         ev[name] = {"dtype": dtype_name(t.dtype), "expected_dtype": dtype_name(prep.expected[name][1]),
                     "metrics": m.to_dict(), "baseline_metrics": prep.base[name].to_dict(),
                     "atol": json_float(prep.atol[name]), "float64": None if f64 is None else json_float(f64),
-                    "bound": bound.to_dict()}
+                    "bound": bound.to_dict(), "where": locate(t, prep.ref[name], _namer(prep.case, name))}
     return ev
 
 

@@ -43,7 +43,7 @@ import torch
 
 from ..checks import check_float, parse_toml
 from ..spec import as_dtype, dtype_name
-from .metrics import ErrorMetrics, json_float, parse_float
+from .metrics import ErrorMetrics, json_float, nonfinite_text, parse_float, worst_text
 
 PACKAGED_POLICY = "policy.toml"  # package data of lrkv.verify
 PROJECT_FILE = "lrkv.toml"  # [policy.*] tables in the working directory
@@ -347,15 +347,18 @@ def make_bound(base: ErrorMetrics, atol: float, tol: Tolerance, float64: float |
     return Bound(max_b, mean_b, atol, tol.k, tol.k_mean, float64)
 
 
-def judge(m: ErrorMetrics, bound: Bound, what: str = "out") -> tuple[bool, str]:
-    """Apply the rule; the reason says which clause failed and by how much."""
+def judge(m: ErrorMetrics, bound: Bound, what: str = "out", where: dict | None = None) -> tuple[bool, str]:
+    """Apply the rule; the reason says which clause failed, by how much, and (given `where`,
+    metrics.locate's) at which element. The verdict never reads `where`."""
     if not m.nonfinite_match:
-        return False, f"{what}: non-finite values (NaN/inf) at positions where the reference has none, or vice versa"
+        return False, f"{what}: {nonfinite_text(where)}"
     if not m.max_abs <= bound.max_abs:
         times = f"{m.max_abs / bound.max_abs:.3g}x; " if bound.max_abs > 0 else ""
-        return False, f"{what}: max|err| {m.max_abs:.3g} > bound {bound.max_abs:.3g} ({times}atol {bound.atol:.3g})"
+        return False, (f"{what}: max|err| {m.max_abs:.3g} > bound {bound.max_abs:.3g} ({times}atol "
+                       f"{bound.atol:.3g}){worst_text(where)}")
     if not m.mean_abs <= bound.mean_abs:
-        return False, f"{what}: mean|err| {m.mean_abs:.3g} > bound {bound.mean_abs:.3g}"
+        at = worst_text(where)
+        return False, f"{what}: mean|err| {m.mean_abs:.3g} > bound {bound.mean_abs:.3g}" + (f", worst{at}" if at else "")
     return True, ""
 
 
@@ -372,7 +375,8 @@ def judge_record(rec: dict, tol: Tolerance) -> tuple[str, str]:
 
     The evidence is rec["outputs"] (per output: dtype, metrics, err_base metrics, atol and
     the float64 bound) and rec["oracle"] (the mpmath check of float64 outputs). Bounds are
-    recomputed from `tol`, never read from the record.
+    recomputed from `tol`, never read from the record. An output's "where" (its worst element)
+    only names the failing element in the reason: it cannot change the status.
     """
     outputs = rec.get("outputs")
     if not isinstance(outputs, dict) or not outputs:
@@ -386,7 +390,7 @@ def judge_record(rec: dict, tol: Tolerance) -> tuple[str, str]:
         m = ErrorMetrics.from_dict(ev["metrics"])
         bound = make_bound(ErrorMetrics.from_dict(ev["baseline_metrics"]), parse_float(ev["atol"]), tol,
                            parse_float(ev.get("float64")))
-        good, why = judge(m, bound, name)
+        good, why = judge(m, bound, name, ev.get("where"))
         if not good:
             ok = False
             reasons.append(why)

@@ -28,6 +28,7 @@ from .metrics import parse_float
 SCHEMA = "lrkv.tolerance-report/1"
 STATUSES = ("pass", "fail", "error", "skip", "xfail")
 MARKDOWN_MAX_ROWS = 40  # rows per Markdown table; a PR comment must stay well under 65,536 chars
+MARKDOWN_REASON_CHARS = 400  # a failure's reason names each failing output's worst element: out and lse both fit
 
 
 def _git(*args: str) -> str | None:
@@ -376,7 +377,7 @@ def render_markdown(report: dict) -> str:
         lines += ["", f"### Failures and errors ({len(failing)})", ""]
         lines += _table(["backend", "case", "max abs err", "bound", "×bound", "reason"],
                         [[r["backend"], f"`{r['id']}`", _g((r["metrics"] or {}).get("max_abs")),
-                          _g((r["bound"] or {}).get("max_abs")), _g(r["ratio"]), r["reason"][:200]]
+                          _g((r["bound"] or {}).get("max_abs")), _g(r["ratio"]), r["reason"][:MARKDOWN_REASON_CHARS]]
                          for r in failing])
         lines += ["", "<details><summary>Replay a failing case</summary>", "", "```sh"]
         lines += [r["repro"] for r in failing[:10]] + ["```", "</details>"]

@@ -15,7 +15,9 @@ The runner knows nothing level-specific. For a case it asks the case's `Level` f
   outputs(case)               the contract's shape and dtype of every output;
   conditioning(inputs64, case) what the float64 rounding bound needs (bounds.py);
   unquantized(case)           (kernel levels) an fp8 case's inputs with the cache at τ, before
-                              quantization: the reference of its quantization cost.
+                              quantization: the reference of its quantization cost;
+  position(case, output, i)   an element's index in an output -> its named position
+                              ({"batch": 2, "head": 1, "channel": 17}): where a failure is.
 
 Each level is one module of this package, named in `LEVEL_MODULES` and imported only when a
 case of that level is first run: importing this package registers nothing and loads no
@@ -37,6 +39,7 @@ from ..case import Case
 
 Outputs = dict[str, torch.Tensor]
 PathFn = Callable[[Any], Outputs]
+PositionFn = Callable[[Case, str, tuple[int, ...]], dict[str, int]]
 
 # case level -> the module whose LEVEL implements it: every level of case.CASE_LEVELS, nothing else
 LEVEL_MODULES: dict[str, str] = {
@@ -65,6 +68,13 @@ class Level:
     prefetch: Callable[[list[Case], list[tuple[str, Any]]], None] | None = None
     # the kernel levels: an fp8 case's inputs with the cache at τ, before quantization
     unquantized: Callable[[Case], Any] | None = None
+    # names an output element's index, so that a failure says where (metrics.locate); None: unnamed axes
+    position: PositionFn | None = None
+
+
+def named_axes(**axes: tuple[str, ...]) -> PositionFn:
+    """A level's `position` when each output's axes have fixed names: out=("batch", "head", "channel")."""
+    return lambda case, output, index: dict(zip(axes[output], index))
 
 
 def get_level(name: str) -> Level:

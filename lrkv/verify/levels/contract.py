@@ -8,7 +8,7 @@ from typing import Any
 
 from ...reference.lrkv import accumulation_dtype
 from ..case import Case
-from . import Outputs, PathFn
+from . import Outputs, PathFn, named_axes
 
 
 def pair(res: Any, what: str, parts: str = "(out, lse)") -> tuple[Any, Any]:
@@ -40,3 +40,7 @@ def out_lse_outputs(rows: int, case: Case) -> dict:
     """out [rows, H, d_h] at τ and lse [rows, H] at the accumulation dtype (float32 for half inputs)."""
     H, d_h = case.spec.n_heads, case.spec.head_dim
     return {"out": ((rows, H, d_h), case.torch_dtype), "lse": ((rows, H), accumulation_dtype(case.torch_dtype))}
+
+
+# the decode and paged contracts' outputs: one row per batch element
+OUT_LSE_AXES = named_axes(out=("batch", "head", "channel"), lse=("batch", "head"))

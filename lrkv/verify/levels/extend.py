@@ -10,6 +10,8 @@ factored and materialized extends.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -90,11 +92,21 @@ def _conditioning(inp: ExtendInputs, case: Case):
                                key_scale=ks, rope=inp.rope)
 
 
+def _position(case: Case, output: str, index: tuple[int, ...]) -> dict[str, int]:
+    """Row `token` of out/lse is a new token: name its sequence and its index among that
+    sequence's new tokens (0-based), then the head (and channel)."""
+    token, *rest = index
+    ends = list(itertools.accumulate(case.n_new))
+    seq = bisect.bisect_right(ends, token)  # sequences with no new token own no row
+    return {"token": token, "sequence": seq, "new_token": token - (ends[seq] - case.n_new[seq]),
+            "new_tokens": case.n_new[seq], **dict(zip(("head", "channel"), rest))}
+
+
 LEVEL = Level(
     name="kernel-extend", needs="kernel-extend", make_inputs=make_extend_inputs,
     paths=lambda case: {"factored": oracle_path(ref_extend, "extend_attention"),
                         "materialized": oracle_path(ref_extend, "materialized_extend_attention")},
     consistency=lambda case: [("factored", "materialized")], call=call_out_lse("extend_attention"),
     outputs=lambda case: out_lse_outputs(sum(case.n_new), case), conditioning=_conditioning,
-    unquantized=lambda case: make_extend_inputs(case, quantize=False),
+    unquantized=lambda case: make_extend_inputs(case, quantize=False), position=_position,
 )

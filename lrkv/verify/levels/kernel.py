@@ -24,7 +24,7 @@ from ...reference.rope import ExactRope, apply_rope, rope_freqs
 from ..bounds import kernel_conditioning
 from ..case import Case
 from . import Level
-from .contract import call_out_lse, oracle_path, out_lse_outputs
+from .contract import OUT_LSE_AXES, call_out_lse, oracle_path, out_lse_outputs
 from .fp8_inputs import add_outliers, quantize_parts
 from .inputs import ContractInputs, fill_garbage, generator, projected_sequence
 
@@ -129,4 +129,5 @@ LEVEL = Level(
     outputs=lambda case: out_lse_outputs(case.batch, case),
     conditioning=lambda inp, case: kernel_conditioning(*inp.args(), **inp.kwargs()),
     unquantized=lambda case: make_kernel_inputs(case, quantize=False),
+    position=OUT_LSE_AXES,
 )

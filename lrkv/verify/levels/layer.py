@@ -20,7 +20,7 @@ from ...reference.masking import valid_mask
 from ...reference.weights import LRKVWeights
 from ..bounds import Conditioning, ConditioningProbe, through_output_projection
 from ..case import Case
-from . import Level, Outputs, PathFn
+from . import Level, Outputs, PathFn, named_axes
 from .contract import pair
 from .fp8_inputs import LAYER_OUTLIER_GAIN, quantize_parts
 from .inputs import cast_cache, fill_garbage, projected_sequence
@@ -111,4 +111,5 @@ LEVEL = Level(
     consistency=lambda case: [("factored", "materialized")], call=_call,
     outputs=lambda case: {"y": ((case.batch, case.spec.d_model), case.torch_dtype)},
     conditioning=_conditioning, unquantized=lambda case: make_layer_inputs(case, quantize=False),
+    position=named_axes(y=("batch", "feature")),
 )

@@ -18,7 +18,7 @@ from ...reference.cache import FactoredCache, allocate_cache
 from ...reference.weights import LRKVWeights, init_lrkv_weights
 from ..bounds import Conditioning, ConditioningProbe, through_output_projection
 from ..case import Case
-from . import Level, Outputs, PathFn
+from . import Level, Outputs, PathFn, named_axes
 from .inputs import cast_cache, fill_garbage, generator
 
 @dataclass
@@ -103,5 +103,5 @@ LEVEL = Level(
     name="layer-model", needs="layer", make_inputs=make_model_inputs, paths=_paths,
     consistency=_consistency, call=_call,
     outputs=lambda case: {"y": ((case.batch, case.t_max, case.spec.d_model), case.torch_dtype)},
-    conditioning=model_conditioning,
+    conditioning=model_conditioning, position=named_axes(y=("batch", "position", "feature")),
 )

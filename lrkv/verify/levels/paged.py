@@ -22,7 +22,7 @@ from ...reference.rope import ExactRope
 from ..bounds import kernel_conditioning
 from ..case import Case
 from . import Level
-from .contract import call_out_lse, oracle_path, out_lse_outputs
+from .contract import OUT_LSE_AXES, call_out_lse, oracle_path, out_lse_outputs
 from .inputs import FINITE_GARBAGE, ContractInputs, generator
 from .fp8_inputs import dequantized, fp8_pool, per_token_scales, with_scales
 from .kernel import KernelInputs, draw_kernel_inputs, quantized
@@ -124,4 +124,5 @@ LEVEL = Level(
     consistency=lambda case: [("factored", "materialized")], call=call_out_lse("paged_decode_attention"),
     outputs=lambda case: out_lse_outputs(case.batch, case), conditioning=_conditioning,
     unquantized=lambda case: make_paged_inputs(case, quantize=False),
+    position=OUT_LSE_AXES,
 )
