@@ -27,47 +27,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 
 # own_code: dynamo's caches are per code object, and dense_step serves 3 families x 2 scales
 from ..verify.inductor import own_code as _own_code
 from .families import CACHE_TENSORS, BenchFamily, reference_step, step_args
+from .prepared import Prepared, finish
 
 FORMULATIONS = ("bench", "reference")  # the time-major steps, or the float64 references' einsums
 # On a small box a compile worker pool costs more than it saves for these small graphs.
 COMPILE_OPTIONS = {"compile_threads": 1} if (os.cpu_count() or 1) <= 4 else {}
-
-
-@dataclass
-class Prepared:
-    call: Callable[[], object]  # the timed callable, inputs bound
-    note: str = ""  # how it runs (e.g. "cuda graph")
-
-
-def graphed(fn: Callable[[], object]) -> Callable[[], object]:
-    """fn captured in a CUDA graph; replaying it excludes Python and launch overhead."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for _ in range(2):
-            fn()  # compile, autotune and warm up outside the capture
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    return graph.replay
-
-
-def _finish(fn: Callable[[], object], device: str) -> Prepared:
-    if device != "cuda":
-        return Prepared(fn)
-    try:
-        return Prepared(graphed(fn), "cuda graph")
-    except Exception as e:  # noqa: BLE001 — capture can fail for many reasons; time eagerly then
-        torch.cuda.synchronize()
-        return Prepared(fn, f"eager launch (graph capture failed: {type(e).__name__})")
 
 
 class InductorSteps:
@@ -125,7 +95,7 @@ class InductorSteps:
                 torch._dynamo.maybe_mark_dynamic(t, 1)
         fn = self.compiled(family, (spec.short(), device, str(inputs["q"].dtype)))
         args = (*step_args(family, inputs), spec.scale)
-        return _finish(lambda: fn(*args), device)
+        return finish(lambda: fn(*args), device)
 
 
 class EagerSteps(InductorSteps):
@@ -137,7 +107,7 @@ class EagerSteps(InductorSteps):
     def prepare(self, family: BenchFamily, spec, inputs: dict, device: str) -> Prepared:
         fn = family.step if self.formulation == "bench" else reference_step(family)
         args = (*step_args(family, inputs), spec.scale)
-        return _finish(lambda: fn(*args), device)
+        return finish(lambda: fn(*args), device)
 
 
 PAGE_SIZE = 16  # the paged variant's page size (the GPU target is stated at 16)
@@ -244,7 +214,7 @@ class TritonSteps:
         else:
             fn = lambda: decode_attention(q, sk, sv, lk, lv, bk, bv, lengths, scale=spec.scale,  # noqa: E731
                                           rope=rope, check=False, **self.launch)
-        prepared = _finish(fn, device)
+        prepared = finish(fn, device)
         if device != "cuda":
             prepared.note = "Triton interpreter (timing meaningless)"
         return prepared
@@ -275,7 +245,7 @@ class SdpaSteps:
         def fn():  # out [B, H, d_h] like the contract (a view; lse is not returned by SDPA)
             return F.scaled_dot_product_attention(q4, k4, v4, scale=spec.scale, enable_gqa=gqa)[:, :, 0]
 
-        prepared = _finish(fn, device)
+        prepared = finish(fn, device)
         if device == "cuda":
             prepared.note += f"; sdpa {sdpa_backend_name(q4, k4, v4, spec.scale, gqa)}"
         return prepared

@@ -19,8 +19,8 @@ import torch
 from ..spec import dtype_name
 from ..verify.backend_registry import get_backend
 from ..verify.protocol import check_available
-from .backends import Prepared, _finish
 from .families import BenchFamily, step_args
+from .prepared import Prepared, finish
 from .sanity import WrongOutput, check_output
 
 
@@ -78,4 +78,4 @@ class UserSteps:
         if self._checked[key]:
             raise OutputCheckFailed(self._checked[key])
         args = step_args(family, inputs)
-        return _finish(lambda: self._call(*args, scale=spec.scale), device)
+        return finish(lambda: self._call(*args, scale=spec.scale), device)
