@@ -69,6 +69,21 @@ def _check_positions(positions, lengths, B: int, capacity: int) -> None:
         raise ValueError(f"cache is full: position {int(positions.max())} >= capacity {capacity}")
 
 
+def _check_not_read(pt: torch.Tensor, lengths: torch.Tensor, target: torch.Tensor, row: torch.Tensor,
+                    page: int) -> None:
+    """No sequence may write a slot another sequence reads as valid: a server's shared prefix
+    pages are read-only (a sequence whose last page is shared must get a copy first)."""
+    B, M = pt.shape
+    logical = torch.arange(M, device=pt.device)[None, None, :] * page + row[:, None, None]  # [B, 1, M]
+    hit = (pt.long()[None, :, :] == target[:, None, None]) & (logical < lengths.long()[None, :, None])  # [b, c, M]
+    hit &= ~torch.eye(B, dtype=torch.bool, device=pt.device)[:, :, None]
+    if hit.any():
+        b, c, j = (int(x) for x in hit.nonzero()[0])
+        raise ValueError(f"sequence {b} would write page {int(target[b])} row {int(row[b])}, which sequence {c} "
+                         f"reads as its slot {j * page + int(row[b])} (page_table[{c}, {j}]): a shared page is "
+                         f"read-only; give sequence {b} its own copy of the page before appending")
+
+
 def _check_devices(tensors: dict, positions, page_table) -> None:
     if runtime.mode()[0] != "cuda":
         return
@@ -168,8 +183,9 @@ def append(cache: FactoredCache, entries: dict[str, torch.Tensor], positions: to
 def paged_append(cache: PagedCache, entries: dict[str, torch.Tensor], positions: torch.Tensor) -> PagedCache:
     """`append` for a paged cache: slot positions[b] lives in page page_table[b, pos // page].
 
-    The target page of every sequence must be a valid page, and no two sequences may write
-    the same physical slot (that would be a race on the GPU). An fp8 cache's per-token scales
+    The target page of every sequence must be a valid page, no two sequences may write the
+    same physical slot (that would be a race on the GPU), and none may write a slot another
+    sequence reads (a shared prefix page is read-only). An fp8 cache's per-token scales
     are pages [P, page(, H)] like the parts, written at the same physical slot."""
     B, page = cache.batch, cache.page_size
     H, r = cache.latent_k.shape[2], cache.latent_k.shape[3]
@@ -192,6 +208,7 @@ def paged_append(cache: PagedCache, entries: dict[str, torch.Tensor], positions:
     slot = target * page + positions.long() % page
     if slot.unique().numel() != B:
         raise ValueError("two sequences would write the same physical slot (shared page at the write position)")
+    _check_not_read(pt, cache.lengths, target, positions.long() % page, page)
     if runtime.mode()[0] == "fallback":
         rows, within = target, positions.long() % page
         if scales is not None:

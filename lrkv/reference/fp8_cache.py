@@ -14,7 +14,8 @@ a scale). Shapes (`lrkv.reference.fp8.scale_shape`; rows, slots = B, T_max or P,
 Per-token scales live beside the slots they scale, like key_scale: a paged cache pages them
 with the same page table, and the slots past a sequence's length (garbage) may hold
 anything, NaN included. Static scales (per_tensor, per_head) are read for every slot, so
-they must be finite and > 0 everywhere.
+they must be finite and > 0 everywhere, and small enough that the format's largest value
+times the scale is a finite float32.
 
 `dequantize_cache` is what every reference path (decode, paged decode, extend, both
 factored and materialized) calls on an fp8 cache before its usual math.
@@ -27,10 +28,13 @@ from dataclasses import dataclass
 import torch
 
 from .fp8 import (
-    DYNAMIC_GRANULARITIES, FP8_FORMATS, PARTS, SCALE_DTYPE, check_granularity, dequantize, dynamic_scale, is_fp8,
+    DYNAMIC_GRANULARITIES, FP8_FORMATS, PARTS, SCALE_DTYPE, check_granularity, dequantize, dynamic_scale, fp8_format,
+    is_fp8,
     nan_filled, part_granularity, quantize, scale_shape,
 )
 from .masking import valid_mask
+
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
 
 @dataclass
@@ -131,6 +135,11 @@ def check_scale_values(cache_scales: CacheScales | None, pick) -> None:
         if (read <= 0).any():
             raise ValueError(f"{scale_name(p)} must be > 0 (dequantized = stored × scale), got min "
                              f"{float(read.min()):g}")
+        top = fp8_format(cache_scales.format).max_finite
+        if read.numel() and float(read.max()) * top > FLOAT32_MAX:  # stored × scale must stay a finite float32
+            raise ValueError(f"{scale_name(p)} must be <= {FLOAT32_MAX / top:.4g} (float32 max / "
+                             f"{top:g}, the format's largest value), got {float(read.max()):g}: the dequantized "
+                             "cache would overflow")
 
 
 # ----------------------------------------------------------------------------- dequantize

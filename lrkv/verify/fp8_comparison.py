@@ -38,6 +38,7 @@ Exit 0 on success, 2 on a usage error (argparse).
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import math
 import sys
@@ -476,8 +477,26 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def activation_bytes(scale: PaperScale, batch: int, t_max: int) -> int:
+    """The float64 activations of one draw, [B, T, d] — a floor on what a draw allocates."""
+    return batch * t_max * next(iter(family_specs(scale).values())).d_model * 8
+
+
+def memory_bytes() -> int:
+    """This machine's physical memory (0 where the platform does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args = p.parse_args(argv)
+    need, have = activation_bytes(PAPER_SCALES[args.scale], args.batch, args.t_max), memory_bytes()
+    if have and need > have // 4:  # checked before any allocation: a traceback after minutes is no answer
+        p.error(f"--batch {args.batch} × --t-max {args.t_max} needs at least {need / 2**30:.3g} GiB for one "
+                f"draw's activations alone; this machine has {have / 2**30:.3g} GiB (the limit is a quarter of it)")
     result = run_study(PAPER_SCALES[args.scale], batch=args.batch, t_max=args.t_max, seed=args.seed,
                        draws=args.draws, outliers=Outliers() if args.outliers else NO_OUTLIERS,
                        progress=lambda line: print(line, file=sys.stderr, flush=True))

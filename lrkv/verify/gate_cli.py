@@ -70,7 +70,8 @@ def register(subparsers) -> None:
     g.add_argument("--replay-seed", type=arg_int(minimum=0, maximum=2**32 - 1), metavar="S",
                    help="with --replay: draw the records from this seed (to repeat a replay; default: a fresh one)")
     g.add_argument("--require-commit", action="store_true",
-                   help="block unless the report was made from this checkout's HEAD with a clean tree")
+                   help="block unless the report was made from this checkout's HEAD with a clean tree, and the "
+                        "tree is clean now")
     g.add_argument("--backend-path", action="append", default=[], metavar="DIR",
                    help="directory to import the report's backends from (to re-ask supports() and replay)")
     g.add_argument("--json", action="store_true", help="print the verdict as JSON (exit code, counts, entries) "
@@ -79,7 +80,9 @@ def register(subparsers) -> None:
 
 
 def commit_entries(report: dict) -> list:
-    """ERROR unless the report was made from this checkout's HEAD, with a clean tree."""
+    """ERROR unless the report was made from this checkout's HEAD with a clean tree, and the tree
+    is still clean now: the code the gate rebuilds the selection from and replays with must be
+    the code that made the report."""
     from .gate import GateEntry
     from .tolerance_report import git_info
 
@@ -90,9 +93,12 @@ def commit_entries(report: dict) -> list:
         why = f"the report was made from commit {there.get('commit')}, the checkout is at {here['commit']}"
     elif there.get("dirty") is not False:
         why = f"the report was made from a tree with uncommitted changes (dirty: {there.get('dirty')})"
+    elif here["dirty"]:
+        why = "the checkout has uncommitted changes now, so the code here is not the commit the report names"
     else:
         return []
-    return [GateEntry("commit", "*", "*", "*", "ERROR", f"--require-commit: {why}")]
+    todo = "commit your changes, then re-run `lrkv verify` and this gate"
+    return [GateEntry("commit", "*", "*", "*", "ERROR", f"--require-commit: {why}; {todo}")]
 
 
 def _replayed(entries: list, report: dict, baseline: dict, args, live: dict) -> list:
@@ -104,7 +110,12 @@ def _replayed(entries: list, report: dict, baseline: dict, args, live: dict) -> 
         policy = report_policy(report)
     except ValueError:
         return entries  # already an ERROR entry: nothing can be replayed under an altered policy
-    res = replay(report, baseline, args.replay, live, policy, seed=args.replay_seed)
+    from .isolation import NotIsolated
+
+    try:
+        res = replay(report, baseline, args.replay, live, policy, seed=args.replay_seed)
+    except NotIsolated as e:  # a backend no worker can hold: nothing was replayed
+        return entries + [GateEntry("replay", "*", "*", "*", "ERROR", f"replay: {e}")]
     print(res.summary(), file=sys.stderr if args.json else sys.stdout)
     bad = {rec["key"]: why for rec, why in res.mismatches}
     out = [GateEntry(e.key, e.backend, e.case_id, e.dtype, "ERROR", f"replay: {bad.pop(e.key)}")

@@ -18,10 +18,13 @@ worker process per run:
 
 One worker serves the runs of a process in turn (a pytest session's many small runs do not
 each pay a process start); each run sends its backends pickled — the objects themselves,
-with their configuration — and the harness's environment. A backend that cannot be pickled,
-or that the worker cannot unpickle (a class defined in a script's __main__), runs
-in-process, and `Calls.notes` says so. `ISOLATION = "inprocess"` (`lrkv verify --in-process`) keeps every
-call in this process — for a debugger; a crash then ends the run.
+with their configuration — and the harness's environment. A backend that cannot be pickled
+(it holds a lock, or is a class local to a function), or that the worker cannot unpickle (a
+class defined in a script's __main__), runs in a worker forked from this process, which
+inherits the object itself; `Calls.notes` says so. Where a fork is not safe (this process
+holds a CUDA context) or not possible, such a backend is refused with a ValueError — it is
+never run in this process unasked. The mode "inprocess" (`lrkv verify --in-process`) keeps
+every call in this process — for a debugger; a crash then ends the run.
 """
 
 from __future__ import annotations
@@ -71,6 +74,7 @@ def dumps(obj) -> bytes:
     return buf.getvalue()
 START_TIMEOUT = 300.0  # s for a fresh worker to import its backends (a cold torch import can take a minute)
 MAX_LOADED = 32  # runs whose backends the worker keeps loaded at once
+INHERITED = -1  # the token of a forked worker's own backends
 CUDA_ERROR_WORDS = ("CUDA error", "illegal memory access", "AcceleratorError", "device-side assert")
 
 
@@ -80,6 +84,10 @@ class Timeout(Exception):
 
 class _Unloaded(Exception):
     """The worker no longer holds this run's backends (evicted): load them again."""
+
+
+class NotIsolated(ValueError):
+    """A backend no worker can hold (not picklable, and no fork is safe here): refused."""
 
 
 class WorkerDied(Exception):
@@ -202,10 +210,11 @@ def _load(sendable: list[tuple[str, bytes]]) -> tuple[dict, dict]:
     return backends, failed
 
 
-def _serve(conn) -> None:
-    """The worker's loop: load a run's backends, answer its calls, unload; until told to stop."""
+def _serve(conn, inherited: dict | None = None) -> None:
+    """The worker's loop: load a run's backends, answer its calls, unload; until told to stop.
+    inherited: a forked worker's backends, the harness's own objects (token INHERITED)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle
-    loaded: dict[int, dict] = {}  # run token -> label -> backend, oldest first
+    loaded: dict[int, dict] = {} if inherited is None else {INHERITED: inherited}  # run token -> label -> backend
     while True:
         try:
             token, label, op, args = pickle.loads(conn.recv_bytes())
@@ -238,6 +247,15 @@ def _serve(conn) -> None:
         conn.send_bytes(blob)
 
 
+def _serve_forked(conn, inherited: dict) -> None:
+    """_serve in a fork of the harness: one intra-op thread, since the parent's OpenMP pool does
+    not survive a fork (the child's first parallel torch op waits for it forever)."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(1)
+    _serve(conn, inherited)
+
+
 # ----------------------------------------------------------------------------- the harness side
 _START_LOCK = threading.Lock()
 
@@ -250,7 +268,7 @@ def _without_main():
     user's script that calls lrkv.testing without an `if __name__ == "__main__":` guard would
     then run again inside every worker. The worker's code lives in this module and needs no
     main module, so its preparation data leaves it out (a backend class defined in __main__
-    then fails to load there and runs in-process, with a note)."""
+    then fails to load there and runs in a forked worker, with a note)."""
     from multiprocessing import spawn
 
     original = spawn.get_preparation_data
@@ -292,13 +310,27 @@ def _context():
     return mp.get_context("spawn")
 
 
+def fork_refusal() -> str:
+    """'' where a forked worker may inherit a backend, else why not: fork is unsafe once this
+    process holds a CUDA context (the child's is unusable), and absent on some platforms."""
+    if "fork" not in mp.get_all_start_methods():
+        return "this platform cannot fork a worker"
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return "this process holds a CUDA context, which a forked worker cannot use"
+    return ""
+
+
 class Worker:
     """One worker process, started on first use and shared by the runs of this process (each
-    run loads its own backends into it); killed on a timeout, replaced after a crash."""
+    run loads its own backends into it); killed on a timeout, replaced after a crash.
+    inherit: backends that cannot be pickled — the worker is then a fork of this process that
+    holds them as they are now (one such worker per run, started again after a crash)."""
 
-    def __init__(self):
+    def __init__(self, inherit: dict | None = None):
         self._proc = None
         self._conn = None
+        self._inherit = inherit
         self.generation = 0  # bumped at every start: a run's backends are loaded again after a restart
 
     @property
@@ -306,6 +338,16 @@ class Worker:
         return self._proc is not None and self._proc.is_alive()
 
     def _start(self) -> None:
+        if self._inherit is not None:  # a fork: the child has this process's objects, nothing is sent
+            ctx = mp.get_context("fork")
+            ours, theirs = ctx.Pipe()
+            proc = ctx.Process(target=_serve_forked, args=(theirs, self._inherit), name="lrkv-backend-worker", daemon=True)
+            with _sigint_ignored():
+                proc.start()
+            theirs.close()
+            self._proc, self._conn = proc, ours
+            self.generation += 1
+            return
         ctx = _context()
         ours, theirs = ctx.Pipe()
         proc = ctx.Process(target=_serve, args=(theirs,), name="lrkv-backend-worker", daemon=True)
@@ -396,6 +438,8 @@ class Calls:
         self._inproc: set[str] = set()
         self._sendable: list[tuple[str, bytes]] = []
         self._loaded_in = 0  # the worker generation this run's backends were loaded into
+        self._objects = dict(backends)
+        self._forked: Worker | None = None  # the fork that holds the backends that cannot be sent
         if mode == "inprocess":
             self._inproc = {label for label, _ in backends}
             return
@@ -405,8 +449,22 @@ class Calls:
                 continue
             try:
                 self._sendable.append((label, dumps(b)))
-            except Exception as e:  # noqa: BLE001 — any pickling failure keeps the backend here
-                self._keep(label, f"it cannot be sent to a worker process: {type(e).__name__}: {e}")
+            except Exception as e:  # noqa: BLE001 — any pickling failure: a forked worker inherits it
+                self._fork(label, f"it cannot be pickled: {type(e).__name__}: {e}")
+
+    def _fork(self, label: str, why: str) -> None:
+        """Isolate a backend the worker cannot receive in a fork of this process; where no fork
+        is safe, refuse it (never run it here unasked: an os._exit in it would end the run with
+        exit 0 and no report)."""
+        refused = fork_refusal()
+        if refused:
+            raise NotIsolated(f"backend {label!r} cannot be isolated: {why[:200]}, and {refused}; make it picklable, "
+                             "or run it in this process on purpose with --in-process (LRKV_ISOLATION=inprocess)")
+        held = dict(self._forked._inherit) if self._forked else {}
+        if self._forked is not None:
+            self._forked.close()
+        self._forked = Worker({**held, label: self._objects[label]})
+        self.notes.append(f"{label}: runs in a forked worker process ({why[:200]})")
 
     def _keep(self, label: str, why: str) -> None:
         self._inproc.add(label)
@@ -420,17 +478,20 @@ class Calls:
                                  max(timeout, START_TIMEOUT))
         self._loaded_in = _WORKER.generation
         for label, why in failed.items():
-            self._keep(label, f"the worker process could not load it: {why}")
+            self._sendable = [(lab, blob) for lab, blob in self._sendable if lab != label]
+            self._fork(label, f"the worker process could not load it: {why}")
 
     def call(self, label: str, backend, op: str, args: tuple, timeout: float):
         """The backend's op (see _do) with the time limit: its result, or its exception, Timeout or WorkerDied."""
-        if label not in self._inproc and self._sendable:
+        if label not in self._inproc and self._sendable and not self._is_forked(label):
             try:
                 self._ensure_loaded(timeout)
             except (WorkerDied, Timeout) as e:
                 for lab, _ in self._sendable:
                     if lab not in self._inproc:
                         self._keep(lab, f"the worker process could not start: {e}")
+        if self._is_forked(label):
+            return self._forked.request(INHERITED, label, op, args, timeout)
         if label in self._inproc or not self._sendable:
             return call_in_thread(lambda: _do(backend, op, args), timeout)
         try:
@@ -440,7 +501,12 @@ class Calls:
             self._ensure_loaded(timeout)
             return _WORKER.request(self._token, label, op, args, timeout)
 
+    def _is_forked(self, label: str) -> bool:
+        return self._forked is not None and label in self._forked._inherit
+
     def close(self) -> None:
+        if self._forked is not None:
+            self._forked.close()
         if self._loaded_in and self._loaded_in == _WORKER.generation and _WORKER.alive:
             try:
                 _WORKER.request(self._token, None, "unload", (), 30.0)

@@ -113,6 +113,10 @@ def normalize_backend(obj: Any, label: str) -> Any:
     if not dtypes:
         raise ValueError(f"backend {label!r}: dtypes is empty")
     _check_fp8_claims(obj, label)
+    for attr in ("deterministic", "batch_invariant", "compile_safe"):  # "yes" would silently be "not declared"
+        value = getattr(obj, attr, False)
+        if not isinstance(value, bool):
+            raise TypeError(f"backend {label!r}: {attr} must be True or False, got {value!r}")
     role = getattr(obj, "role", "verified")
     if role not in ROLES:
         raise ValueError(f"backend {label!r}: role must be one of {ROLES}, got {role!r}")

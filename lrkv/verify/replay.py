@@ -12,8 +12,10 @@ compares each with what the report says:
     torch, Triton and device); otherwise it may differ by the backend's run-to-run spread
     (two re-runs) plus REPLAY_SLACK of the bound — far below what changes a verdict.
 
-A mismatch, or a record that cannot be replayed here (the backend does not import), is
-an ERROR. tp records are not replayed (they need their ranks); the summary says so.
+The required server properties a record carries are run again too (in the worker, as
+`lrkv verify` runs them), and each must have its stored status: a bitwise verdict has no
+other evidence. A mismatch, or a record that cannot be replayed here (the backend does not
+import), is an ERROR. tp records are not replayed (they need their ranks); the summary says so.
 """
 
 from __future__ import annotations
@@ -93,13 +95,20 @@ def _outputs_mismatch(stored: dict, runs: list[dict], exact: bool) -> str:
 def replay(report: dict, baseline: dict, n: int, live: dict, policy, seed: int | None = None,
            on_step=None) -> ReplayResult:
     """Re-run the picked records here (runner.run_case, the harness's own call) and compare."""
+    from .isolation import Calls, default_mode
+
+    infos = {b["name"]: b for b in report.get("backends", [])}
+    here = [(infos.get(name, {}).get("ref", name), b) for name, (b, _) in live.items() if b is not None]
+    with Calls(here, default_mode()) as calls:  # isolated as `lrkv verify` runs them
+        return _replay(report, baseline, n, live, policy, new_seed() if seed is None else seed, on_step, infos, calls)
+
+
+def _replay(report, baseline, n, live, policy, seed, on_step, infos, calls) -> ReplayResult:
     from .case import Case
     from .runner import prepare, run_case
 
-    seed = new_seed() if seed is None else seed
     exact_env = same_environment(report)
     replayed, mismatches, skipped = [], [], []
-    infos = {b["name"]: b for b in report.get("backends", [])}
     for i in pick(report, baseline, n, seed):
         rec = report["records"][i]
         if rec["level"] in NOT_REPLAYED_LEVELS:
@@ -115,7 +124,9 @@ def replay(report: dict, baseline: dict, n: int, live: dict, policy, seed: int |
         tol = policy.resolve(backend.name, case.dtype)
         deterministic = getattr(backend, "deterministic", False) is True and exact_env
         prep = prepare(case, policy)
-        runs = [run_case(prep, backend, label, tol) for _ in range(1 if deterministic else 2)]
+        wanted = required_properties(rec, backend, policy)
+        runs = [run_case(prep, backend, label, tol, calls, (wanted, policy) if wanted and k == 0 else None)
+                for k in range(1 if deterministic else 2)]
         replayed.append(rec["key"])
         if on_step is not None:
             on_step(rec["key"])
@@ -124,7 +135,29 @@ def replay(report: dict, baseline: dict, n: int, live: dict, policy, seed: int |
             mismatches.append((rec, f"stored {rec['status']}, re-run {bad['status']}"
                                     + (f" ({bad['reason'][:200]})" if bad["reason"] else "")))
             continue
-        why = _outputs_mismatch(rec, runs, deterministic)
+        why = _outputs_mismatch(rec, runs, deterministic) or _properties_mismatch(rec, runs[0], wanted)
         if why:
             mismatches.append((rec, why))
     return ReplayResult(seed, replayed, mismatches, skipped)
+
+
+def required_properties(rec: dict, backend, policy) -> list[str]:
+    """The server properties a replay re-runs on a record: those it carries (the gate has
+    checked that they are the ones its case runs) that block when they fail — a bitwise
+    verdict carries no evidence, so only running it again tells an edited one."""
+    from .server_properties import declarations, required
+
+    declared, asked = declarations(backend), policy.required_properties(backend.name)
+    return [p for p, e in (rec.get("properties") or {}).items()
+            if e.get("status") != "skip" and required(p, declared, asked)]
+
+
+def _properties_mismatch(stored: dict, run: dict, wanted: list[str]) -> str:
+    """'' when every re-run property has its stored status, else the first that does not."""
+    now = run.get("properties") or {}
+    for p in wanted:
+        was, got = stored["properties"][p].get("status"), (now.get(p) or {}).get("status")
+        if was != got:
+            why = (now.get(p) or {}).get("reason", "")
+            return f"property {p}: stored {was}, re-run {got}" + (f" ({why[:200]})" if why else "")
+    return ""

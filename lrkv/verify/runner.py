@@ -424,10 +424,15 @@ def backend_accepts(b, tol: Tolerance, calls: Calls | None = None, label: str = 
     return accepts
 
 
-def _supports(b, case: Case, tol: Tolerance, calls: Calls | None, label: str):
+def _supports(b, case: Case, tol: Tolerance, calls: Calls | None, label: str) -> tuple[bool, str]:
+    """b.supports(case), which must return (bool, str): `(1, "")` or a bare True is no answer."""
     if calls is None:
-        return call_in_thread(lambda: b.supports(case), tol.case_timeout)
-    return calls.call(label, b, "supports", (case.to_dict(),), tol.case_timeout)
+        res = call_in_thread(lambda: b.supports(case), tol.case_timeout)
+    else:
+        res = calls.call(label, b, "supports", (case.to_dict(),), tol.case_timeout)
+    if not (isinstance(res, tuple) and len(res) == 2 and isinstance(res[0], bool) and isinstance(res[1], str)):
+        raise TypeError(f"backend {label or b.name!r}: supports() must return (bool, str), got {res!r}"[:300])
+    return res
 
 
 def twin_record(rec: dict, declined_case: Case, changes: dict) -> dict:

@@ -105,6 +105,15 @@ class Policy:
         per = (self.properties.get("backend") or {}).get(backend, {})
         return frozenset(self.properties.get("require", ())) | frozenset(per.get("require", ()))
 
+    def check_property_backends(self, known) -> None:
+        """A `[properties.backend.<name>]` table must name a known backend (`known`: the
+        registered names and the run's backends): a misspelt name would require nothing of anyone."""
+        for name in (self.properties.get("backend") or {}):
+            if name not in known:
+                raise ValueError(f"policy ({self.source}): properties.backend.{name}: no backend is named {name!r} "
+                                 f"(known here: {', '.join(sorted(known))}); correct the name, or verify that "
+                                 "backend in this run")
+
     def tables(self) -> dict:
         """What the policy says — the content its sha256 covers (comments and order do not count)."""
         tables = {"builtin": asdict(Tolerance()), "defaults": self.defaults, "dtype": self.dtype,

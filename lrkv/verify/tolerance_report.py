@@ -190,11 +190,20 @@ def validate_file(data: dict, path, schema_name: str) -> None:
         raise ValueError(f"{path}: field {where}: {error.message[:300]}")
 
 
+MAX_JSON_BYTES = 256 << 20  # a report or baseline file; the default grid's report is ~3 MiB
+
+
 def read_json(path) -> dict:
-    """A JSON file, with a ValueError naming it when it is missing or malformed."""
+    """A JSON file, with a ValueError naming it when it is missing, malformed or larger than
+    MAX_JSON_BYTES (read no further: `lrkv gate /dev/zero` must not read until memory runs out)."""
     path = Path(path)
     try:
-        text = path.read_text()
+        with path.open("rb") as f:
+            raw = f.read(MAX_JSON_BYTES + 1)
+        if len(raw) > MAX_JSON_BYTES:
+            raise ValueError(f"{path}: larger than {MAX_JSON_BYTES >> 20} MiB, the limit for a report or baseline "
+                             "(a default-grid report is a few MiB)")
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise ValueError(f"{path}: no such file") from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as e:

@@ -163,6 +163,8 @@ def _verify(args, console, state: dict) -> int:
         selection = state["selection"] = _selection(args)
         cases = selection.resolve()
         policy = state["policy"] = load_policy(args.policy)
+        from .backend_registry import backend_names
+        policy.check_property_backends(set(backend_names()) | {b.name for _, b in backends})
         tp = any(c.level == "tp" for c in cases)
         if tp and not all(c.level == "tp" for c in cases):
             raise ValueError("--case: tp cases run on their own ranks; do not mix them with other levels in one run")
@@ -187,8 +189,13 @@ def _verify(args, console, state: dict) -> int:
         _say(console, f"lrkv verify: decoding on tensor-parallel ranks ({len(cases)} cases x {len(backends)} "
                       "backends, one spawn per P)")
         tp_level.prefetch(cases, backends)
-    _run_with_progress(cases, backends, policy, console, not args.no_progress, records, not args.no_twins,
-                       "inprocess" if args.in_process else None, notes)
+    from .isolation import NotIsolated
+    try:
+        _run_with_progress(cases, backends, policy, console, not args.no_progress, records, not args.no_twins,
+                           "inprocess" if args.in_process else None, notes)
+    except NotIsolated as e:  # raised before any backend call
+        _say(console, f"lrkv verify: {e}", "red")
+        return EXIT_USAGE
     seconds = time.perf_counter() - t0
     report = build_report(records, policy, infos, selection=selection, argv=sys.argv[1:], seconds=seconds)
     jpath, mpath = write_report(report, args.out)

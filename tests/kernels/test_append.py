@@ -124,6 +124,13 @@ def test_paged_append_rejects_missing_and_shared_pages():
     shared.lengths = torch.tensor([4, 0, 4], dtype=torch.int32, device=shared.lengths.device)
     with pytest.raises(ValueError, match="same physical slot"):
         paged_append(shared, entries, shared.lengths.clone())
+    prefix = paged.clone()  # seq 2 shares seq 0's second page; seq 0 reads slots 0–6 of it as valid
+    prefix.page_table[2, 1] = prefix.page_table[0, 1]
+    prefix.lengths = torch.tensor([7, 0, 5], dtype=torch.int32, device=prefix.lengths.device)
+    before = prefix.clone()
+    with pytest.raises(ValueError, match=r"sequence 2 would write page .* which sequence 0 reads as its slot 5.*read-only"):
+        paged_append(prefix, entries, prefix.lengths.clone())
+    assert all(torch.equal(bits(a), bits(b)) for a, b in zip(before.tensors().values(), prefix.tensors().values()))
 
 
 @pytest.mark.parametrize("which", ["kernel", "reference", "paged"])

@@ -181,6 +181,9 @@ def _with(scales, **over):
     (lambda d, s: (d, _with(s, shared_k=s.shared_k.index_put((torch.tensor(1), torch.tensor(3)), torch.tensor(0.0)))),
      ValueError, r"cache_scales.shared_k must be > 0"),
     (lambda d, s: (d, _with(s, shared_v=-s.shared_v)), ValueError, r"cache_scales.shared_v must be > 0"),
+    (lambda d, s: (d, _with(s, latent_v=s.latent_v.index_put((torch.tensor(0), torch.tensor(2)),
+                                                              torch.tensor(3e38)))), ValueError,
+     r"cache_scales.latent_v must be <= 7.596e\+35 \(float32 max / 448.*got 3e\+38: the dequantized cache would overflow"),
     (lambda d, s: ({**d, "latent_k": d["latent_k"].view(torch.uint8).index_fill(1, torch.tensor([2]), 0x7F)
                     .view(E4M3)}, s), ValueError, r"latent_k contains NaN or Inf inside the valid length"),
     (lambda d, s: ({**d, "q": d["q"].to(torch.float32).to(E4M3)}, s), TypeError, r"q has dtype torch.float8_e4m3fn"),
@@ -188,6 +191,7 @@ def _with(scales, **over):
      r"basis_k has dtype torch.float8_e4m3fn but q has torch.float64"),
 ], ids=["no-scales", "scales-for-float", "mixed-formats", "not-CacheScales", "bad-format", "bad-granularity",
         "scale-float64", "shared-scale-shape", "latent-scale-shape", "nan-scale", "zero-scale", "negative-scale",
+        "overflowing-scale",
         "nan-pattern-inside", "fp8-q", "fp8-basis"])
 def test_bad_fp8_input_is_refused_naming_the_field(make, err, words):
     _, q8, scales = fp8_inputs(E4M3, PER_TOKEN_HEAD)
