@@ -84,13 +84,13 @@ def commit_entries(report: dict) -> list:
     is still clean now: the code the gate rebuilds the selection from and replays with must be
     the code that made the report."""
     from .gate import GateEntry
-    from .tolerance_report import git_info
+    from .tolerance_report import NO_COMMIT, git_info
 
     here, there = git_info(), report.get("git") or {}
     if here["commit"] is None:
         why = "this directory is not a git checkout (or git is missing), so the report's commit cannot be checked"
     elif there.get("commit") != here["commit"]:
-        why = f"the report was made from commit {there.get('commit')}, the checkout is at {here['commit']}"
+        why = f"the report was made from commit {there.get('commit') or NO_COMMIT}, the checkout is at {here['commit']}"
     elif there.get("dirty") is not False:
         why = f"the report was made from a tree with uncommitted changes (dirty: {there.get('dirty')})"
     elif here["dirty"]:

@@ -174,3 +174,21 @@ def test_verify_and_gate_count_the_same_failures(tmp_path, capsys):
     assert cli.main(["gate", str(report), "--baseline", str(baseline), "--subset"]) == 1
     out = "".join(capsys.readouterr())
     assert "FAIL 3" in out and "(FAIL: 1 cases, 2 server properties)" in out
+
+
+def test_a_report_made_before_any_commit_says_so_in_the_gate_and_report_md(tmp_path, capsys):
+    """Quick start 2 used to stop at "the report was made from commit None" (gate) beside
+    commit `unknown` (report.md): both now say there was no commit, and the gate what to do."""
+    from lrkv.verify.tolerance_report import render_markdown
+
+    assert _verify(tmp_path, GOOD) == 0
+    path = tmp_path / "r" / "report.json"
+    report = json.loads(path.read_text())
+    report["git"] = {"commit": None, "dirty": None}
+    assert "commit `none (no git commit)`" in render_markdown(report)
+    path.write_text(json.dumps(report))
+    capsys.readouterr()
+    assert cli.main(["gate", str(path), "--baseline", str(Path(__file__).resolve().parents[2] / "ci" / "baseline.json"),
+                     "--subset", "--require-commit"]) == 1
+    out = "".join(capsys.readouterr())
+    assert "made from commit none (no git commit)" in out and "commit your changes, then re-run `lrkv verify`" in out
