@@ -63,12 +63,27 @@ def exact_freqs(rope: ExactRope | None, d_h: int) -> torch.Tensor | None:
     return None if rope is None else rope_freqs(d_h, rope.theta)
 
 
+def to_latent(x: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
+    """x_h B_h for each head: x [B, H, d_h], basis [H, d_h, r].  # [B, H, r]
+
+    One small product per (sequence, head): an einsum folds the batch into one GEMM's rows,
+    and CPU BLAS picks its kernel by the row count, so a sequence's bits would depend on the
+    batch size — which a batch-invariant decode (and its harness check) must not."""
+    return (x[:, :, None, :] @ basis)[:, :, 0]
+
+
+def from_latent(z: torch.Tensor, basis: torch.Tensor) -> torch.Tensor:
+    """z_h B_h^T for each head (Eq. 7's B_h^V applied once), batch-invariant as `to_latent`:
+    z [B, H, r], basis [H, d_h, r].  # [B, H, d_h]"""
+    return (z[:, :, None, :] @ basis.transpose(-1, -2))[:, :, 0]
+
+
 def private_keys_exact(latent_k: torch.Tensor, basis_k: torch.Tensor, freqs: torch.Tensor, start: int = 0) -> torch.Tensor:
     """rope(z_j B_h^T, j) for the slots j = start, start + 1, … of latent_k [B, t, H, r] — the
     position-dependent contraction of `exact` RoPE (DESIGN §5); freqs [d_h/2] are the rotary
     frequencies (`rope_freqs(d_h, theta)`; an engine passes them as a buffer).  # [B, t, H, d_h]"""
     t = latent_k.shape[1]
-    k_priv = torch.einsum("bthr,hdr->bthd", latent_k, basis_k)
+    k_priv = (latent_k.transpose(1, 2) @ basis_k.transpose(-1, -2)).transpose(1, 2)  # per (b, h): see to_latent
     pos = torch.arange(start, start + t, device=latent_k.device)[None, :, None]  # [1, t, 1]
     return apply_rope(k_priv, pos, freqs)
 
@@ -92,7 +107,7 @@ def factored_logits(
     """
     shared = torch.einsum("bhd,btd->bht", q, shared_k)
     if freqs is None:
-        q_lat = torch.einsum("bhd,hdr->bhr", q, basis_k)  # [B, H, r]
+        q_lat = to_latent(q, basis_k)  # [B, H, r]
         private = torch.einsum("bhr,bthr->bht", q_lat, latent_k)
     else:
         private = torch.einsum("bhd,bthd->bht", q, private_keys_exact(latent_k, basis_k, freqs, start))
@@ -146,7 +161,7 @@ def decode_attention(
     # Eq. 7: a_h S_V + (a_h R_h^V) B_h^{V T}; garbage slots zeroed before the contraction
     sv, lv = zero_garbage(shared_v, valid), zero_garbage(latent_v, valid)
     out_shared = torch.einsum("bht,btd->bhd", a, sv)
-    out_private = torch.einsum("bhr,hdr->bhd", torch.einsum("bht,bthr->bhr", a, lv), basis_v)
+    out_private = from_latent(torch.einsum("bht,bthr->bhr", a, lv), basis_v)
     return out_shared + out_private, lse
 
 

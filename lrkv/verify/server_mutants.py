@@ -9,6 +9,9 @@ All are the tiled split-K decoder (tiled.py) with one server bug planted:
   RotatesCache        negates the shared key cache in place after computing the answer
   RandomOrder         declares deterministic = True; each call draws a new split count at random
   BatchDependentSplit declares batch_invariant = True; its split count is the batch size + 1
+  BatchSizeRule, TotalTokensRule, LongestRule
+                      declare batch_invariant = True; two splits or one by the parity of the
+                      batch size, of its total tokens, of its longest length (BATCH_RULE_MUTANTS)
   GraphBreaks         declares compile_safe = True; reads a tensor value in Python mid-call
 """
 
@@ -85,6 +88,45 @@ class BatchDependentSplit(TiledBackend):
         return super().decode_attention(q, *args, **kw)
 
 
+class _RuleSplit(TiledBackend):
+    """Declares batch_invariant = True; its split count follows a rule on the batch (`key`), as
+    a scheduler balancing the batch's work over the SMs does. Each rule gives the same count on
+    the batch reversed and on the longest sequence alone — the two variants checked before."""
+
+    batch_invariant = True
+
+    def key(self, q, lengths) -> int:
+        raise NotImplementedError
+
+    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, **kw):
+        self.decoder.splits = 1 + self.key(q, lengths) % 2
+        return super().decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, **kw)
+
+
+class BatchSizeRule(_RuleSplit):
+    name = "mutant-batch-size-rule"
+    description = "tiled decode with two splits for an even batch size, one for an odd one"
+
+    def key(self, q, lengths) -> int:
+        return q.shape[0]
+
+
+class TotalTokensRule(_RuleSplit):
+    name = "mutant-total-tokens-rule"
+    description = "tiled decode whose split count follows the parity of the batch's total tokens"
+
+    def key(self, q, lengths) -> int:
+        return int(lengths.sum())
+
+
+class LongestRule(_RuleSplit):
+    name = "mutant-longest-rule"
+    description = "tiled decode whose split count follows the parity of the batch's longest sequence"
+
+    def key(self, q, lengths) -> int:
+        return int(lengths.max()) if lengths.numel() else 0
+
+
 class GraphBreaks(TiledBackend):
     name = "mutant-graph-breaks"
     description = "tiled decode that reads a tensor value in Python (a graph break under fullgraph)"
@@ -98,3 +140,5 @@ class GraphBreaks(TiledBackend):
 
 SERVER_MUTANTS = {"same_buffers": PointerCache, "outputs_written": UnwrittenHead, "inputs_untouched": RotatesCache,
                   "deterministic": RandomOrder, "batch_invariant": BatchDependentSplit, "compiles": GraphBreaks}
+# split-count rules a batch-invariant kernel must not have: each must fail batch_invariant
+BATCH_RULE_MUTANTS = {"batch size": BatchSizeRule, "total tokens": TotalTokensRule, "longest sequence": LongestRule}

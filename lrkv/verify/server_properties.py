@@ -38,6 +38,7 @@ case's record (`record["properties"]`). Properties run on a subset of each level
 from __future__ import annotations
 
 import contextlib
+import random
 from dataclasses import fields, replace
 
 import torch
@@ -46,8 +47,9 @@ LEVELS = ("kernel", "kernel-paged", "kernel-extend")
 PROPERTIES = ("same_buffers", "outputs_written", "inputs_untouched", "deterministic", "batch_invariant", "compiles")
 ALWAYS_REQUIRED = ("same_buffers", "outputs_written", "inputs_untouched")
 DECLARED = {"deterministic": "deterministic", "batch_invariant": "batch_invariant", "compiles": "compile_safe"}
-EVERY = {"same_buffers": 12, "outputs_written": 12, "inputs_untouched": 12, "deterministic": 12,
-         "batch_invariant": 40, "compiles": 40}  # a property runs on every N-th case of a level (grid order)
+EVERY = {"same_buffers": 12, "outputs_written": 12, "inputs_untouched": 12,
+         "compiles": 40}  # a property runs on every N-th case of a level (grid order)
+ON_PROBES = ("deterministic", "batch_invariant")  # a split order's properties: on the probe cases (plan)
 ROWS_SHOWN = 6  # unwritten rows named in a reason
 SECOND_SEED = 7919  # the second draw's seed offset
 MAX_SLOTS = 4096  # batch × T_max of a case the properties run on: their second draw and extra calls stay cheap
@@ -74,22 +76,38 @@ def eligible(case) -> bool:
     return case.level in LEVELS and len(case.lengths) * case.t_max <= MAX_SLOTS
 
 
-def plan(cases) -> dict[str, int]:
-    """case id -> its index among the eligible cases of its level, in run order: the share of
-    properties each case runs (`selected`). The runner and the gate both count from this, so
-    the gate knows which property every record must carry."""
-    out: dict[str, int] = {}
+def plan(cases) -> dict[str, tuple[int, bool]]:
+    """case id -> (its index among the eligible cases of its level, in run order; whether it is
+    one of the level's PROBES): the share of properties each case runs (`selected`). The runner
+    and the gate both count from this, so the gate knows which property every record must carry.
+
+    The probes — the cases the bitwise properties of a split order (deterministic,
+    batch_invariant) run on — are the first eligible case of each batch size in float32 and in
+    half precision at the level (float64 only where the level has no other: a reordered float64
+    sum can round the same, and half of the grid is not float64)."""
+    out: dict[str, tuple[int, bool]] = {}
     seen: dict[str, int] = {}
-    for case in cases:
-        if eligible(case) and case.id not in out:
-            out[case.id] = seen[case.level] = seen.get(case.level, -1) + 1
+    eligible_cases = [c for c in cases if eligible(c)]
+    low = {c.level for c in eligible_cases if c.dtype != "float64"}
+    probes: set[tuple] = set()
+    for case in eligible_cases:
+        if case.id in out:
+            continue
+        i = seen[case.level] = seen.get(case.level, -1) + 1
+        kind = "float32" if case.dtype == "float32" else "float64" if case.dtype == "float64" else "half"
+        key = (case.level, len(case.lengths), kind)
+        probe = (kind != "float64" or case.level not in low) and key not in probes
+        probes.add(key)
+        out[case.id] = (i, probe)
     return out
 
 
-def selected(level_index: int, declared: dict, asked=frozenset()) -> list[str]:
-    """The properties the level's `level_index`-th eligible case runs (the rest record
-    nothing): `compiles` only where the backend declares `compile_safe` or the policy asks."""
-    return [p for p in PROPERTIES if level_index % EVERY[p] == 0
+def selected(share: tuple[int, bool], declared: dict, asked=frozenset()) -> list[str]:
+    """The properties a case with this share (`plan`) runs (the rest record nothing): the split
+    order's on the probes, the others on every EVERY-th eligible case of the level; `compiles`
+    only where the backend declares `compile_safe` or the policy asks."""
+    index, probe = share
+    return [p for p in PROPERTIES if (probe if p in ON_PROBES else index % EVERY[p] == 0)
             and (p != "compiles" or declared.get("compile_safe") is True or p in asked)]
 
 
@@ -227,24 +245,72 @@ def _rows(level: str, inp, outs: dict, b: int) -> dict:
     return {k: v[cu[b]:cu[b + 1]] for k, v in outs.items()}
 
 
-def _batch_variance(level: str, call, inp, base: dict) -> str:
-    """'' when each sequence's outputs do not depend on its batch position or neighbours."""
+def _modified(level: str, inp, lengths=None, drop_first_query: int | None = None):
+    """The whole batch with one neighbour changed: `lengths` new (a shorter sequence — its last
+    slot becomes garbage that holds data), or sequence `drop_first_query`'s first new token
+    dropped (kernel-extend: the remaining queries keep their positions)."""
+    out = _select(level, inp, list(range(int(inp.lengths.shape[0]))))
+    if lengths is not None:
+        return replace(out, lengths=torch.tensor(lengths, dtype=inp.lengths.dtype))
+    cu = inp.cu_seqlens_q.tolist()
+    keep = torch.ones(cu[-1], dtype=torch.bool)
+    keep[cu[drop_first_query]] = False
+    counts = [cu[i + 1] - cu[i] - (i == drop_first_query) for i in range(len(cu) - 1)]
+    new_cu = torch.tensor([0, *torch.tensor(counts).cumsum(0).tolist()], dtype=inp.cu_seqlens_q.dtype)
+    return replace(out, q=inp.q[keep], cu_seqlens_q=new_cu)
+
+
+def batch_variants(level: str, inp, seed: int) -> list[tuple[str, list[int], int | None, object]]:
+    """(what changed, the sequence at each position, the neighbour changed or None, the bundle):
+    the batches a server runs each sequence in, as vLLM's and FlashInfer's batch-invariance
+    tests build them — the batch cut to 1 (the longest alone) and to B − 1 (without the
+    longest: a new longest length), grown to B + 1 and B + 2 (an even and an odd size, copies
+    appended), every sequence at a random position, and one neighbour changed: the longest one
+    token shorter (the total and the longest length move by one; FA3's scheduler changed a
+    decode row when an unrelated prefill grew from 9 to 10 tokens), and at the extend level a
+    neighbour with one new token fewer. docs/harness.md says which split-count rules this meets."""
     B = int(inp.lengths.shape[0])
-    if B < 2:
-        return ""
-    order = list(range(B))[::-1]
-    moved = call(_select(level, inp.clone(), order))
-    for pos, b in enumerate(order):
-        a, c = _rows(level, inp, base, b), _rows(level, _select(level, inp, order), moved, pos)
-        for name in a:
-            if not same_bits(a[name], c[name]):
-                return f"sequence {b}'s {name} changes when the batch is reversed (position {b} -> {pos})"
-    longest = max(range(B), key=lambda i: int(inp.lengths[i]))
-    alone = call(_select(level, inp.clone(), [longest]))
-    a = _rows(level, inp, base, longest)
-    for name in a:
-        if not same_bits(a[name], _rows(level, _select(level, inp, [longest]), alone, 0)[name]):
-            return f"sequence {longest}'s {name} changes when it is decoded alone (batch {B} -> 1)"
+    lengths = inp.lengths.tolist()
+    rng = random.Random(seed)
+
+    def shuffled(idx: list[int]) -> list[int]:
+        rng.shuffle(idx)
+        return idx
+
+    longest = max(range(B), key=lambda i: lengths[i])
+    out = []
+    if B > 1:
+        out.append((f"it is decoded alone (batch {B} -> 1)", [longest], None))
+        out.append((f"the longest sequence ({longest}) leaves the batch ({B} -> {B - 1}, shuffled)",
+                    shuffled([i for i in range(B) if i != longest]), None))
+    for extra in (1, 2):
+        out.append((f"the batch grows from {B} to {B + extra} (copies appended, shuffled)",
+                    shuffled(list(range(B)) + [i % B for i in range(extra)]), None))
+    variants = [(why, idx, None, _select(level, inp, idx)) for why, idx, _ in out]
+    n_new = [int(x) for x in inp.cu_seqlens_q.diff().tolist()] if level == "kernel-extend" else [0] * B
+    if B > 1 and lengths[longest] > max(n_new[longest], 0) and lengths[longest] > 0:
+        shorter = list(lengths)
+        shorter[longest] -= 1
+        variants.append((f"sequence {longest}'s length changes from {lengths[longest]} to {shorter[longest]}",
+                         list(range(B)), longest, _modified(level, inp, lengths=shorter)))
+    if B > 1 and level == "kernel-extend" and any(n_new):
+        c = max(range(B), key=lambda i: n_new[i])
+        variants.append((f"sequence {c}'s new tokens change from {n_new[c]} to {n_new[c] - 1}", list(range(B)), c,
+                         _modified(level, inp, drop_first_query=c)))
+    return variants
+
+
+def _batch_variance(level: str, call, inp, base: dict, seed: int) -> str:
+    """'' when each sequence's outputs, bit for bit, do not depend on the batch it is in."""
+    for why, idx, changed, bundle in batch_variants(level, inp, seed):
+        outs = call(bundle.clone())
+        for pos, b in enumerate(idx):
+            if b == changed:
+                continue
+            a, c = _rows(level, inp, base, b), _rows(level, bundle, outs, pos)
+            for name in a:
+                if not same_bits(a[name], c[name]):
+                    return f"sequence {b}'s {name} changes when {why} (position {b} -> {pos})"
     return ""
 
 
@@ -285,7 +351,7 @@ def run_properties(backend, case, inputs, second, wanted: list[str]) -> dict:
         return ("fail", holes) if holes else ("ok", "")
 
     def batch_invariant():
-        why = _batch_variance(case.level, call, inputs, reference)
+        why = _batch_variance(case.level, call, inputs, reference, case.seed)
         return ("fail", why) if why else ("ok", "")
 
     def compiles():

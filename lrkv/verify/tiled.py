@@ -23,7 +23,7 @@ import torch
 from ..reference.contract import validate_decode_inputs
 from ..reference.fp8 import round_query, round_weights
 from ..reference.fp8_cache import dequantize_cache
-from ..reference.lrkv import accumulation_dtype, exact_freqs, factored_logits, layer_step
+from ..reference.lrkv import accumulation_dtype, exact_freqs, factored_logits, from_latent, layer_step
 from ..reference.masking import NEG_INF, valid_mask, zero_garbage
 from .protocol import BaseBackend
 
@@ -127,7 +127,7 @@ class TiledDecoder:
         w = torch.where(split_lse > NEG_INF, torch.exp(split_lse - lse), 0.0) / torch.where(l > 0, l, 1.0)
         acc_s = torch.einsum("sbh,sbhd->bhd", w, torch.stack([s.acc_shared for s in states]))
         acc_r = torch.einsum("sbh,sbhr->bhr", w, torch.stack([s.acc_private for s in states]))
-        out = acc_s + torch.einsum("bhr,hdr->bhd", acc_r, basis_v)  # Eq. 7: (a R_V) B_V^T
+        out = acc_s + from_latent(acc_r, basis_v)  # Eq. 7: (a R_V) B_V^T
         return out, lse
 
 

@@ -16,8 +16,8 @@ from lrkv.verify.backend_registry import get_backend
 from lrkv.verify.case import Case
 from lrkv.verify.runner import backend_info, run
 from lrkv.verify.selection import Selection
-from lrkv.verify.server_mutants import SERVER_MUTANTS
-from lrkv.verify.server_properties import (ALWAYS_REQUIRED, PROPERTIES, declarations, failures, required,
+from lrkv.verify.server_mutants import BATCH_RULE_MUTANTS, SERVER_MUTANTS
+from lrkv.verify.server_properties import (ALWAYS_REQUIRED, PROPERTIES, declarations, failures, plan, required,
                                             second_draws, selected)
 from lrkv.verify.tolerance import load_policy
 from lrkv.verify.tolerance_report import build_report, validate_report
@@ -61,6 +61,26 @@ def test_each_server_bug_is_rejected_by_verify_and_the_gate(prop, tmp_path, caps
     assert gate.exit_code(entries, rep) == 1
 
 
+@pytest.mark.parametrize("rule", list(BATCH_RULE_MUTANTS))
+def test_each_split_count_rule_is_rejected_when_declared_batch_invariant(rule):
+    """Each rule gives one split count on the batch reversed and on its longest sequence alone
+    (the two variants checked before); the variants that change the batch size, the total
+    tokens and the longest length each reject one."""
+    rep = _report([F32], [(rule, BATCH_RULE_MUTANTS[rule]())])
+    (rec,) = rep["records"]
+    entry = rec["properties"]["batch_invariant"]
+    assert rec["status"] == "pass" and entry["required"] and entry["status"] == "fail", entry
+    assert gate.exit_code(gate.classify(rep, {"entries": {}, "policy": None}), rep) == 1
+
+
+def test_the_split_order_properties_run_on_a_probe_per_batch_size_in_low_precision():
+    cases = [F64, F32, F32.replace(seed=9), F32.replace(dtype="bfloat16"), F32.replace(lengths=(9, 40), seed=4)]
+    shares = plan(cases)
+    probes = [c.dtype + str(len(c.lengths)) for c in cases if shares[c.id][1]]
+    assert probes == ["float323", "bfloat163", "float322"]  # float64 only where a level has nothing else
+    assert plan([F64])[F64.id] == (0, True)
+
+
 def test_an_unwritten_head_is_rejected_whatever_the_plain_call_returned():
     """The plain call's head 0 holds whatever memory held — the answer, sometimes; the property
     runs with torch.empty poisoned, so it names the rows either way."""
@@ -81,7 +101,10 @@ def test_correct_backends_hold_every_property(name):
     rep = _report([case], [(name, b)])
     (props,) = [r["properties"] for r in rep["records"] if r.get("properties")]
     assert set(props) == set(PROPERTIES) - {"compiles"}, props
-    assert all(e["status"] == "pass" for e in props.values()), props
+    # batch invariance is a claim: the page-by-page example sweeps as many pages as the batch's
+    # longest sequence, so a shorter one rounds differently in another batch (recorded, not required)
+    held = [n for n in props if n != "batch_invariant" or declarations(b)["batch_invariant"] or name == "tiled"]
+    assert all(props[n]["status"] == "pass" for n in held), props
 
 
 def test_triton_batch_invariant_mode_is_declared_and_verified(kernel_interpreter):
@@ -112,9 +135,9 @@ def test_required_follows_the_declarations():
     assert [p for p in PROPERTIES if required(p, declarations(tiled))] == list(ALWAYS_REQUIRED)
     assert required("deterministic", declarations(SERVER_MUTANTS["deterministic"]()))
     assert required("batch_invariant", declarations(SERVER_MUTANTS["batch_invariant"]()))
-    assert "compiles" not in selected(0, declarations(tiled))
-    assert "compiles" in selected(0, declarations(SERVER_MUTANTS["compiles"]()))
-    assert "compiles" in selected(0, declarations(tiled), frozenset({"compiles"}))  # the policy asks
+    assert "compiles" not in selected((0, True), declarations(tiled))
+    assert "compiles" in selected((0, True), declarations(SERVER_MUTANTS["compiles"]()))
+    assert "compiles" in selected((0, True), declarations(tiled), frozenset({"compiles"}))  # the policy asks
     assert required("deterministic", declarations(tiled), frozenset({"deterministic"}))
     rotated, reseeded = second_draws(F32)
     assert rotated.lengths == (40, 23, 9) and reseeded.lengths == F32.lengths
