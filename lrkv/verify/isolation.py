@@ -183,8 +183,8 @@ def _op(backend, op: str, args: tuple):
     if op == "properties":  # the server properties that are facts of this process (server_properties.py)
         from .server_properties import run_properties
 
-        case_dict, inputs, second, wanted = args
-        return run_properties(backend, Case.from_dict(case_dict), inputs, second, wanted)
+        case_dict, inputs, second, wanted, every_variant = args
+        return run_properties(backend, Case.from_dict(case_dict), inputs, second, wanted, every_variant)
     if op == "invoke":  # a property's direct call: backend.<name>(*args, **kwargs)
         name, a, kw = args
         return getattr(backend, name)(*a, **kw)

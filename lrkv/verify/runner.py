@@ -343,7 +343,8 @@ def check_properties(prep: Prepared, backend, label: str, tol: Tolerance, calls:
             result["same_buffers"] = {"status": "skip", "required": False,
                                       "reason": "no second draw of this case has the same shapes"}
     try:
-        raw = calls.call(label, backend, "properties", (case.to_dict(), prep.inputs, second, wanted),
+        raw = calls.call(label, backend, "properties",
+                         (case.to_dict(), prep.inputs, second, wanted, must("batch_invariant")),
                          tol.case_timeout * (len(wanted) + 3))
     except (Exception, SystemExit, Timeout, WorkerDied) as e:  # noqa: BLE001 — recorded per property
         why = f"{'crashed' if isinstance(e, WorkerDied) else type(e).__name__}: {e}"[:REASON_CHARS]
