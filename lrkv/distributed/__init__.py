@@ -11,12 +11,12 @@
 
 from .check import TPVerdict, bytes_check, judge_job, oracle, verify_tp
 from .partition import RankPlan, plan_all, plan_rank, rank_cache_elements, split_sizes
-from .runner import TPJob, run_jobs
+from .runner import TimedOut, TPJob, run_jobs
 from .steps import Comm, FunctionTP, TPLayer, as_tp_layer, tp_layer_for
 from .tp_mutants import MUTANTS
 
 __all__ = [
-    "MUTANTS", "Comm", "FunctionTP", "RankPlan", "TPJob", "TPLayer", "TPVerdict", "as_tp_layer", "bytes_check",
-    "judge_job", "oracle", "plan_all", "plan_rank", "rank_cache_elements", "run_jobs", "split_sizes",
-    "tp_layer_for", "verify_tp",
+    "MUTANTS", "Comm", "FunctionTP", "RankPlan", "TPJob", "TPLayer", "TPVerdict", "TimedOut", "as_tp_layer",
+    "bytes_check", "judge_job", "oracle", "plan_all", "plan_rank", "rank_cache_elements", "run_jobs",
+    "split_sizes", "tp_layer_for", "verify_tp",
 ]

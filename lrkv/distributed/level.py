@@ -19,10 +19,13 @@ ordinary record output the gate re-judges from its evidence:
                                   oracle 0, atol 0: one element off fails
 
 Spawning ranks costs seconds, so `prefetch` runs every (backend, case) of a run in one spawn
-per P before the runner asks for them. Under `--tp` every backend is wrapped (`TPBackend`)
-with role 'verified': what its records verify is the backend's tensor-parallel decode —
-sharding, replication and the all-reduce — against the single-process oracle, which none of
-them is, not even the float64 reference run sharded.
+per P before the runner asks for them, each case within its backend's case_timeout (the
+policy's) once the ranks have started. A case past it is the runner's "timeout" ERROR — the
+backend is then not run again, as anywhere in the harness — and no rank is left running.
+Under `--tp` every backend is wrapped (`TPBackend`) with role 'verified': what its records
+verify is the backend's tensor-parallel decode — sharding, replication and the all-reduce —
+against the single-process oracle, which none of them is, not even the float64 reference
+run sharded.
 """
 
 from __future__ import annotations
@@ -33,14 +36,15 @@ from ..spec import AttentionSpec, per_device_cache_elements
 from ..verify.case import Case
 from ..verify.levels import Level, named_axes
 from ..verify.levels.model import incremental_y, make_model_inputs, model_conditioning
+from ..verify.isolation import Timeout
 from ..verify.runner import not_applicable
+from ..verify.tolerance import Policy
 from .partition import plan_rank, rank_cache_elements
-from .runner import TPJob, run_jobs
+from .runner import TimedOut, TPJob, run_jobs
 
-TP_TIMEOUT_S = 100.0  # one spawn; below the policy's default case_timeout (120 s)
 TP_PG_TIMEOUT_S = 30.0
 
-_RESULTS: dict[tuple[int, str], list[dict] | str] = {}  # (id(backend), case id) -> run_jobs outcome
+_RESULTS: dict[tuple[int, str], tuple[object, list[dict] | str]] = {}  # (id(b), case id) -> (b, outcome)
 
 
 def _job(backend, case: Case) -> TPJob:
@@ -54,8 +58,11 @@ def model_inputs(case: Case):
 
 
 # ----------------------------------------------------------------------------- running
-def prefetch(cases: list[Case], backends: list[tuple[str, object]]) -> None:
-    """Run every (backend, tp case) pair, one spawn per P, and keep the outcomes for `call`."""
+def prefetch(cases: list[Case], backends: list[tuple[str, object]], policy: Policy | None = None) -> None:
+    """Run every (backend, tp case) pair, one spawn per P, each within the policy's case_timeout
+    for its backend and dtype, and keep the outcomes for `call`."""
+    policy = policy or Policy({}, {}, {})
+    _RESULTS.clear()  # an earlier run's leftovers: cases the runner did not ask for (their backend hung)
     by_tp: dict[int, list[tuple[object, Case]]] = {}
     for case in cases:
         if case.level == "tp":
@@ -63,10 +70,10 @@ def prefetch(cases: list[Case], backends: list[tuple[str, object]]) -> None:
                 if _applies(b, case):
                     by_tp.setdefault(case.tp, []).append((b, case))
     for tp, pairs in by_tp.items():
-        outcomes = run_jobs([_job(b, c) for b, c in pairs], tp, timeout_s=TP_TIMEOUT_S * len(pairs),
-                            pg_timeout_s=TP_PG_TIMEOUT_S)
+        limits = [policy.resolve(b.name, c.dtype).case_timeout for b, c in pairs]
+        outcomes = run_jobs([_job(b, c) for b, c in pairs], tp, timeout_s=limits, pg_timeout_s=TP_PG_TIMEOUT_S)
         for (b, c), out in zip(pairs, outcomes):
-            _RESULTS[(id(b), c.id)] = out
+            _RESULTS[(id(b), c.id)] = (b, out)  # b held: its id names no other backend meanwhile
 
 
 def _applies(backend, case: Case) -> bool:
@@ -78,9 +85,11 @@ def _applies(backend, case: Case) -> bool:
 
 
 def _outcome(backend, case: Case) -> list[dict]:
-    out = _RESULTS.pop((id(backend), case.id), None)
-    if out is None:
-        out = run_jobs([_job(backend, case)], case.tp, timeout_s=TP_TIMEOUT_S, pg_timeout_s=TP_PG_TIMEOUT_S)[0]
+    _, out = _RESULTS.pop((id(backend), case.id), (None, None))
+    if out is None:  # not prefetched (Python API): the runner's case_timeout bounds the call, run_jobs' the ranks
+        out = run_jobs([_job(backend, case)], case.tp, pg_timeout_s=TP_PG_TIMEOUT_S)[0]
+    if isinstance(out, TimedOut):  # a hang, as the runner records any: "timeout: …", the backend not run again
+        raise Timeout(out)
     if isinstance(out, str):
         raise RuntimeError(f"tensor-parallel run on {case.tp} ranks failed: {out}")
     return out

@@ -9,16 +9,24 @@ y [B, T, d] (replicated by the all-reduce), the bytes its cache tensors actually
 (numel·element_size of each) and how many all-reduces it issued.
 
 Spawning costs seconds, so one spawn runs a list of jobs. Nothing hangs: the process group
-has a bounded timeout, the parent a deadline; a rank that raises, dies or hangs ends that
-spawn, its job becomes an error outcome naming the rank, and the jobs after it run in a
-fresh spawn.
+has a bounded timeout, and the parent gives each job its own time limit (the policy's
+case_timeout, in the harness), counted from the end of the job before it — the first from
+the moment every rank has joined the process group, a start-up bounded by START_S. A rank
+that raises or dies ends that spawn, its job becomes an error outcome naming the rank, and
+the jobs after it run in a fresh spawn; a job past its limit is a `TimedOut` outcome, and
+the later jobs of the same backend are not run (each would wait as long again).
+
+Nothing outlives a spawn: the ranks are stopped in a `finally` (deadline, error, Ctrl-C),
+and each rank dies with the harness even when that is killed outright (`_die_with_harness`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import socket
+import sys
 import tempfile
 import time
 import traceback
@@ -35,10 +43,16 @@ from .partition import plan_rank
 
 DTYPES = ("float64", "float32", "bfloat16", "float16")
 DEVICES = ("cpu", "cuda")
-DEFAULT_TIMEOUT_S = 300.0  # whole spawn, including every rank's start-up (imports take seconds)
+DEFAULT_TIMEOUT_S = 120.0  # one job (the policy's default case_timeout; the tp level passes the policy's own)
+START_S = 60.0  # the ranks' start-up: fork, unpickle the jobs, join the process group
 DEFAULT_PG_TIMEOUT_S = 60.0  # one collective: a rank waiting longer for a peer gives up
 START_METHOD = "forkserver" if os.name == "posix" else "spawn"  # see _preload
-GRACE_S = 2.0  # after one rank fails, how long the others get to exit before SIGTERM
+GRACE_S = 2.0  # how long ranks get to exit after one fails, or after SIGTERM before SIGKILL
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+class TimedOut(str):
+    """An error outcome of a job that outlived its time limit (the ranks were killed)."""
 
 
 @dataclass(frozen=True)
@@ -172,9 +186,31 @@ def _atomic_save(obj, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def _die_with_harness() -> None:
+    """Make this rank die with the harness, even with one killed by SIGKILL.
+
+    The rank is a child of the forkserver, not of the harness: the kernel sends it SIGKILL when
+    the forkserver exits (PR_SET_PDEATHSIG; torch arms SIGINT, which a rank stuck in C never
+    acts on), and the forkserver exits once every write end of its lifeline pipe is closed. The
+    harness holds one until it dies, but each forked child inherits one too: the rank closes
+    its copy, or it would keep the forkserver, and so itself, alive for ever."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if START_METHOD == "forkserver":  # after the prctl: the server cannot exit while we hold the lifeline
+        from multiprocessing import forkserver
+
+        server = forkserver._forkserver  # noqa: SLF001 — no public handle on the inherited lifeline
+        if getattr(server, "_forkserver_alive_fd", None) is not None:
+            os.close(server._forkserver_alive_fd)
+            server._forkserver_alive_fd = None  # a forkserver this rank needs is then one of its own
+
+
 def _rank_main(rank: int, tp: int, port: int, jobs: list[TPJob], out_dir: str, pg_timeout_s: float,
                device: str) -> None:
     """Entry point of one spawned rank (must be importable: spawn pickles it by name)."""
+    _die_with_harness()
     import torch.distributed as dist
 
     from .steps import Comm
@@ -185,6 +221,7 @@ def _rank_main(rank: int, tp: int, port: int, jobs: list[TPJob], out_dir: str, p
         torch.cuda.set_device(rank)
     dist.init_process_group("nccl" if device == "cuda" else "gloo", init_method=f"tcp://127.0.0.1:{port}",
                             rank=rank, world_size=tp, timeout=timedelta(seconds=pg_timeout_s))
+    (out / f"ready-{rank}").touch()  # the first job's clock starts when every rank is here
     try:
         comm = Comm()
         for j, job in enumerate(jobs):
@@ -216,57 +253,107 @@ def _preload() -> None:
         multiprocessing.get_context("forkserver").set_forkserver_preload([__name__])
 
 
-def _spawn(jobs: list[TPJob], tp: int, timeout_s: float, pg_timeout_s: float, device: str):
-    """Run jobs in one spawn. Returns ({job index: [per-rank results]}, (index, error) or None)."""
+def _spawn(jobs: list[TPJob], tp: int, limits: list[float], start_s: float, pg_timeout_s: float, device: str):
+    """Run jobs in one spawn. Returns ({job index: [per-rank results]}, failure): failure is None
+    when every job has its results, else (index of the first job without, why, kind), kind one
+    of 'failed' (a rank raised or died), 'hung' (past its limit), 'start' (the ranks never started)."""
     import torch.multiprocessing as mp
 
     _preload()
     with tempfile.TemporaryDirectory(prefix="lrkv-tp-") as tmp:
+        out = Path(tmp)
         ctx = mp.start_processes(_rank_main, args=(tp, free_port(), jobs, tmp, pg_timeout_s, device), nprocs=tp,
                                  join=False, start_method=START_METHOD)
-        deadline, failure = time.monotonic() + timeout_s, None
-        while True:
-            try:
-                if ctx.join(timeout=0.2, grace_period=GRACE_S):
-                    break
-            except Exception as e:  # noqa: BLE001 — a rank raised or died
-                failure = f"rank {getattr(e, 'error_index', '?')} failed: {str(e).strip().splitlines()[-1][:300]}"
-                break
-            if time.monotonic() > deadline:
-                for p in ctx.processes:
-                    if p.is_alive():
-                        p.kill()
-                for p in ctx.processes:
-                    p.join()
-                failure = f"timed out after {timeout_s:g} s (a rank hung)"
-                break
-        return _collect(Path(tmp), len(jobs), tp, failure)
+        try:
+            kind, detail = _watch(ctx, out, tp, [start_s, *limits])
+        finally:
+            _stop(ctx.processes)  # past a deadline, after a failure, on Ctrl-C: no rank outlives its spawn
+        done, j, missing, errs = _collect(out, len(jobs), tp)
+        if j is None:
+            return done, None  # every result is in (a rank that would not exit afterwards was killed)
+        if kind == "start":
+            late = [r for r in range(tp) if not (out / f"ready-{r}").exists()]
+            why = f"the ranks did not start within {start_s:g} s (ranks {late} never joined); not run"
+        elif kind == "hung":
+            why = (f"no result within the per-case time limit of {limits[j]:g} s (policy case_timeout) from "
+                   f"ranks {missing}; the ranks were killed")
+        else:
+            why = f"ranks {missing} returned no result: {'; '.join(errs) or detail or 'no result'}"
+        return done, (j, why, kind or "failed")
 
 
-def _collect(tmp: Path, n_jobs: int, tp: int, failure: str | None):
+def _watch(ctx, out: Path, tp: int, limits: list[float]) -> tuple[str | None, str]:
+    """Wait for the ranks stage by stage — start-up, then each job — each stage on its own clock
+    (a stage ends when every rank has written its file). Returns (None, '') once the ranks have
+    exited or, every job done, have had START_S to; ('failed', why) when a rank raised or died;
+    ('start' or 'hung', '') when a stage outlived its limit."""
+    stage, since = 0, time.monotonic()
+    marker = lambda k, r: out / (f"ready-{r}" if k == 0 else f"{k - 1}-{r}.pt")  # noqa: E731
+    while True:
+        try:
+            if ctx.join(timeout=0.2, grace_period=GRACE_S):
+                return None, ""
+        except Exception as e:  # noqa: BLE001 — a rank raised or died
+            return "failed", f"rank {getattr(e, 'error_index', '?')} failed: {str(e).strip().splitlines()[-1][:300]}"
+        while stage < len(limits) and all(marker(stage, r).exists() for r in range(tp)):
+            stage, since = stage + 1, time.monotonic()
+        limit = limits[stage] if stage < len(limits) else START_S  # the last: time to exit
+        if time.monotonic() - since > limit:
+            return ("start" if stage == 0 else "hung" if stage < len(limits) else None), ""
+
+
+def _stop(procs) -> None:
+    """SIGTERM each rank still running, SIGKILL those left after GRACE_S, and reap them all."""
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    end = time.monotonic() + GRACE_S
+    for p in procs:
+        p.join(max(0.0, end - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join()
+
+
+def _collect(tmp: Path, n_jobs: int, tp: int):
+    """(results of the jobs done, the first job without all its results or None, its ranks
+    without one, the errors its ranks wrote)."""
     done = {}
     for j in range(n_jobs):
         paths = [tmp / f"{j}-{r}.pt" for r in range(tp)]
-        if all(p.exists() for p in paths):
-            done[j] = [torch.load(p, weights_only=False) for p in paths]
-            continue
-        errs = [f"rank {r}: {(tmp / f'{j}-{r}.err').read_text().strip().splitlines()[-1]}"
-                for r in range(tp) if (tmp / f"{j}-{r}.err").exists()]
-        missing = [r for r, p in enumerate(paths) if not p.exists()]
-        why = "; ".join(errs) or failure or "no result"
-        return done, (j, f"ranks {missing} returned no result: {why}")
-    return done, None
+        if not all(p.exists() for p in paths):
+            missing = [r for r, p in enumerate(paths) if not p.exists()]
+            errs = [f"rank {r}: {(tmp / f'{j}-{r}.err').read_text().strip().splitlines()[-1]}"
+                    for r in range(tp) if (tmp / f"{j}-{r}.err").exists()]
+            return done, j, missing, errs
+        done[j] = [torch.load(p, weights_only=False) for p in paths]
+    return done, None, [], []
 
 
-def run_jobs(jobs: list[TPJob], tp: int, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-             pg_timeout_s: float = DEFAULT_PG_TIMEOUT_S, device: str = "cpu") -> list[list[dict] | str]:
-    """Per job: the P rank results, or an error message (str). Jobs after a failed one run in a
-    fresh spawn, so one broken step does not lose the others."""
+def _owner(job: TPJob):
+    """Whose code a job runs: one job of it that hangs condemns its later ones."""
+    b = job.backend
+    return ("backend", b if isinstance(b, str) else id(b)) if b is not None else (job.mutant, job.step)
+
+
+def run_jobs(jobs: list[TPJob], tp: int, *, timeout_s: float | list[float] = DEFAULT_TIMEOUT_S,
+             start_s: float = START_S, pg_timeout_s: float = DEFAULT_PG_TIMEOUT_S,
+             device: str = "cpu") -> list[list[dict] | str]:
+    """Per job: the P rank results, or an error message (str; a `TimedOut` for a job that ran
+    past its limit). timeout_s: each job's time limit (one for all, or one per job), counted
+    once every rank has started (start_s) or the job before has its results. Jobs after a
+    failed one run in a fresh spawn, so one broken step does not lose the others; after a
+    hang, the same backend's later jobs are errors without running."""
     tp = check_int("tp", tp, minimum=1)
-    check_float("timeout_s", timeout_s, minimum=0, exclusive_minimum=True)
+    jobs = list(jobs)
+    limits = list(timeout_s) if isinstance(timeout_s, (list, tuple)) else [timeout_s] * len(jobs)
+    if len(limits) != len(jobs):
+        raise ValueError(f"timeout_s: {len(limits)} limits for {len(jobs)} jobs")
+    for t in limits:
+        check_float("timeout_s", t, minimum=0, exclusive_minimum=True)
+    check_float("start_s", start_s, minimum=0, exclusive_minimum=True)
     check_float("pg_timeout_s", pg_timeout_s, minimum=0, exclusive_minimum=True)
     check_choice("device", device, DEVICES)
-    jobs = list(jobs)
     for job in jobs:
         if not isinstance(job, TPJob):
             raise TypeError(f"jobs must be TPJob, got {type(job).__name__}")
@@ -274,12 +361,22 @@ def run_jobs(jobs: list[TPJob], tp: int, *, timeout_s: float = DEFAULT_TIMEOUT_S
     outcomes: list = [None] * len(jobs)
     pending = list(range(len(jobs)))
     while pending:
-        done, failure = _spawn([jobs[i] for i in pending], tp, timeout_s, pg_timeout_s, device)
+        done, failure = _spawn([jobs[i] for i in pending], tp, [limits[i] for i in pending], start_s,
+                               pg_timeout_s, device)
         for j, res in done.items():
             outcomes[pending[j]] = res
         if failure is None:
             break
-        j, why = failure
-        outcomes[pending[j]] = why
-        pending = pending[j + 1:]
+        j, why, kind = failure
+        if kind == "start":  # a fresh spawn would wait as long again
+            for i in pending[j:]:
+                outcomes[i] = why
+            break
+        hung = pending[j]
+        outcomes[hung] = TimedOut(why) if kind == "hung" else why
+        if kind == "hung":  # its next job would most likely hang as long: not run
+            for i in pending[j + 1:]:
+                if _owner(jobs[i]) == _owner(jobs[hung]):
+                    outcomes[i] = f"an earlier tp case of this backend hung ({jobs[hung].label}); not run"
+        pending = [i for i in pending[j + 1:] if outcomes[i] is None]
     return outcomes

@@ -188,7 +188,7 @@ def _verify(args, console, state: dict) -> int:
     if tp:
         _say(console, f"lrkv verify: decoding on tensor-parallel ranks ({len(cases)} cases x {len(backends)} "
                       "backends, one spawn per P)")
-        tp_level.prefetch(cases, backends)
+        tp_level.prefetch(cases, backends, policy)  # each case within its backend's case_timeout
     from .isolation import NotIsolated
     try:
         _run_with_progress(cases, backends, policy, console, not args.no_progress, records, not args.no_twins,
