@@ -238,11 +238,13 @@ def _paged_case(row: dict) -> Case:
 
 
 def _fp8_of(row: dict) -> dict:
-    """The row's cache: at τ ("none"), or an fp8 format with a scale granularity."""
+    """The row's cache: at τ ("none"), or an fp8 format with a scale granularity (with outliers
+    at per_tensor and per_token)."""
     if row["cache"] == "none":
         return {}
     fmt, granularity = row["cache"].split("/")
-    return {"cache_format": fmt, "scale_granularity": granularity}
+    # outlier tokens and channels beside the two granularities a calibration reads them with
+    return {"cache_format": fmt, "scale_granularity": granularity, "outliers": granularity in ("per_tensor", "per_token")}
 
 
 def _paged_cases() -> list[Case]:
