@@ -15,9 +15,9 @@ n_b of 0, 1, 2–8 and a 66-token chunk in one ragged batch; lengths at tile (16
 page boundaries; every RoPE mode the kernels see and QK-RMSNorm.
 
 FP8 caches: both formats with every scale granularity at the kernel level (`_fp8_cases`), and
-at the paged and extend levels as a dimension of their all-pairs arrays (`FP8_DIMENSIONS`:
-each pair meets every dtype, page size, shared pages and garbage); each format and granularity
-at the layer level (a layer step appending an outlier token); outliers, NaN-pattern and
+at the paged and extend levels as two dimensions of their all-pairs arrays (`FP8_DIMENSIONS`:
+every format meets every granularity, and each meets every dtype, page size, shared pages and
+garbage); each format and granularity at the layer level (a layer step appending an outlier token); outliers, NaN-pattern and
 finite garbage; and three kernel-level cases with FA3-style fp8 compute (q and/or the softmax
 weights rounded to e4m3, `Case.fp8_compute`).
 
@@ -41,6 +41,7 @@ import functools
 
 from ..spec import PAPER_SCALES, AttentionSpec
 from .case import Case
+from .pairs import all_pairs
 
 ALL = ("float64", "float32", "bfloat16", "float16")
 PAPER_KERNEL_D_MODEL = 256  # kernel cases only need the cache entries; d only changes how they are drawn
@@ -141,7 +142,7 @@ def _model_cases() -> list[Case]:
 
 
 # ----------------------------------------------------------------------------- pairwise
-# Paged decode and extend cases come from an all-pairs covering array (allpairspy) over the
+# Paged decode and extend cases come from an all-pairs covering array (pairs.py) over the
 # levels' features, under the contract's constraints (a Case that cannot exist is never
 # drawn): every pair of values — page size 7 with rope='none', a shared prefix with float16,
 # NaN pages with an in-order pool — meets in at least one case, so a kernel that declines one
@@ -156,10 +157,11 @@ PAGED_MODES = {"none": {}, "exact": {"rope": "exact"}, "aligned": {"rope": "alig
 PAGED_SHAPES = ((4, 32, 6), (5, 128, 7), (1, 16, 1), (2, 256, 16), (18, 64, 55))
 FP8_FORMATS = ("float8_e4m3fn", "float8_e5m2")
 FP8_SCALES = ("per_tensor", "per_head", "per_token", "per_token_head")
-# the cache as a dimension of the array — at τ, or each fp8 format with each granularity — so
-# that every pair meets every dtype (e4m3 with float32 queries), page size (per-token scales on pages > 1)
-# and garbage (NaN and finite scales in unused pages); "none" is the cache at τ
-FP8_DIMENSIONS = {"cache": ("none", *(f"{f}/{g}" for f in FP8_FORMATS for g in FP8_SCALES))}
+# the cache as two dimensions of the array — its format (at τ: "none") and its scales' granularity —
+# so that every format meets every granularity, dtype (e4m3 with float32 queries), page size
+# (per-token scales on pages > 1) and garbage (NaN and finite scales in unused pages); a cache at
+# τ has no scales and takes the first granularity only (`_fp8_of`)
+FP8_DIMENSIONS = {"cache": ("none", *FP8_FORMATS), "scales": FP8_SCALES}
 PAGE_SIZES = (1, 5, 7, 16)  # one slot; primes not dividing T_max (no shift-and-mask); a whole tile
 PAGED_T = 48
 
@@ -177,39 +179,20 @@ def _spec_of(shape: tuple[int, int, int], mode: str) -> AttentionSpec:
 
 @functools.cache
 def _pairwise_rows(params: tuple[tuple[str, tuple], ...], make) -> tuple[Case, ...]:
-    """The all-pairs array (computed once per process: allpairspy takes seconds with constraints)."""
-    return tuple(_all_pairs(dict(params), make))
+    """The all-pairs array's cases (computed once per process)."""
+    def valid(row: dict) -> bool:
+        try:
+            make(row)
+        except ValueError:
+            return False
+        return True
+
+    return tuple(make(row) for row in all_pairs(dict(params), valid))
 
 
 def _pairwise(params: dict[str, tuple], make) -> list[Case]:
     """One case per row of an all-pairs array over params; make(row) -> Case (ValueError: not a case)."""
     return list(_pairwise_rows(tuple(params.items()), make))
-
-
-def _all_pairs(params: dict[str, tuple], make) -> list[Case]:
-    from allpairspy import AllPairs
-
-    names = list(params)
-
-    @functools.cache  # the search asks about the same full row many times
-    def valid_row(row: tuple) -> bool:
-        try:
-            make(dict(zip(names, row)))
-        except ValueError:
-            return False
-        return True
-
-    def valid(row) -> bool:
-        if len(row) < len(names):  # a partial row: refuse early what no completion can make valid
-            return not _fp8_at_float64(dict(zip(names, row)))
-        return valid_row(tuple(row))
-
-    return [make(dict(zip(names, row))) for row in AllPairs([list(params[n]) for n in names], filter_func=valid)]
-
-
-def _fp8_at_float64(partial: dict) -> bool:
-    """An fp8 cache with float64 queries (τ is float32 or half for an fp8 cache): never a case."""
-    return partial.get("dtype") == "float64" and partial.get("cache", "none") != "none"
 
 
 def _paged_lengths(kind: str, page: int) -> tuple[int, ...]:
@@ -240,9 +223,11 @@ def _paged_case(row: dict) -> Case:
 def _fp8_of(row: dict) -> dict:
     """The row's cache: at τ ("none"), or an fp8 format with a scale granularity (with outliers
     at per_tensor and per_token)."""
-    if row["cache"] == "none":
+    fmt, granularity = row["cache"], row["scales"]
+    if fmt == "none":
+        if granularity != FP8_SCALES[0]:  # one row per τ-cache pair, not four alike
+            raise ValueError("a cache at τ has no scales")
         return {}
-    fmt, granularity = row["cache"].split("/")
     # outlier tokens and channels beside the two granularities a calibration reads them with
     return {"cache_format": fmt, "scale_granularity": granularity, "outliers": granularity in ("per_tensor", "per_token")}
 
