@@ -114,16 +114,16 @@ def test_a_dependency_that_does_not_import_stops_the_run_in_one_line(tmp_path):
     # without them must say which at once, not fail later inside a step
     shadow = tmp_path / "shadow"
     shadow.mkdir()
-    (shadow / "allpairspy.py").write_text("raise ImportError('not on this machine')\n")
+    (shadow / "jsonschema.py").write_text("raise ImportError('not on this machine')\n")
     out = tmp_path / "out"
     env = {**os.environ, "OUT": str(out), "PYTHONPATH": str(shadow), "GPU_CHECK_SITE": str(tmp_path / "site")}
     env.pop("TRITON_INTERPRET", None)
     proc = subprocess.run(["bash", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "gpu-check: cannot import allpairspy" in proc.stdout
+    assert "gpu-check: cannot import jsonschema" in proc.stdout
     doc = json.loads((out / "summary.json").read_text())
     steps = {s["step"]: s for s in doc["steps"]}
-    assert steps["deps"]["status"] == "fail" and "allpairspy" in steps["deps"]["note"]
+    assert steps["deps"]["status"] == "fail" and "jsonschema" in steps["deps"]["note"]
     assert all(s["status"] == "skip" for n, s in steps.items() if n not in ("env", "deps", "cuda")), steps
 
 

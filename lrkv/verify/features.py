@@ -99,6 +99,11 @@ def _capabilities() -> list[Feature]:
     for g in GRANULARITIES:
         feats.append(Feature(f"scales={g}", FP8, lambda c, g=g: c.scale_granularity == g,
                              f"fp8 scales {g} (read from the right axis, for the right part)", dim="cache"))
+    for fmt in CACHE_FORMATS:  # each format with each granularity, at every kernel level (not the layer's 4 cases)
+        for g in GRANULARITIES:
+            feats.append(Feature(f"cache={fmt}.{g}", ALL_KERNEL,
+                                 lambda c, f=fmt, g=g: c.cache_format == f and c.scale_granularity == g,
+                                 f"the cache as {fmt} with {g} scales", dim="cache"))
     # an FA3-style kernel rounds q and/or the weights to e4m3 too: a capability, since a kernel
     # that rounds declines the exact cases (and is run at their fp8_compute twin)
     feats.append(Feature("fp8 compute", ALL_KERNEL, lambda c: bool(c.fp8_compute),

@@ -294,9 +294,9 @@ def property_entries(report: dict, judged: list[tuple[dict, str]], policy: Polic
         live_b = (live.get(b) or (None, ""))[0]
         declared = declarations(live_b) if live_b is not None else ((infos.get(b) or {}).get("declares") or {})
         asked = policy.required_properties(b)
-        judged_here = st in ("pass", "fail", "xfail") and "twin" not in r \
-            and (infos.get(b) or {}).get("role") != "baseline"
-        should = set(selected(shares[r["id"]], declared, asked)) if judged_here and r["id"] in shares else set()
+        judged_here = st in ("pass", "fail", "xfail") and (infos.get(b) or {}).get("role") != "baseline"
+        share = shares.get((r.get("twin") or {}).get("of", r["id"]))  # a twin runs its declined case's share
+        should = set(selected(share, declared, asked)) if judged_here and share is not None else set()
         have = set(r.get("properties") or {})
         if have != should:
             what = [f"no {n}" for n in sorted(should - have)] + [f"an unexpected {n}" for n in sorted(have - should)]

@@ -14,9 +14,10 @@ sequences (a common prefix); unused pages full of NaN (and once of large finite 
 n_b of 0, 1, 2–8 and a 66-token chunk in one ragged batch; lengths at tile (16, 32, 33) and
 page boundaries; every RoPE mode the kernels see and QK-RMSNorm.
 
-FP8 caches (`_fp8_cases`): both formats with every scale granularity at the kernel level,
-each format and granularity at the paged, extend and layer levels (shared pages, a contiguous
-and a paged extend, a layer step appending an outlier token), outliers, NaN-pattern and
+FP8 caches: both formats with every scale granularity at the kernel level (`_fp8_cases`), and
+at the paged and extend levels as two dimensions of their all-pairs arrays (`FP8_DIMENSIONS`:
+every format meets every granularity, and each meets every dtype, page size, shared pages and
+garbage); each format and granularity at the layer level (a layer step appending an outlier token); outliers, NaN-pattern and
 finite garbage; and three kernel-level cases with FA3-style fp8 compute (q and/or the softmax
 weights rounded to e4m3, `Case.fp8_compute`).
 
@@ -40,6 +41,7 @@ import functools
 
 from ..spec import PAPER_SCALES, AttentionSpec
 from .case import Case
+from .pairs import all_pairs
 
 ALL = ("float64", "float32", "bfloat16", "float16")
 PAPER_KERNEL_D_MODEL = 256  # kernel cases only need the cache entries; d only changes how they are drawn
@@ -140,7 +142,7 @@ def _model_cases() -> list[Case]:
 
 
 # ----------------------------------------------------------------------------- pairwise
-# Paged decode and extend cases come from an all-pairs covering array (allpairspy) over the
+# Paged decode and extend cases come from an all-pairs covering array (pairs.py) over the
 # levels' features, under the contract's constraints (a Case that cannot exist is never
 # drawn): every pair of values — page size 7 with rope='none', a shared prefix with float16,
 # NaN pages with an in-order pool — meets in at least one case, so a kernel that declines one
@@ -153,6 +155,13 @@ PAGED_MODES = {"none": {}, "exact": {"rope": "exact"}, "aligned": {"rope": "alig
 # the paper's 2.5B head count and rank (H = 18, r = 55) at d_h = 64 (the Triton interpreter
 # runs one program per head and query: this keeps the grid within its CPU budget)
 PAGED_SHAPES = ((4, 32, 6), (5, 128, 7), (1, 16, 1), (2, 256, 16), (18, 64, 55))
+FP8_FORMATS = ("float8_e4m3fn", "float8_e5m2")
+FP8_SCALES = ("per_tensor", "per_head", "per_token", "per_token_head")
+# the cache as two dimensions of the array — its format (at τ: "none") and its scales' granularity —
+# so that every format meets every granularity, dtype (e4m3 with float32 queries), page size
+# (per-token scales on pages > 1) and garbage (NaN and finite scales in unused pages); a cache at
+# τ has no scales and takes the first granularity only (`_fp8_of`)
+FP8_DIMENSIONS = {"cache": ("none", *FP8_FORMATS), "scales": FP8_SCALES}
 PAGE_SIZES = (1, 5, 7, 16)  # one slot; primes not dividing T_max (no shift-and-mask); a whole tile
 PAGED_T = 48
 
@@ -170,32 +179,20 @@ def _spec_of(shape: tuple[int, int, int], mode: str) -> AttentionSpec:
 
 @functools.cache
 def _pairwise_rows(params: tuple[tuple[str, tuple], ...], make) -> tuple[Case, ...]:
-    """The all-pairs array (computed once per process: allpairspy takes seconds with constraints)."""
-    return tuple(_all_pairs(dict(params), make))
+    """The all-pairs array's cases (computed once per process)."""
+    def valid(row: dict) -> bool:
+        try:
+            make(row)
+        except ValueError:
+            return False
+        return True
+
+    return tuple(make(row) for row in all_pairs(dict(params), valid))
 
 
 def _pairwise(params: dict[str, tuple], make) -> list[Case]:
     """One case per row of an all-pairs array over params; make(row) -> Case (ValueError: not a case)."""
     return list(_pairwise_rows(tuple(params.items()), make))
-
-
-def _all_pairs(params: dict[str, tuple], make) -> list[Case]:
-    from allpairspy import AllPairs
-
-    names = list(params)
-
-    @functools.cache  # the search asks about the same full row many times
-    def valid_row(row: tuple) -> bool:
-        try:
-            make(dict(zip(names, row)))
-        except ValueError:
-            return False
-        return True
-
-    def valid(row) -> bool:
-        return len(row) < len(names) or valid_row(tuple(row))
-
-    return [make(dict(zip(names, row))) for row in AllPairs([list(params[n]) for n in names], filter_func=valid)]
 
 
 def _paged_lengths(kind: str, page: int) -> tuple[int, ...]:
@@ -220,14 +217,26 @@ def _paged_case(row: dict) -> Case:
     return Case("kernel-paged", _paged_spec(row), row["dtype"], lengths, PAGED_T, page_size=page,
                 shared_prefix=prefix, page_shuffle=row["shuffle"], nan_garbage=row["garbage"] == "nan",
                 q_scale=100.0 if adv == "q100" else 1.0, near_cancel=adv == "cancel",
-                splits=5 if adv == "splits5" else 0, seed=sum(map(ord, row["mode"])) % 7)
+                splits=5 if adv == "splits5" else 0, seed=sum(map(ord, row["mode"])) % 7, **_fp8_of(row))
+
+
+def _fp8_of(row: dict) -> dict:
+    """The row's cache: at τ ("none"), or an fp8 format with a scale granularity (with outliers
+    at per_tensor and per_token)."""
+    fmt, granularity = row["cache"], row["scales"]
+    if fmt == "none":
+        if granularity != FP8_SCALES[0]:  # one row per τ-cache pair, not four alike
+            raise ValueError("a cache at τ has no scales")
+        return {}
+    # outlier tokens and channels beside the two granularities a calibration reads them with
+    return {"cache_format": fmt, "scale_granularity": granularity, "outliers": granularity in ("per_tensor", "per_token")}
 
 
 def _paged_cases() -> list[Case]:
     cases = _pairwise({"mode": tuple(PAGED_MODES), "shape": PAGED_SHAPES, "dtype": ALL, "page": PAGE_SIZES,
                        "lengths": ("boundary", "full", "batch16", "single"), "prefix": (True, False),
                        "shuffle": (True, False), "garbage": ("nan", "finite"),
-                       "adversarial": ("none", "q100", "cancel", "splits5")}, _paged_case)
+                       "adversarial": ("none", "q100", "cancel", "splits5"), **FP8_DIMENSIONS}, _paged_case)
     return cases + [
         # a long paged context with exact RoPE and QK-norm (every page table entry of a 4K sequence)
         Case("kernel-paged", QKN_EXACT, "float32", (4099, 130, 4097), 4099, page_size=16, shared_prefix=128),
@@ -259,14 +268,14 @@ def _extend_case(row: dict) -> Case:
         raise ValueError("a contiguous cache has no page order")
     return Case("kernel-extend", _paged_spec(row), row["dtype"], lengths, 40, n_new=n_new, page_size=page,
                 shared_prefix=prefix, page_shuffle=row["shuffle"] or page == 0,
-                nan_garbage=row["garbage"] == "nan", seed=sum(map(ord, row["mode"])) % 5)
+                nan_garbage=row["garbage"] == "nan", seed=sum(map(ord, row["mode"])) % 5, **_fp8_of(row))
 
 
 def _extend_cases() -> list[Case]:
     cases = _pairwise({"mode": tuple(PAGED_MODES), "shape": PAGED_SHAPES, "dtype": ALL, "page": (0, 1, 5, 16),
                        "n_new": ("mixed", "decode", "prefill", "spec"), "lengths": tuple(EXTEND_LENGTHS),
-                       "prefix": (True, False), "shuffle": (True, False), "garbage": ("nan", "finite")},
-                      _extend_case)
+                       "prefix": (True, False), "shuffle": (True, False), "garbage": ("nan", "finite"),
+                       **FP8_DIMENSIONS}, _extend_case)
     e = lambda *a, **kw: _cases("kernel-extend", *a, **kw)  # noqa: E731
     return cases + [
         # one ragged batch with a 66-token chunked-prefill chunk; without the per-tile RoPE of
@@ -280,14 +289,10 @@ def _extend_cases() -> list[Case]:
     ]
 
 
-FP8_FORMATS = ("float8_e4m3fn", "float8_e5m2")
-FP8_SCALES = ("per_tensor", "per_head", "per_token", "per_token_head")
-
-
 def _fp8_cases() -> list[Case]:
-    """FP8 caches at every kernel level and the layer step (DESIGN §4 "FP8 caches"): at the
-    kernel level every format with every granularity; paged, extend and layer each format and
-    each granularity once.
+    """FP8 caches at the kernel level and the layer step (DESIGN §4 "FP8 caches"): at the kernel
+    level every format with every granularity, the layer each format and each granularity once
+    (the paged and extend levels draw theirs in their all-pairs arrays: FP8_DIMENSIONS).
     The parts and heads have different ranges (levels/fp8_inputs.py: a swapped or dropped
     scale shows), half the cases carry outlier tokens and channels, unused slots hold the
     format's NaN pattern (once saturated finite junk), paged caches share pages. BASE's
@@ -300,19 +305,6 @@ def _fp8_cases() -> list[Case]:
                   (EXACT, "bfloat16", (10, 33, 2)), (BASE, "float32", (25, 1, 40)),
                   (QKN, "float16", (10, 33, 2)), (BASE, "bfloat16", (11, 4, 39)),
                   (QKN_EXACT, "bfloat16", (10, 33, 2)), (BASE, "float16", (40, 29, 13))))]
-    # paged and extend: the pairs (e4m3, per_tensor), (e5m2, per_head), (e4m3, per_token), (e5m2, per_token_head)
-    paged = [Case("kernel-paged", spec, dt, (37, 21, 14), 40, page_size=page, shared_prefix=14,
-                  outliers=i % 2 == 0, nan_garbage=i != 1, seed=i, cache_format=FP8_FORMATS[i % 2],
-                  scale_granularity=FP8_SCALES[i])
-             for i, (spec, dt, page) in enumerate(((EXACT, "bfloat16", 7), (BASE, "float16", 7),
-                                                   (QKN_EXACT, "bfloat16", 1), (BASE, "float32", 7)))]
-    extend = [Case("kernel-extend", spec, dt, (33, 16, 1, 12), 40, n_new=n_new, page_size=page,
-                   shared_prefix=5 if page else 0, outliers=i % 2 == 1, seed=i, cache_format=FP8_FORMATS[i % 2],
-                   scale_granularity=FP8_SCALES[i])
-              for i, (spec, dt, page, n_new) in enumerate(((EXACT, "bfloat16", 0, (12, 1, 1, 5)),
-                                                           (BASE, "float16", 5, (3, 7, 1, 0)),
-                                                           (QKN, "bfloat16", 5, (12, 1, 1, 5)),
-                                                           (ALIGNED, "float32", 0, (2, 8, 1, 4))))]
     # the layer step also quantizes the token it appends (outliers: beyond the static scales)
     layer = [Case("layer", spec, dt, (1, 6, 11), 12, outliers=i % 2 == 0, seed=i, cache_format=FP8_FORMATS[i % 2],
                   scale_granularity=FP8_SCALES[i])
@@ -329,7 +321,7 @@ def _fp8_cases() -> list[Case]:
              shared_prefix=5, seed=10, cache_format=FP8_FORMATS[0], scale_granularity="per_token_head",
              fp8_compute="q"),
     ]
-    return kernel + paged + extend + layer + compute
+    return kernel + layer + compute
 
 
 def default_grid() -> list[Case]:

@@ -548,9 +548,10 @@ def _run(cases, backends, policy: Policy, on_step, records: list[dict], twins: b
                     break
             else:
                 groups.append((twin, changes, [(label, b, ttol)]))
-        for twin, changes, members in groups:
+        for twin, changes, members in groups:  # with the declined case's properties: a level's
+            # always-required ones must not go unchecked because its first case was float64
             _run_prepared(twin, members, policy, records, hung, calls,
-                          wrap=lambda rec, ch=changes: twin_record(rec, case, ch))
+                          wrap=lambda rec, ch=changes: twin_record(rec, case, ch), properties=wanted)
         if on_step is not None:
             for label, b in backends:
                 on_step(f"{b.name} {case.id}")

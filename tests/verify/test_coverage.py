@@ -198,8 +198,8 @@ def test_a_report_that_covers_less_than_its_baseline_is_refused(paged_report, tm
     assert gate.exit_code(gate.classify(paged_report, baseline), paged_report) == 0
     shrunk = dict(paged_report, records=[r for r in paged_report["records"] if not r["case"]["shared_prefix"]])
     entries = gate.classify(shrunk, baseline, subset=True)
-    unc = [e for e in entries if e.klass == "UNCOVERED"]
-    assert [e.case_id for e in unc] == ["coverage:kernel-paged:pages shared"]
+    unc = [e for e in entries if e.klass == "UNCOVERED" and e.case_id == "coverage:kernel-paged:pages shared"]
+    assert len(unc) == 1  # (and whatever else only the shared-prefix cases carried)
     assert "covered by the baseline" in unc[0].detail
     assert gate.exit_code(entries, shrunk) == 1
     # --update-baseline drops coverage only on purpose, naming what it drops

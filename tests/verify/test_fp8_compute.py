@@ -163,7 +163,7 @@ def test_a_plain_fp8_case_runs_as_its_fp8_compute_twin_and_the_gate_re_derives_i
     pol = load_policy()
     cases = PLAIN_FP8_KERNEL[:3]
     backends = [("tiled-fp8-compute", Fp8ComputeBackend())]
-    recs = run(cases, backends, pol, isolation="inprocess", properties=False)
+    recs = run(cases, backends, pol, isolation="inprocess")  # the twins carry the declined cases' properties
     skips = [r for r in recs if r["status"] == "skip"]
     twins = [r for r in recs if r.get("twin")]
     assert len(skips) == len(twins) == 3

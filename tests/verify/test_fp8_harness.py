@@ -56,8 +56,15 @@ def test_the_grid_has_fp8_cases_at_every_kernel_level_for_both_formats_and_every
         mine = [c for c in fp8 if c.level == level]
         assert {c.cache_format for c in mine} == set(FP8_FORMATS), level
         assert {c.scale_granularity for c in mine} == set(FP8_SCALES), level
-    kernel = {(c.cache_format, c.scale_granularity) for c in fp8 if c.level == "kernel"}
-    assert kernel == {(f, g) for f in FP8_FORMATS for g in FP8_SCALES}
+    for level in ("kernel", "kernel-paged", "kernel-extend"):  # every format with every granularity
+        pairs = {(c.cache_format, c.scale_granularity) for c in fp8 if c.level == level}
+        assert pairs == {(f, g) for f in FP8_FORMATS for g in FP8_SCALES}, level
+    for level in ("kernel-paged", "kernel-extend"):
+        mine = [c for c in fp8 if c.level == level]
+        assert any(c.cache_format == "float8_e4m3fn" and c.dtype == "float32" for c in mine), level
+        per_token = [c for c in mine if c.scale_granularity.startswith("per_token") and c.page_size > 1]
+        # per-token scales on pages of several slots, unused slots' scales NaN and finite
+        assert {c.nan_garbage for c in per_token} == {True, False}, level
     assert any(c.outliers for c in fp8) and any(not c.nan_garbage for c in fp8)
     assert any(c.shared_prefix for c in fp8 if c.level == "kernel-paged")
     assert {c.page_size > 0 for c in fp8 if c.level == "kernel-extend"} == {True, False}

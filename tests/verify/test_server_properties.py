@@ -8,6 +8,7 @@ import copy
 import json
 
 import pytest
+import torch
 
 from lrkv.cli import main
 from lrkv.spec import AttentionSpec
@@ -219,3 +220,26 @@ def test_the_policy_can_require_a_property_the_backend_does_not_declare(tmp_path
     project = load_policy(directory=tmp_path)
     assert project.required_properties("tiled") == {"deterministic", "compiles"}
     assert project.required_properties("eager") == {"deterministic"}
+
+
+class NoFloat64(SERVER_MUTANTS["outputs_written"]):
+    """The unwritten-head bug in a backend without float64."""
+    dtypes = tuple(d for d in SERVER_MUTANTS["outputs_written"]().dtypes if d != torch.float64)
+
+
+def test_a_backend_declining_a_levels_property_case_still_has_it_checked_on_the_twin():
+    """A level's first case carries the always-required properties; a backend without float64
+    declines it and runs its float32 twin, which must carry them (else an unwritten head at a
+    level whose first case is float64 goes unnoticed)."""
+    cases = [F64, F64.replace(seed=5)]  # index 0 (declined, twinned) runs the properties
+    rep = _report(cases, [("unwritten", NoFloat64())])
+    twin = next(r for r in rep["records"] if r.get("twin") and r["twin"]["of"] == F64.id)
+    assert set(ALWAYS_REQUIRED) <= set(twin["properties"]), twin.get("properties")
+    assert twin["properties"]["outputs_written"]["status"] == "fail"
+    entries = gate.classify(rep, {"entries": {}, "policy": None})
+    assert gate.exit_code(entries, rep) == 1
+    # the gate expects them there: a twin record stripped of its properties is an altered report
+    stripped = copy.deepcopy(rep)
+    next(r for r in stripped["records"] if r.get("twin"))["properties"] = {}
+    assert any(e.klass == "ERROR" and "report altered" in e.detail and "no outputs_written" in e.detail
+               for e in gate.classify(stripped, {"entries": {}, "policy": None}))

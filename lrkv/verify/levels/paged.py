@@ -65,6 +65,14 @@ class PagedInputs(ContractInputs):
                             self.rope)
 
 
+def plausible_scales(scales: torch.Tensor, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
+    """Scales for slots nobody reads, within a factor 2 of the real ones: a kernel that reads
+    them gets values of a plausible size, not an overflow that gives it away."""
+    real = scales[torch.isfinite(scales) & (scales > 0)]
+    typical = float(real.median()) if real.numel() else 1.0
+    return (typical * (0.5 + 1.5 * torch.rand(shape, generator=gen, dtype=torch.float64))).to(scales.dtype)
+
+
 def paginate(case: Case, cache: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Scatter contiguous cache tensors [B, T_max, ...] into pages [P, page_size, ...].
 
@@ -72,7 +80,8 @@ def paginate(case: Case, cache: dict[str, torch.Tensor]) -> tuple[dict[str, torc
     (page_shuffle) of B·cdiv(T_max, page) + SPARE_PAGES pages, in sequence-major order
     otherwise. With shared_prefix, sequence 1's first pages ARE sequence 0's (equal content:
     the same tokens were drawn), and its own copies become unused. Pages nobody reads, and
-    slots past each length, hold garbage (NaN, or large finite values).
+    slots past each length, hold garbage (NaN, or large finite values — and, beside an fp8
+    cache, per-token scales as NaN or as finite scales of a plausible size).
     """
     page = case.page_size
     B, T = case.batch, case.t_max
@@ -92,6 +101,8 @@ def paginate(case: Case, cache: dict[str, torch.Tensor]) -> tuple[dict[str, torc
             pool = fp8_pool(case, (n_pages, page, *tail), t.dtype, 45 + i)
         elif case.nan_garbage:
             pool = torch.full((n_pages, page, *tail), float("nan"), dtype=t.dtype)
+        elif name.startswith("cache_scales."):  # per-token scales of unused pages: finite and plausible
+            pool = plausible_scales(t, (n_pages, page, *tail), generator(case, 41 + i))
         else:
             pool = FINITE_GARBAGE * torch.randn((n_pages, page, *tail), generator=generator(case, 41 + i),
                                                 dtype=t.dtype)
