@@ -65,7 +65,8 @@ class Level:
     # a level whose backends run elsewhere (tp: on spawned ranks) wraps them for the run, and
     # may run every (backend, case) pair at once before the runner asks for one
     wrap_backends: Callable[[list[tuple[str, Any]]], list[tuple[str, Any]]] | None = None
-    prefetch: Callable[[list[Case], list[tuple[str, Any]]], None] | None = None
+    # prefetch(cases, backends, policy): each pair within its backend's case_timeout
+    prefetch: Callable[[list[Case], list[tuple[str, Any]], Any], None] | None = None
     # the kernel levels: an fp8 case's inputs with the cache at τ, before quantization
     unquantized: Callable[[Case], Any] | None = None
     # names an output element's index, so that a failure says where (metrics.locate); None: unnamed axes
