@@ -15,7 +15,6 @@ In dependency order (a module imports only those above it):
     builtin_backends  reference, materialized, eager, inductor (inductor.py compiles); tiled
     decode_mutants    deliberately broken backends the gate must reject; paged_mutants, fp8_mutants,
                       server_mutants too
-    quantization_cost an fp8 cache's cost;  fp8_comparison: fp8 LRKV against MHA/GQA/MLA
     strategies        hypothesis strategies and the ci/dev profiles;  hunt: the false-failure hunt
     verify_cli        `lrkv verify`;  gate_cli: `lrkv gate`;  console: plain output, ::error annotations
 

@@ -41,7 +41,6 @@ from .bounds import U64, Conditioning, oracle_reference
 from .case import Case, case_shapes
 from .levels import get_level
 from .metrics import ErrorMetrics, error_metrics, json_float, locate, unnamed, worst_of
-from .quantization_cost import measured
 from .tolerance import Policy, Tolerance, fa3_atol, judge_record, make_bound, ulp
 from .coverage import declined
 from .twins import changes_text, find_twin, forced_changes, twin_id
@@ -68,7 +67,7 @@ class Prepared:
     float64: dict[str, float] | None = None  # float64 rounding bound per output (τ = float64)
     oracle: torch.Tensor | None = None  # the mpmath oracle's out (tiny float64 kernel cases)
     inconsistent: str = ""  # why the oracle paths disagree ('' when they agree)
-    quantization_cost: dict | None = None  # an fp8 case's cost (quantization_cost.py), never gated
+    quantization_cost: dict | None = None  # an fp8 case's cost (max_abs, mean_abs, SQNR), never gated
 
 
 def float64_bounds(case: Case, cond: Conditioning, names: Iterable[str], c: float) -> dict[str, float]:
@@ -189,7 +188,8 @@ def prepare_inputs(case: Case, inp, policy: Policy | None = None) -> Prepared:
         # oracle on the cache at τ before quantization (reported per case, never gated)
         main, first = next(iter(expected)), next(iter(paths))
         unquantized = paths[first](level.unquantized(case).to(torch.float64))
-        cost = measured(runs[case.torch_dtype][first][main], unquantized[main]).to_dict()
+        m = error_metrics(runs[case.torch_dtype][first][main], unquantized[main])
+        cost = {"max_abs": json_float(m.max_abs), "mean_abs": json_float(m.mean_abs), "sqnr_db": json_float(m.sqnr_db)}
     return Prepared(case, inp, ref, base, atol, expected, cond,
                     bounds if case.dtype == "float64" else None, oracle, inconsistent, cost)
 

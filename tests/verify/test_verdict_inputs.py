@@ -163,7 +163,7 @@ def test_a_report_without_its_coverage_or_without_end_is_exit_2(tmp_path, monkey
 
 
 def test_the_fp8_comparison_refuses_a_size_it_cannot_allocate(capsys):
-    from lrkv.verify.fp8_comparison import main as fp8_main
+    from lrkv.bench.fp8_comparison import main as fp8_main
 
     with pytest.raises(SystemExit) as e:
         fp8_main(["--batch", "100000", "--t-max", "100000"])

@@ -22,15 +22,15 @@ unquantized cache (dequantize-then-attend, all in float64: the format's cost, no
 A part without a head axis (LRKV's shared parts, MLA's latent) drops the head axis from the
 granularity (`part_granularity`): per_head → per_tensor, per_token_head → per_token.
 
-LRKV's cost is `lrkv.verify.quantization_cost.quantization_cost` (decode: Eqs. 6–7); the
+LRKV's cost is `quantization_cost` below (decode: Eqs. 6–7); the
 others use the same `error_metrics`. max_abs and mean_abs are reported relative to the RMS of
 the family's float64 output; SQNR = 10·log10(Σref² / Σ(fp8 − ref)²) in dB. Each draw (seeds
 seed, seed + 1, …) draws new activations and new weights; the table gives the worst max_abs,
 the mean mean_abs and the mean SQNR over the draws, and the SQNR's range, so that a
 difference smaller than that range is read as the draw's, not the layout's.
 
-    python3 -m lrkv.verify.fp8_comparison --batch 4 --t-max 256 --markdown table.md
-    python3 -m lrkv.verify.fp8_comparison --no-outliers --draws 5 --json fp8.json
+    python3 -m lrkv.bench.fp8_comparison --batch 4 --t-max 256 --markdown table.md
+    python3 -m lrkv.bench.fp8_comparison --no-outliers --draws 5 --json fp8.json
 
 Exit 0 on success, 2 on a usage error (argparse).
 """
@@ -57,12 +57,42 @@ from ..reference.fp8 import (
 )
 from ..reference.fp8_cache import quantize_cache
 from ..reference.masking import valid_mask
+from ..reference.rope import ExactRope
 from ..reference.weights import init_lrkv_weights
 from ..spec import AttentionSpec, cache_elements
 from ..spec.accounting import fp8_scale_elements
 from ..spec.presets import PAPER_SCALES, PaperScale
-from .metrics import error_metrics, json_float
-from .quantization_cost import QuantizationCost, quantization_cost
+from ..verify.metrics import ErrorMetrics, error_metrics, json_float
+
+def quantization_cost(
+    q: torch.Tensor,  # [B, H, d_h]
+    shared_k: torch.Tensor,  # [B, T_max, d_h]   unquantized (any float dtype), garbage past lengths
+    shared_v: torch.Tensor,  # [B, T_max, d_h]
+    latent_k: torch.Tensor,  # [B, T_max, H, r]
+    latent_v: torch.Tensor,  # [B, T_max, H, r]
+    basis_k: torch.Tensor,  # [H, d_h, r]
+    basis_v: torch.Tensor,  # [H, d_h, r]
+    lengths: torch.Tensor,  # [B]
+    *,
+    scale: float,
+    fmt: torch.dtype,
+    granularity: str,
+    key_scale: torch.Tensor | None = None,  # [B, T_max, H]
+    rope: ExactRope | None = None,
+    dtype: torch.dtype = torch.float64,
+) -> ErrorMetrics:
+    """Error of the fp8 path (the cache quantized by `quantize_cache`, attended at `dtype`)
+    against the float64 oracle on the unquantized cache."""
+    f64 = lambda t: None if t is None else t.to(torch.float64)  # noqa: E731
+    tau = lambda t: None if t is None else t.to(dtype)  # noqa: E731
+    ref, _ = lrkv_ref.decode_attention(f64(q), f64(shared_k), f64(shared_v), f64(latent_k), f64(latent_v), f64(basis_k),
+                                       f64(basis_v), lengths, scale=scale, key_scale=f64(key_scale), rope=rope)
+    parts = dict(zip(PARTS, (shared_k, shared_v, latent_k, latent_v)))
+    stored, scales = quantize_cache(parts, lengths, fmt, granularity)
+    out, _ = lrkv_ref.decode_attention(tau(q), *(stored[p] for p in PARTS), tau(basis_k), tau(basis_v), lengths,
+                                       scale=scale, key_scale=tau(key_scale), rope=rope, cache_scales=scales)
+    return error_metrics(out, ref)  # max_abs, mean_abs and sqnr_db are the cost
+
 
 FAMILIES: tuple[str, ...] = ("lrkv", "mha", "gqa", "mla")
 DEFAULT_SCALE = "2.5B"
@@ -284,7 +314,7 @@ def fp8_decode(spec: AttentionSpec, weights, q: torch.Tensor, cache: dict[str, t
 
 # ----------------------------------------------------------------------------- measure
 def family_cost(spec: AttentionSpec, weights, q: torch.Tensor, cache: dict[str, torch.Tensor],
-                lengths: torch.Tensor, fmt: torch.dtype, granularity: str) -> QuantizationCost:
+                lengths: torch.Tensor, fmt: torch.dtype, granularity: str) -> ErrorMetrics:
     """The fp8 decode against the float64 decode on the unquantized cache (absolute errors).
 
     LRKV: `quantization_cost` itself; the others: `fp8_decode` against `decode` by the same
@@ -293,8 +323,7 @@ def family_cost(spec: AttentionSpec, weights, q: torch.Tensor, cache: dict[str, 
         return quantization_cost(q, *(cache[p] for p in PARTS), weights.basis_k, weights.basis_v, lengths,
                                  scale=spec.scale, fmt=fmt, granularity=granularity)
     ref = decode(spec, weights, q, cache, lengths)
-    m = error_metrics(fp8_decode(spec, weights, q, cache, lengths, fmt, granularity), ref)
-    return QuantizationCost(m.max_abs, m.mean_abs, m.sqnr_db)
+    return error_metrics(fp8_decode(spec, weights, q, cache, lengths, fmt, granularity), ref)
 
 
 def rms(t: torch.Tensor) -> float:
@@ -461,7 +490,7 @@ def to_json(result: dict) -> dict:
 
 # ----------------------------------------------------------------------------- CLI
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python3 -m lrkv.verify.fp8_comparison", description=__doc__,
+    p = argparse.ArgumentParser(prog="python3 -m lrkv.bench.fp8_comparison", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scale", choices=sorted(PAPER_SCALES), default=DEFAULT_SCALE,
                    help=f"paper scale of the layer (default {DEFAULT_SCALE})")

@@ -1,4 +1,4 @@
-"""The fp8 comparison (lrkv.verify.fp8_comparison): each family's fp8 cache cost, at small shapes.
+"""The fp8 comparison (lrkv.bench.fp8_comparison): each family's fp8 cache cost, at small shapes.
 
 TINY has LRKV's cache (2·(16 + 4·4) = 64 elements per token) exactly matched by GQA n_kv = 2
 and MLA d_c = 64, so every piece of the study runs in milliseconds.
@@ -13,14 +13,16 @@ from itertools import product
 import pytest
 import torch
 
-from lrkv.reference.fp8 import E4M3, E5M2, FP8_FORMATS, GRANULARITIES, PARTS
+from lrkv.bench import fp8_comparison as fc
+from lrkv.bench.fp8_comparison import quantization_cost
+from lrkv.reference.fp8 import E4M3, E5M2, FP8_FORMATS, GRANULARITIES, PARTS, PER_TENSOR, PER_TOKEN_HEAD
 from lrkv.reference.fp8_cache import dequantize_cache, quantize_cache
 from lrkv.spec import AttentionSpec, cache_elements
 from lrkv.spec.accounting import fp8_scale_elements
 from lrkv.spec.presets import PAPER_SCALES, PaperScale
-from lrkv.verify import fp8_comparison as fc
 from lrkv.verify.metrics import error_metrics
-from lrkv.verify.quantization_cost import quantization_cost
+
+from ..test_helpers.inputs import random_factored_inputs
 
 TINY = PaperScale("tiny", 4, 16, 64, None, 4, 2, 64, "test scale")
 SPECS = fc.family_specs(TINY)
@@ -223,3 +225,22 @@ def test_cli_bad_input_exits_2(argv, capsys):
         fc.main(argv)
     assert e.value.code == 2
     assert "error:" in capsys.readouterr().err
+
+
+# quantization_cost: the fp8 path against the float64 oracle on the unquantized cache
+QC_SCALE = 8**-0.5
+QC_ARGS = ("q", "shared_k", "shared_v", "latent_k", "latent_v", "basis_k", "basis_v", "lengths")
+
+
+def test_quantization_cost_is_positive_finite_and_larger_for_e5m2():
+    inp = random_factored_inputs(B=3, T=16, H=3, d_h=8, r=3, lengths=[16, 11, 7], seed=4)
+    costs = {}
+    for fmt in (E4M3, E5M2):
+        for g in (PER_TENSOR, PER_TOKEN_HEAD):
+            c = quantization_cost(*(inp[k] for k in QC_ARGS), scale=QC_SCALE, fmt=fmt, granularity=g)
+            assert 0 < c.mean_abs <= c.max_abs and math.isfinite(c.max_abs) and math.isfinite(c.sqnr_db)
+            assert c.sqnr_db > 0
+            costs[fmt, g] = c
+    for g in (PER_TENSOR, PER_TOKEN_HEAD):  # fewer mantissa bits: larger error, lower SQNR
+        e4, e5 = costs[E4M3, g], costs[E5M2, g]
+        assert e5.max_abs > e4.max_abs and e5.mean_abs > e4.mean_abs and e5.sqnr_db < e4.sqnr_db
