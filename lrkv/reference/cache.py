@@ -1,48 +1,78 @@
-"""The factored LRKV cache (DESIGN §3): contiguous, variable length.
+"""The factored LRKV cache (DESIGN §3): one object for every form a decode reads.
 
-shared_k/v hold x W_shared once for all heads; latent_k/v hold the r-wide x U_h per head.
-Slots at or past lengths[b] are garbage; allocation fills them with NaN so that any path
-that reads past the length is caught.
+shared_k/v hold x W_shared once for all heads; latent_k/v hold the r-wide x U_h per head —
+the four parts of paper Eqs. 6–7's logits q_h S_K^T + (q_h B_h^K) R_h^{K T} and output
+a_h S_V + (a_h R_h^V) B_h^{V T}. Slots at or past lengths[b] are garbage; allocation fills
+them with NaN so that any path that reads past the length is caught.
+
+Contiguous, the parts are [B, T_max, ...]. Paged (`page_table` set, vLLM's block table),
+they are pages [P, page, ...] and slot j of sequence b lives in page
+page_table[b, j // page] at row j % page; pages may come in any order and may be shared
+by several sequences (a common prefix). `paginate` scatters a contiguous cache into
+permuted pages, `gather` reads it back.
 
 An fp8 cache (DESIGN §4, "FP8 caches") stores the four parts as one fp8 format, filled with
 that format's NaN bit pattern, and carries their float32 scales in `scales`
-(`lrkv.reference.fp8_cache.CacheScales`); key_scale stays in the compute dtype.
+(`lrkv.reference.fp8_cache.CacheScales`; per-token scales paged like the parts); key_scale
+stays in the compute dtype. `dequantize` gives the cache at a compute dtype.
+
+The kernel contracts (DESIGN §4) take the tensors, not this object; `contract_args` and
+`contract_kwargs` unpack it at that boundary.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import torch
 
 from ..spec import AttentionSpec, cache_components
 from .fp8 import DYNAMIC_GRANULARITIES, PARTS, PER_TENSOR, SCALE_DTYPE, fp8_format, is_fp8, nan_filled, scale_shape
-from .fp8_cache import CacheScales
+from .fp8_cache import CacheScales, dequantize_cache
 
-_BOOKKEEPING = ("lengths", "scales")  # not payload tensors a decode reads slot by slot
+_BOOKKEEPING = ("lengths", "scales", "page_table")  # not payload tensors a decode reads slot by slot
 
 
 @dataclass
 class FactoredCache:
-    shared_k: torch.Tensor  # [B, T_max, d_h]
-    shared_v: torch.Tensor  # [B, T_max, d_h]
-    latent_k: torch.Tensor  # [B, T_max, H, r]
-    latent_v: torch.Tensor  # [B, T_max, H, r]
+    shared_k: torch.Tensor  # [B, T_max, d_h]    paged: [P, page, d_h]
+    shared_v: torch.Tensor  # [B, T_max, d_h]    paged: [P, page, d_h]
+    latent_k: torch.Tensor  # [B, T_max, H, r]   paged: [P, page, H, r]
+    latent_v: torch.Tensor  # [B, T_max, H, r]   paged: [P, page, H, r]
     lengths: torch.Tensor  # [B] int32
-    key_scale: torch.Tensor | None = None  # [B, T_max, H] (QK-RMSNorm only)
-    scales: CacheScales | None = None  # fp8 caches only: a float32 scale per part
+    key_scale: torch.Tensor | None = None  # [B, T_max, H]  paged: [P, page, H]  (QK-RMSNorm only)
+    scales: CacheScales | None = None  # fp8 caches only: a float32 scale per part (per-token ones paged)
+    page_table: torch.Tensor | None = None  # [B, max_pages] int32; entries past a sequence's pages may be -1
 
     @property
-    def t_max(self) -> int:
+    def parts(self) -> tuple[torch.Tensor, ...]:
+        """The four parts in the contract's order (shared K, shared V, latent K, latent V)."""
+        return tuple(getattr(self, p) for p in PARTS)
+
+    @property
+    def paged(self) -> bool:
+        return self.page_table is not None
+
+    @property
+    def page_size(self) -> int:
         return self.shared_k.shape[1]
 
     @property
-    def batch(self) -> int:
+    def num_pages(self) -> int:
         return self.shared_k.shape[0]
 
+    @property
+    def batch(self) -> int:
+        return self.page_table.shape[0] if self.paged else self.shared_k.shape[0]
+
+    @property
+    def t_max(self) -> int:
+        """Slots one sequence can address (paged: max_pages · page_size)."""
+        return self.page_table.shape[1] * self.page_size if self.paged else self.shared_k.shape[1]
+
     def tensors(self) -> dict[str, torch.Tensor]:
-        """The cached payload tensors by name (lengths and scales excluded: bookkeeping)."""
+        """The cached payload tensors by name (lengths, scales, page table excluded: bookkeeping)."""
         out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _BOOKKEEPING}
         return {k: v for k, v in out.items() if v is not None}
 
@@ -54,6 +84,143 @@ class FactoredCache:
         """Payload bytes, an fp8 cache's scales included."""
         scales = 0 if self.scales is None else self.scales.nbytes()
         return sum(t.numel() * t.element_size() for t in self.tensors().values()) + scales
+
+    # ------------------------------------------------------------------ the contract boundary
+    def contract_args(self) -> tuple[torch.Tensor, ...]:
+        """The four parts, as the kernel contracts take them positionally (DESIGN §4)."""
+        return self.parts
+
+    def contract_kwargs(self, *, page_table: bool = False) -> dict:
+        """key_scale, cache_scales (only for an fp8 cache: a backend without fp8 support keeps
+        its signature) and, with `page_table=True` (extend's keyword), the page table."""
+        kw = {"key_scale": self.key_scale}
+        if page_table:
+            kw["page_table"] = self.page_table
+        return kw if self.scales is None else {**kw, "cache_scales": self.scales}
+
+    # ------------------------------------------------------------------ operations
+    def check(self) -> FactoredCache:
+        """Shapes of the parts against each other, once; a ValueError naming the field. Returns self."""
+        form = "[P, page" if self.paged else "[B, T_max"
+        if self.shared_k.dim() != 3:
+            raise ValueError(f"shared_k must be {form}, d_h], got shape {list(self.shared_k.shape)}")
+        if self.latent_k.dim() != 4:
+            raise ValueError(f"latent_k must be {form}, H, r], got shape {list(self.latent_k.shape)}")
+        rows, slots, d_h = self.shared_k.shape
+        H, r = self.latent_k.shape[2:]
+        expected = {"shared_v": (rows, slots, d_h), "latent_k": (rows, slots, H, r),
+                    "latent_v": (rows, slots, H, r), "key_scale": (rows, slots, H)}
+        for name, shape in expected.items():
+            t = getattr(self, name)
+            if t is not None and tuple(t.shape) != shape:
+                raise ValueError(f"{name} must have shape {list(shape)} (as shared_k and latent_k say), "
+                                 f"got {list(t.shape)}")
+        if self.paged and self.page_table.dim() != 2:
+            raise ValueError(f"page_table must be [B, max_pages], got shape {list(self.page_table.shape)}")
+        if tuple(self.lengths.shape) != (self.batch,):
+            raise ValueError(f"lengths must have shape [{self.batch}], got {list(self.lengths.shape)}")
+        return self
+
+    def dequantize(self, dtype: torch.dtype) -> FactoredCache:
+        """An fp8 cache's parts as `dtype` (stored × scale: exact for float64, rounded once
+        otherwise), scales dropped; any other cache unchanged. Contiguous or paged alike."""
+        if self.scales is None:
+            return self
+        parts = dequantize_cache(self.scales, dtype, *self.contract_args())
+        return replace(self, scales=None, **dict(zip(PARTS, parts)))
+
+    def gather(self) -> FactoredCache:
+        """A paged cache as the contiguous [B, max_pages · page, ...] it stands for (slots past
+        each length NaN: `gather_pages`); a contiguous one unchanged. Dequantize an fp8 cache first."""
+        if not self.paged:
+            return self
+        if self.scales is not None:
+            raise ValueError("gather reads a cache at compute precision: dequantize the fp8 cache first")
+        out = {n: gather_pages(self.page_table, self.lengths, t) for n, t in self.tensors().items()}
+        return replace(self, page_table=None, **out)
+
+    def paginate(self, page_size: int, *, generator: torch.Generator | None = None, extra_pages: int = 3,
+                 fill: float = float("nan")) -> FactoredCache:
+        """This contiguous cache copied into randomly permuted pages of `page_size` slots.
+
+        Each sequence gets cdiv(T_max, page_size) pages, so the paged cache can hold as much as
+        the contiguous one; `extra_pages` pages belong to nobody. Slots past each length keep
+        the contiguous cache's content (garbage), and slots no sequence owns are `fill` (like
+        FlashAttention's kvcache tests: a kernel that reads an unused slot or follows the wrong
+        page shows up as NaN or as a wrong answer). An fp8 cache's per-token scales are paged too.
+        """
+        if page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {page_size}")
+        if self.paged:
+            raise ValueError("the cache is paged already")
+        B, T = self.batch, self.t_max
+        max_pages = -(-T // page_size)
+        n_pages = B * max_pages + extra_pages
+        device = self.shared_k.device
+        perm = torch.randperm(n_pages, generator=generator)[: B * max_pages].to(device)
+        table = perm.reshape(B, max_pages).to(torch.int32)
+        out = {}
+        for name, t in self.tensors().items():
+            pool = torch.full((n_pages, page_size, *t.shape[2:]), fill, dtype=t.dtype, device=device)
+            out[name] = scatter_pages(t, table, pool)
+        scales = None if self.scales is None else scatter_scales(self.scales, table, n_pages, page_size)
+        return replace(self, page_table=table, lengths=self.lengths.clone(), scales=scales, **out)
+
+    def sequence(self, b: int, n: int, lengths: torch.Tensor) -> FactoredCache:
+        """Sequence b's slots as a contiguous cache of n rows (views of the same tensors) with
+        the given lengths [n]: extend's n queries of one sequence, each a decode over its prefix."""
+        if self.paged or self.scales is not None:
+            raise ValueError("sequence slices a contiguous cache at compute precision: gather/dequantize first")
+        view = lambda t: None if t is None else t[b].expand(n, *t.shape[1:])  # noqa: E731
+        return replace(self, lengths=lengths, **{name: view(t) for name, t in self.tensors().items()})
+
+
+def gather_pages(page_table: torch.Tensor, lengths: torch.Tensor, pages: torch.Tensor | None) -> torch.Tensor | None:
+    """One paged tensor [P, page, ...] as the contiguous [B, max_pages · page, ...] it stands for.
+
+    Slots at or past lengths[b] are NaN: they are garbage by contract (their page-table
+    entries may be anything, e.g. −1), and NaN makes a path that reads them visible.
+    """
+    if pages is None:
+        return None
+    B, max_pages = page_table.shape
+    P, page = pages.shape[:2]
+    slot = torch.arange(max_pages * page, device=page_table.device)  # logical slot j
+    page_of_slot = page_table[:, slot // page].long()  # [B, T]  page_table[b, j // page]
+    valid = slot[None, :] < lengths[:, None]  # [B, T]
+    gathered = pages[page_of_slot.clamp(0, max(P - 1, 0)), (slot % page)[None, :]]  # [B, T, ...]
+    mask = valid.reshape(B, -1, *([1] * (pages.dim() - 2)))
+    return torch.where(mask, gathered, torch.full_like(gathered, float("nan")))
+
+
+def scatter_pages(t: torch.Tensor, page_table: torch.Tensor, pool: torch.Tensor) -> torch.Tensor:
+    """The inverse of `gather_pages`: write a contiguous cache tensor t [B, T, ...] into the
+    pages pool [P, page, ...] the page table [B, max_pages] names, and return the pool.
+
+    Each sequence's slots are padded to whole pages with pool[0, 0] (the pool holds garbage
+    before the write, so the padding is garbage too). Sequence 0 writes last: a page that
+    two sequences share (a common prefix, whose tokens are the same) holds sequence 0's copy.
+    """
+    B, max_pages = page_table.shape
+    page, tail = pool.shape[1], t.shape[2:]
+    pad = pool[:1, :1].expand(B, max_pages * page - t.shape[1], *tail)
+    blocks = torch.cat([t, pad], dim=1).reshape(B, max_pages, page, *tail)
+    for b in reversed(range(B)):
+        pool[page_table[b].long()] = blocks[b]
+    return pool
+
+
+def scatter_scales(cache_scales: CacheScales, page_table: torch.Tensor, num_pages: int, page: int) -> CacheScales:
+    """A contiguous fp8 cache's scales for its paged copy (the same page table): per-token
+    scales [B, T, ...] become pages [num_pages, page, ...] (NaN where no slot is written, like
+    the garbage they stand beside); static scales are the same for every page."""
+    out = {}
+    for part, s in cache_scales.tensors().items():
+        if cache_scales.granularity_of(part) in DYNAMIC_GRANULARITIES:
+            pool = torch.full((num_pages, page, *s.shape[2:]), float("nan"), dtype=s.dtype, device=s.device)
+            s = scatter_pages(s, page_table, pool)
+        out[part] = s
+    return CacheScales(cache_scales.format, cache_scales.granularity, **out)
 
 
 def allocate_cache(

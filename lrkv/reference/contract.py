@@ -383,3 +383,16 @@ def validate_extend_inputs(
         check_finite_query_and_bases(named)
         check_finite_cache(named, lengths, page_table, cache_scales=cache_scales)
     return N, B, H, d_h, latent_k.shape[3]
+
+
+def validate_cache_inputs(q, cache, basis_k, basis_v, *, scale, rope=None, cu_seqlens_q=None):
+    """The contract check of a call on a `FactoredCache`: extend's with cu_seqlens_q, else paged
+    decode's (a page table) or decode's — the tensors checked as the contract names them."""
+    kw = dict(scale=scale, key_scale=cache.key_scale, rope=rope, cache_scales=cache.scales)
+    if cu_seqlens_q is not None:
+        return validate_extend_inputs(q, cu_seqlens_q, *cache.contract_args(), basis_k, basis_v, cache.lengths,
+                                      page_table=cache.page_table, **kw)
+    if cache.paged:
+        return validate_paged_inputs(q, *cache.contract_args(), basis_k, basis_v, cache.lengths, cache.page_table,
+                                     **kw)
+    return validate_decode_inputs(q, *cache.contract_args(), basis_k, basis_v, cache.lengths, **kw)

@@ -7,67 +7,23 @@ at once. They are already appended, so they are the LAST n_b of its lengths[b] t
     and attends slots 0 … p (causal) — i.e. it is a decode (Eqs. 6–7) over the first p + 1
     slots of its sequence's cache.
 
-That sentence is the whole reference: each sequence's queries run the factored oracle
-`decode_attention` over a view of that sequence's cache with length p + 1. RoPE (exact or
-aligned) is positional, so it follows: the query arrives rotated by p, the shared keys are
-cached rotated, and exact RoPE rotates private key j by its slot index j, as in decode.
-QK-RMSNorm enters through key_scale, as in decode. With n_b = 1 everywhere this IS decode;
-n_b = 0 contributes no rows. An fp8 cache (`cache_scales`) is dequantized to q's dtype first,
-contiguous or paged, as in decode.
+That sentence is the whole reference (`lrkv.reference.lrkv.attend` with cu_seqlens_q): each
+sequence's queries run the factored oracle over a view of that sequence's cache with length
+p + 1. RoPE (exact or aligned) is positional, so it follows: the query arrives rotated by p,
+the shared keys are cached rotated, and exact RoPE rotates private key j by its slot index j,
+as in decode. QK-RMSNorm enters through key_scale, as in decode. With n_b = 1 everywhere this
+IS decode; n_b = 0 contributes no rows. An fp8 cache (`cache_scales`) is dequantized to q's
+dtype first, contiguous or paged, as in decode.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .contract import validate_extend_inputs
-from .fp8_cache import CacheScales, dequantize_cache
-from .lrkv import accumulation_dtype, decode_attention, materialized_decode_attention
-from .paged import gather_cache
+from .cache import FactoredCache
+from .fp8_cache import CacheScales
+from .lrkv import attend, query_positions  # noqa: F401  (query_positions: the levels' import)
 from .rope import ExactRope
-
-
-def query_positions(cu_seqlens_q: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """For every query token: its sequence b and its position p = lengths[b] − n_b + i.  # [N], [N]"""
-    cu = cu_seqlens_q.long()
-    n = cu[1:] - cu[:-1]  # [B]  n_b
-    seq = torch.repeat_interleave(torch.arange(n.shape[0], device=cu.device), n)  # [N]
-    i = torch.arange(seq.shape[0], device=cu.device) - cu[seq]  # index within the chunk
-    return seq, lengths.long()[seq] - n[seq] + i
-
-
-def _extend(decode, q, cu_seqlens_q, cache: list, basis_k, basis_v, lengths, *, scale, rope, fp8_compute="",
-            fp8_phase=0):
-    sk, sv, lk, lv, ks = cache
-    N, H, d_h = q.shape
-    _, pos = query_positions(cu_seqlens_q, lengths)
-    out = q.new_zeros(N, H, d_h)
-    lse = None
-    cu = cu_seqlens_q.long().tolist()
-    for b in range(len(cu) - 1):
-        lo, hi = cu[b], cu[b + 1]
-        if hi == lo:
-            continue  # n_b = 0: nothing to attend for
-        n_b = hi - lo
-        view = lambda t: None if t is None else t[b].expand(n_b, *t.shape[1:])  # noqa: E731  same cache, n_b times
-        o, l_ = decode(q[lo:hi], view(sk), view(sv), view(lk), view(lv), basis_k, basis_v,
-                       pos[lo:hi] + 1,  # query at position p sees slots 0 … p
-                       scale=scale, key_scale=view(ks), rope=rope, check=False, fp8_compute=fp8_compute,
-                       fp8_phase=fp8_phase)
-        if lse is None:
-            lse = l_.new_empty(N, H)
-        out[lo:hi], lse[lo:hi] = o, l_
-    if lse is None:  # no query at all (every n_b = 0)
-        lse = torch.empty(N, H, dtype=accumulation_dtype(q.dtype), device=q.device)
-    return out, lse
-
-
-def _cache(lengths, page_table, shared_k, shared_v, latent_k, latent_v, key_scale, cache_scales, dtype) -> list:
-    shared_k, shared_v, latent_k, latent_v = dequantize_cache(cache_scales, dtype, shared_k, shared_v, latent_k,
-                                                              latent_v)
-    if page_table is None:
-        return [shared_k, shared_v, latent_k, latent_v, key_scale]
-    return gather_cache(page_table, lengths, shared_k, shared_v, latent_k, latent_v, key_scale)
 
 
 def extend_attention(
@@ -89,27 +45,14 @@ def extend_attention(
     cache_scales: CacheScales | None = None,  # an fp8 cache's scales (paged like key_scale)
     fp8_compute: str = "",  # FA3-style roundings of q / the weights (lrkv.reference.fp8)
     fp8_phase: int = 0,  # which rounding phase of the weights (fp8.rounded_weights)
+    materialized: bool = False,  # rebuild K_h and V_h explicitly (the `materialized` path)
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal factored attention (Eqs. 6–7) of N ragged queries. Returns out [N, H, d_h], lse [N, H]."""
-    if check:
-        validate_extend_inputs(q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                               scale=scale, key_scale=key_scale, rope=rope, page_table=page_table,
-                               cache_scales=cache_scales)
-    cache = _cache(lengths, page_table, shared_k, shared_v, latent_k, latent_v, key_scale, cache_scales, q.dtype)
-    return _extend(decode_attention, q, cu_seqlens_q, cache, basis_k, basis_v, lengths, scale=scale, rope=rope,
-                   fp8_compute=fp8_compute, fp8_phase=fp8_phase)
+    cache = FactoredCache(shared_k, shared_v, latent_k, latent_v, lengths, key_scale, cache_scales, page_table)
+    return attend(q, cache, basis_k, basis_v, scale=scale, rope=rope, cu_seqlens_q=cu_seqlens_q, check=check,
+                  materialized=materialized, fp8_compute=fp8_compute, fp8_phase=fp8_phase)
 
 
-def materialized_extend_attention(
-    q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-    scale: float, key_scale=None, rope: ExactRope | None = None, page_table=None, check: bool = True,
-    cache_scales: CacheScales | None = None, fp8_compute: str = "", fp8_phase: int = 0,
-) -> tuple[torch.Tensor, torch.Tensor]:
+def materialized_extend_attention(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
     """The same contract with K_h and V_h rebuilt explicitly (the `materialized` path)."""
-    if check:
-        validate_extend_inputs(q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                               scale=scale, key_scale=key_scale, rope=rope, page_table=page_table,
-                               cache_scales=cache_scales)
-    cache = _cache(lengths, page_table, shared_k, shared_v, latent_k, latent_v, key_scale, cache_scales, q.dtype)
-    return _extend(materialized_decode_attention, q, cu_seqlens_q, cache, basis_k, basis_v, lengths, scale=scale,
-                   rope=rope, fp8_compute=fp8_compute, fp8_phase=fp8_phase)
+    return extend_attention(*args, **kwargs, materialized=True)

@@ -27,9 +27,9 @@ import torch
 
 from ..spec import AttentionSpec
 from .cache import FactoredCache, allocate_cache
-from .contract import check_append_entries, validate_decode_inputs
+from .contract import check_append_entries, validate_cache_inputs
 from .fp8 import PARTS, check_fp8_compute, round_query, rounded_weights
-from .fp8_cache import CacheScales, dequantize_cache, quantize_append
+from .fp8_cache import CacheScales, quantize_append
 from .masking import causal_attention, softmax_rows, valid_mask, zero_garbage
 from .norms import joint_key_scale, rms_norm
 from .rope import ExactRope, apply_rope, rope_freqs
@@ -134,63 +134,114 @@ def decode_attention(
     cache_scales: CacheScales | None = None,  # an fp8 cache's scales ([] / [H] / [B, T_max] / [B, T_max, H])
     fp8_compute: str = "",  # "q" / "p" / "qp": round q / the softmax weights to e4m3 (FA3-style, fp8.py)
     fp8_phase: int = 0,  # which rounding phase of the weights (fp8.rounded_weights)
+    materialized: bool = False,  # rebuild K_h and V_h explicitly (the `materialized` path)
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Factored decode, paper Eqs. 6–7. Returns out [B, H, d_h] and lse [B, H].
+    """Factored decode, paper Eqs. 6–7. Returns out [B, H, d_h] and lse [B, H] (`attend` on
+    the tensors packed into a FactoredCache).
 
     An fp8 cache (cache_scales given) is dequantized to q's dtype first: float64 q gives the
     fp8 cache's exact oracle, a half-precision q the dequantize-then-attend path at τ.
     fp8_compute adds an FA3-style kernel's roundings (`fp8.round_query`, `fp8.rounded_weights`)."""
     check_fp8_compute(fp8_compute)
+    cache = FactoredCache(shared_k, shared_v, latent_k, latent_v, lengths, key_scale, cache_scales)
+    return attend(q, cache, basis_k, basis_v, scale=scale, rope=rope, check=check, materialized=materialized,
+                  fp8_compute=fp8_compute, fp8_phase=fp8_phase)
+
+
+def materialized_decode_attention(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same contract computed by rebuilding K_h and V_h explicitly (the `materialized` path);
+    an fp8 cache is dequantized to q's dtype first, and fp8_compute rounds, as in `decode_attention`."""
+    return decode_attention(*args, **kwargs, materialized=True)
+
+
+def query_positions(cu_seqlens_q: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For every query token: its sequence b and its position p = lengths[b] − n_b + i.  # [N], [N]"""
+    cu = cu_seqlens_q.long()
+    n = cu[1:] - cu[:-1]  # [B]  n_b
+    seq = torch.repeat_interleave(torch.arange(n.shape[0], device=cu.device), n)  # [N]
+    i = torch.arange(seq.shape[0], device=cu.device) - cu[seq]  # index within the chunk
+    return seq, lengths.long()[seq] - n[seq] + i
+
+
+def attend(
+    q: torch.Tensor,  # [B, H, d_h]; extend: [N, H, d_h]
+    cache: FactoredCache,  # contiguous or paged, fp8 or not
+    basis_k: torch.Tensor,  # [H, d_h, r]
+    basis_v: torch.Tensor,  # [H, d_h, r]
+    *,
+    scale: float,
+    rope: ExactRope | None = None,
+    cu_seqlens_q: torch.Tensor | None = None,  # [B+1] int32: extend's ragged queries
+    check: bool = False,
+    materialized: bool = False,
+    fp8_compute: str = "",
+    fp8_phase: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The one cache-taking path of every reference contract (DESIGN §4): decode, paged decode,
+    extend. The cache is dequantized to q's dtype (an fp8 cache) and gathered (a paged one),
+    so every form is judged by exactly the contiguous math of Eqs. 6–7. With cu_seqlens_q,
+    query i of sequence b is the token at position p = lengths[b] − n_b + i and attends slots
+    0 … p: a decode over that sequence's first p + 1 slots. check: validate the contract first."""
+    check_fp8_compute(fp8_compute)
     if check:
-        validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                               scale=scale, key_scale=key_scale, rope=rope, cache_scales=cache_scales)
-    shared_k, shared_v, latent_k, latent_v = dequantize_cache(cache_scales, q.dtype, shared_k, shared_v, latent_k,
-                                                              latent_v)
-    T = shared_k.shape[1]
-    valid = valid_mask(lengths, T)  # [B, T]
-    latent_k = zero_garbage(latent_k, valid)
+        validate_cache_inputs(q, cache, basis_k, basis_v, scale=scale, rope=rope, cu_seqlens_q=cu_seqlens_q)
+    cache = cache.dequantize(q.dtype).gather()
+    decode = _materialized_decode if materialized else _factored_decode
+    kw = dict(scale=scale, rope=rope, fp8_compute=fp8_compute, fp8_phase=fp8_phase)
+    if cu_seqlens_q is None:
+        return decode(q, cache, basis_k, basis_v, **kw)
+    N, H, d_h = q.shape
+    _, pos = query_positions(cu_seqlens_q, cache.lengths)
+    out, lse = q.new_zeros(N, H, d_h), None
+    cu = cu_seqlens_q.long().tolist()
+    for b in range(len(cu) - 1):
+        lo, hi = cu[b], cu[b + 1]
+        if hi == lo:
+            continue  # n_b = 0: nothing to attend for
+        # the same cache n_b times; query at position p sees slots 0 … p
+        o, l_ = decode(q[lo:hi], cache.sequence(b, hi - lo, pos[lo:hi] + 1), basis_k, basis_v, **kw)
+        if lse is None:
+            lse = l_.new_empty(N, H)
+        out[lo:hi], lse[lo:hi] = o, l_
+    if lse is None:  # no query at all (every n_b = 0)
+        lse = torch.empty(N, H, dtype=accumulation_dtype(q.dtype), device=q.device)
+    return out, lse
+
+
+def _factored_decode(q, cache: FactoredCache, basis_k, basis_v, *, scale, rope, fp8_compute, fp8_phase):
+    """Eqs. 6–7 on a contiguous cache at q's dtype."""
+    valid = valid_mask(cache.lengths, cache.t_max)  # [B, T]
+    latent_k = zero_garbage(cache.latent_k, valid)
     acc = accumulation_dtype(q.dtype)
     q_ = round_query(q, acc) if "q" in fp8_compute else q.to(acc)
-    shared_k, latent_k, basis_k_ = shared_k.to(acc), latent_k.to(acc), basis_k.to(acc)
+    shared_k, latent_k, basis_k_ = cache.shared_k.to(acc), latent_k.to(acc), basis_k.to(acc)
     logits = factored_logits(q_, shared_k, latent_k, basis_k_, freqs=exact_freqs(rope, q.shape[-1]),  # Eq. 6
-                             key_scale=None if key_scale is None else key_scale.to(acc))
+                             key_scale=None if cache.key_scale is None else cache.key_scale.to(acc))
     a, lse = softmax_rows(logits * scale, valid[:, None, :])  # [B, H, T]
     if "p" in fp8_compute:
         a = rounded_weights(logits * scale, valid[:, None, :], fp8_phase)
     a = a.to(q.dtype)  # the value contraction runs at the input dtype, as a kernel's P·V does
     # Eq. 7: a_h S_V + (a_h R_h^V) B_h^{V T}; garbage slots zeroed before the contraction
-    sv, lv = zero_garbage(shared_v, valid), zero_garbage(latent_v, valid)
+    sv, lv = zero_garbage(cache.shared_v, valid), zero_garbage(cache.latent_v, valid)
     out_shared = torch.einsum("bht,btd->bhd", a, sv)
     out_private = from_latent(torch.einsum("bht,bthr->bhr", a, lv), basis_v)
     return out_shared + out_private, lse
 
 
-def materialized_decode_attention(
-    q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-    scale: float, key_scale=None, rope: ExactRope | None = None, check: bool = True,
-    cache_scales: CacheScales | None = None, fp8_compute: str = "", fp8_phase: int = 0,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same contract computed by rebuilding K_h and V_h explicitly (the `materialized` path);
-    an fp8 cache is dequantized to q's dtype first, and fp8_compute rounds, as in `decode_attention`."""
-    check_fp8_compute(fp8_compute)
-    if check:
-        validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                               scale=scale, key_scale=key_scale, rope=rope, cache_scales=cache_scales)
-    shared_k, shared_v, latent_k, latent_v = dequantize_cache(cache_scales, q.dtype, shared_k, shared_v, latent_k,
-                                                              latent_v)
-    T = shared_k.shape[1]
-    valid = valid_mask(lengths, T)
-    latent_k = zero_garbage(latent_k, valid)
+def _materialized_decode(q, cache: FactoredCache, basis_k, basis_v, *, scale, rope, fp8_compute, fp8_phase):
+    """The same math with K_h and V_h rebuilt explicitly, on a contiguous cache at q's dtype."""
+    valid = valid_mask(cache.lengths, cache.t_max)
+    latent_k = zero_garbage(cache.latent_k, valid)
     acc = accumulation_dtype(q.dtype)
     if rope is None:
         k_priv = torch.einsum("bthr,hdr->bthd", latent_k, basis_k)
     else:
         k_priv = private_keys_exact(latent_k, basis_k, exact_freqs(rope, q.shape[-1]))
-    k = shared_k[:, :, None, :] + k_priv  # [B, T, H, d_h]  K_h, materialized at the input dtype
-    latent_v = zero_garbage(latent_v, valid)  # the rebuild is a contraction too
-    v = shared_v[:, :, None, :] + torch.einsum("bthr,hdr->bthd", latent_v, basis_v)  # V_h
-    if key_scale is not None:
-        k = k * key_scale[..., None]
+    k = cache.shared_k[:, :, None, :] + k_priv  # [B, T, H, d_h]  K_h, materialized at the input dtype
+    latent_v = zero_garbage(cache.latent_v, valid)  # the rebuild is a contraction too
+    v = cache.shared_v[:, :, None, :] + torch.einsum("bthr,hdr->bthd", latent_v, basis_v)  # V_h
+    if cache.key_scale is not None:
+        k = k * cache.key_scale[..., None]
     q_ = round_query(q, acc) if "q" in fp8_compute else q.to(acc)
     logits = torch.einsum("bhd,bthd->bht", q_, k.to(acc)) * scale  # scores accumulate in acc
     a, lse = softmax_rows(logits, valid[:, None, :])
@@ -281,14 +332,8 @@ def layer_step(
         raise ValueError("x_t contains NaN or Inf")
     entries = project_token(weights, x_t, positions)
     append(cache, entries, positions)
-    # only an fp8 cache passes cache_scales: a decode without fp8 support keeps its signature
-    scales = getattr(cache, "scales", None)
-    fp8 = {} if scales is None else {"cache_scales": scales}
-    out, _ = decode(
-        entries["q"], cache.shared_k, cache.shared_v, cache.latent_k, cache.latent_v,
-        weights.basis_k, weights.basis_v, cache.lengths, scale=spec.head_dim**-0.5,
-        key_scale=cache.key_scale, rope=decode_rope(spec), **fp8,
-    )
+    out, _ = decode(entries["q"], *cache.contract_args(), weights.basis_k, weights.basis_v, cache.lengths,
+                    scale=spec.head_dim**-0.5, rope=decode_rope(spec), **cache.contract_kwargs())
     return torch.einsum("bhd,hde->be", out, weights.w_o), cache
 
 
