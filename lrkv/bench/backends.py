@@ -12,7 +12,7 @@
             backend registry (`lrkv.verify.backend_registry.get_backend("triton")`) for availability,
             inputs validated once here, then timed with validation off. Two variants time
             the same data another way: `triton-paged` over a paged cache of 16-slot pages in
-            a random page order (`lrkv.kernels.paged.paginate`), `triton-rope` with exact RoPE
+            a random page order (`FactoredCache.paginate`), `triton-rope` with exact RoPE
             (the private keys rotated per slot). On a CPU they run only in Triton's
             interpreter (TRITON_INTERPRET=1): the code path, with meaningless timings.
   sdpa      MHA/GQA/MQA only: torch.nn.functional.scaled_dot_product_attention with one query
@@ -191,14 +191,12 @@ class TritonSteps:
         rope = ExactRope() if self.variant == "rope" else None
         validate_decode_inputs(q, sk, sv, lk, lv, bk, bv, lengths, scale=spec.scale, rope=rope)  # once, untimed
         if self.variant == "paged":
-            from ..kernels.paged import paginate
             from ..kernels.validate import validate_paged_inputs
             from ..reference.cache import FactoredCache
 
-            paged = paginate(FactoredCache(sk, sv, lk, lv, lengths), PAGE_SIZE,
-                             generator=torch.Generator().manual_seed(0), extra_pages=0)
-            args = (q, paged.shared_k, paged.shared_v, paged.latent_k, paged.latent_v, bk, bv, lengths,
-                    paged.page_table)
+            paged = FactoredCache(sk, sv, lk, lv, lengths).paginate(
+                PAGE_SIZE, generator=torch.Generator().manual_seed(0), extra_pages=0)
+            args = (q, *paged.contract_args(), bk, bv, lengths, paged.page_table)
             validate_paged_inputs(*args, scale=spec.scale)  # once, untimed
             fn = lambda: paged_decode_attention(*args, scale=spec.scale, check=False, **self.launch)  # noqa: E731
         elif self.variant == "fp8":

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from ..reference.cache import FactoredCache
+from ..reference.fp8 import PARTS
 from ..reference.rope import ExactRope
 from ..reference.weights import LRKVWeights
 from ..spec import AttentionSpec
@@ -78,6 +79,13 @@ def write_back(cache: FactoredCache, outputs: dict[str, torch.Tensor], positions
     return cache
 
 
+def _kernel_call(engine: Engine, q, cache: FactoredCache, basis_k, basis_v) -> tuple[torch.Tensor, torch.Tensor]:
+    """A kernel-level engine on a contiguous cache: its inputs by name, (out, lse) back."""
+    out = engine(q=q, **dict(zip(PARTS, cache.parts)), basis_k=basis_k, basis_v=basis_v, lengths=cache.lengths,
+                 key_scale=cache.key_scale)
+    return out["out"], out["lse"]
+
+
 class _CompiledBackend(BaseBackend):
     """Shared logic; subclasses set `name` and `engine_kind`."""
 
@@ -116,13 +124,10 @@ class _CompiledBackend(BaseBackend):
         return {"t_max": _pow2_at_least(T, DEFAULT_T_MAX), "b_max": _pow2_at_least(B, DEFAULT_B_MAX)}
 
     # ------------------------------------------------------------------ kernel level
-    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-                         scale, key_scale=None, rope=None):
-        config = kernel_config(q, latent_k, key_scale, rope, scale,
-                               **self._ranges(q.shape[0], shared_k.shape[1]), **self.config_kw)
-        out = self.engine(config)(q=q, shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v,
-                                  basis_k=basis_k, basis_v=basis_v, lengths=lengths, key_scale=key_scale)
-        return out["out"], out["lse"]
+    def attend(self, q, cache: FactoredCache, basis_k, basis_v, *, scale, rope=None, cu_seqlens_q=None):
+        config = kernel_config(q, cache.latent_k, cache.key_scale, rope, scale,
+                               **self._ranges(q.shape[0], cache.t_max), **self.config_kw)
+        return _kernel_call(self.engine(config), q, cache, basis_k, basis_v)
 
     # ------------------------------------------------------------------ layer level
     def layer_step(self, weights: LRKVWeights, x_t, cache: FactoredCache, positions):
@@ -174,11 +179,8 @@ class EngineBackend(BaseBackend):
         self.dtypes = (engine.config.torch_dtype,)
         self.embedded = embedded
 
-    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-                         scale, key_scale=None, rope=None):
-        out = self.eng(q=q, shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v,
-                       basis_k=basis_k, basis_v=basis_v, lengths=lengths, key_scale=key_scale)
-        return out["out"], out["lse"]
+    def attend(self, q, cache: FactoredCache, basis_k, basis_v, *, scale, rope=None, cu_seqlens_q=None):
+        return _kernel_call(self.eng, q, cache, basis_k, basis_v)
 
     def layer_step(self, weights: LRKVWeights, x_t, cache: FactoredCache, positions):
         config = self.eng.config

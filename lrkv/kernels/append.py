@@ -26,7 +26,6 @@ from ..reference.fp8 import PARTS, fp8_format
 from ..reference.fp8_cache import check_cache_scales, check_scale_values, quantize_append
 from ..reference.lrkv import append as reference_append
 from . import runtime
-from .paged import PagedCache
 from .decode import _scale_strides, fp8_part_codes
 from .validate import check_strides, next_pow2
 
@@ -180,8 +179,8 @@ def append(cache: FactoredCache, entries: dict[str, torch.Tensor], positions: to
     return cache
 
 
-def paged_append(cache: PagedCache, entries: dict[str, torch.Tensor], positions: torch.Tensor) -> PagedCache:
-    """`append` for a paged cache: slot positions[b] lives in page page_table[b, pos // page].
+def paged_append(cache: FactoredCache, entries: dict[str, torch.Tensor], positions: torch.Tensor) -> FactoredCache:
+    """`append` for a paged cache (`cache.page_table` set): slot positions[b] lives in page page_table[b, pos // page].
 
     The target page of every sequence must be a valid page, no two sequences may write the
     same physical slot (that would be a race on the GPU), and none may write a slot another
@@ -196,7 +195,7 @@ def paged_append(cache: PagedCache, entries: dict[str, torch.Tensor], positions:
     tensors = cache.tensors()
     scales = cache.scales
     _check_fp8(tensors, scales, rows=cache.num_pages, slots=page, H=H)
-    _check_positions(positions, cache.lengths, B, cache.capacity)
+    _check_positions(positions, cache.lengths, B, cache.t_max)
     ent = _check_entries(entries, tensors, B, H, r, d_h, scales)
     pidx = (positions.long() // page)
     target = pt[torch.arange(B, device=pt.device), pidx].long()  # [B]
@@ -219,7 +218,7 @@ def paged_append(cache: PagedCache, entries: dict[str, torch.Tensor], positions:
         for name, t in tensors.items():
             check_strides(name, t, writable=True)
         _launch(positions, pt, ent, tensors, H=H, d_h=d_h, r=r, page=page, n_pages=cache.num_pages,
-                max_pages=pt.shape[1], capacity=cache.capacity, scales=scales)
+                max_pages=pt.shape[1], capacity=cache.t_max, scales=scales)
     cache.lengths = (cache.lengths + 1).to(cache.lengths.dtype)
     return cache
 

@@ -32,21 +32,22 @@ products (dot='ieee').
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
 import torch
 from torch.library import triton_op, wrap_triton
 
-from ..reference.contract import validate_decode_inputs
+from ..reference.cache import FactoredCache
+from ..reference.contract import validate_cache_inputs
 from ..reference.fp8 import PER_HEAD, PER_TENSOR, PER_TOKEN, PER_TOKEN_HEAD, SHARED_PARTS, is_fp8
 from ..reference.fp8_cache import CacheScales, check_cache_scales
 from ..reference.lrkv import accumulation_dtype
-from ..reference.lrkv import decode_attention as reference_decode_attention
-from ..reference.paged import paged_decode_attention as reference_paged_decode_attention
+from ..reference.lrkv import attend as reference_attend
 from ..reference.rope import ExactRope, rope_freqs
 from . import runtime
 from .kernel_mutants import check_mutant, mutant_code, mutant_wrapper
 from .launch import DOT_MODES, WIDE_LIMIT_COLUMNS, default_dot, pick_launch, tile_in_page, wide_applies
-from .validate import check_kernel_extras, check_launch_options, next_pow2, validate_paged_inputs
+from .validate import check_kernel_extras, check_launch_options, next_pow2
 
 MAX_BLOCK_B = 1024  # extend: sequences scanned per step when a program looks up its sequence
 
@@ -252,53 +253,36 @@ def _device_ok(t: torch.Tensor) -> tuple[bool, str]:
     return True, ""
 
 
-def run_factored_decode(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table, *,
-            scale, key_scale, rope, slots, num_splits, group_size, block_t, num_warps, mutant, dot,
-            private=None, programs_per_sm=None, cu_seqlens_q=None, cache_scales=None):
+def run_factored_decode(q, cache: FactoredCache, basis_k, basis_v, *, scale, rope, num_splits, group_size, block_t,
+                        num_warps, mutant, dot, private=None, programs_per_sm=None, cu_seqlens_q=None):
     """Pick the launch shape and run the custom op — decode, paged decode and (with
-    `cu_seqlens_q`) extend alike, over an fp8 cache with `cache_scales`. A wrapper mutant
+    `cu_seqlens_q`) extend alike, over an fp8 cache with `cache.scales`. A wrapper mutant
     runs the op its own (wrong) way."""
     extend = cu_seqlens_q is not None
     rows, H, d_h = q.shape  # rows: B (extend: N query tokens)
-    cfg = pick_launch(B=max(rows, 1) if extend else rows, H=H, d_h=d_h, r=latent_k.shape[3], slots=slots,
-                      dtype=q.dtype, device=q.device, num_splits=num_splits, group_size=group_size,
-                      block_t=block_t, num_warps=num_warps, dot=dot, private=private,
-                      programs_per_sm=programs_per_sm, rope_exact=rope is not None, paged=page_table is not None,
-                      extend=extend, fp8=cache_scales is not None)
-    fp8_args = () if cache_scales is None else (*(cache_scales.of(p) for p in PARTS), cache_scales.granularity)
+    cfg = pick_launch(B=max(rows, 1) if extend else rows, H=H, d_h=d_h, r=cache.latent_k.shape[3],
+                      slots=cache.t_max, dtype=q.dtype, device=q.device, num_splits=num_splits,
+                      group_size=group_size, block_t=block_t, num_warps=num_warps, dot=dot, private=private,
+                      programs_per_sm=programs_per_sm, rope_exact=rope is not None, paged=cache.paged,
+                      extend=extend, fp8=cache.scales is not None)
+    sc = cache.scales
+    fp8_args = () if sc is None else (*(sc.of(p) for p in PARTS), sc.granularity)
     cos = sin = None
     if rope is not None:
-        cos, sin = rope_tables(slots, d_h, rope.theta, torch.float64 if cfg.acc_fp64 else torch.float32,
+        cos, sin = rope_tables(cache.t_max, d_h, rope.theta, torch.float64 if cfg.acc_fp64 else torch.float32,
                                q.device)
 
-    def launch(shared_k, shared_v, latent_k, latent_v):
+    def launch(shared_k, shared_v, latent_k, latent_v):  # the custom op's tensors (a wrapper mutant's handle)
         return torch.ops.lrkv.factored_decode(
-            q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table, key_scale,
-            cos, sin, float(scale), cfg.num_splits, cfg.split_size, cfg.group_size, cfg.block_t,
+            q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, cache.lengths, cache.page_table,
+            cache.key_scale, cos, sin, float(scale), cfg.num_splits, cfg.split_size, cfg.group_size, cfg.block_t,
             cfg.num_warps, DOT_MODES[cfg.dot], mutant_code(mutant), cfg.private == "wide", cu_seqlens_q,
             *fp8_args,
         )
 
-    cache = dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v)
+    parts = dict(zip(PARTS, cache.contract_args()))
     wrapper = mutant_wrapper(mutant)
-    return launch(**cache) if wrapper is None else wrapper(launch, cache)
-
-
-def reference_fallback(fn, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fallback mode (no GPU, TRITON_INTERPRET unset): the float64 reference `fn` on the float
-    inputs upcast, cast back to the contract's dtypes — what the kernel computes, minus the
-    kernel. Integer tensors (lengths, page tables, cu_seqlens) pass as they are."""
-    # fp8 parts pass as stored (the reference dequantizes them with cache_scales, a kwarg)
-    f = lambda t: (t.to(torch.float64) if isinstance(t, torch.Tensor) and t.is_floating_point()  # noqa: E731
-                   and not is_fp8(t.dtype) else t)
-    out, lse = fn(*map(f, args), **{k: f(v) for k, v in kwargs.items()}, check=False)
-    return out.to(args[0].dtype), lse.to(accumulation_dtype(args[0].dtype))
-
-
-def fp8_kwargs(cache_scales) -> dict:
-    """cache_scales for a reference call, only when given (the fallback's reference keeps its
-    non-fp8 call as it was)."""
-    return {} if cache_scales is None else {"cache_scales": cache_scales}
+    return launch(**parts) if wrapper is None else wrapper(launch, parts)
 
 
 def refuse_mutant_in_fallback(mutant) -> None:
@@ -308,7 +292,7 @@ def refuse_mutant_in_fallback(mutant) -> None:
 
 def check_launch(q: torch.Tensor, tensors: dict, *, num_splits, group_size, block_t, num_warps, dot,
                   mutant, private=None, programs_per_sm=None, r: int) -> None:
-    """The kernel-side checks both layouts share, after the layout's own contract check:
+    """The kernel-side checks every layout shares, after the layout's own contract check:
     launch options, the mutant name, and (when a kernel will run) device placement and strides."""
     check_launch_options(num_splits=num_splits, group_size=group_size, block_t=block_t,
                          num_warps=num_warps, H=q.shape[1], dot=dot, dtype=q.dtype,
@@ -326,6 +310,36 @@ def check_launch(q: torch.Tensor, tensors: dict, *, num_splits, group_size, bloc
     check_mutant(mutant)
     if runtime.mode()[0] != "fallback":
         check_kernel_extras(dict(q=q, **tensors), d_h=q.shape[2], H=q.shape[1], device_ok=_device_ok)
+
+
+def attend(q: torch.Tensor, cache: FactoredCache, basis_k: torch.Tensor, basis_v: torch.Tensor, *, scale: float,
+           rope: ExactRope | None = None, cu_seqlens_q: torch.Tensor | None = None, check: bool = True,
+           num_splits=None, group_size=None, block_t=None, num_warps=None, mutant=None, dot=None, private=None,
+           programs_per_sm=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The one wrapper behind decode, paged decode (a paged cache) and extend (cu_seqlens_q):
+    Eqs. 6–7 over a FactoredCache. Validates the contract (`check`), then the launch; an fp8
+    cache's scales are checked either way. Fallback mode runs the float64 reference `attend`
+    on the float inputs upcast, cast back to the contract's dtypes."""
+    check_fp8_cache(dict(zip(PARTS, cache.contract_args())), cache.scales)
+    if check:
+        validate_cache_inputs(q, cache, basis_k, basis_v, scale=scale, rope=rope, cu_seqlens_q=cu_seqlens_q)
+        check_launch(q, dict(cu_seqlens_q=cu_seqlens_q, **dict(zip(PARTS, cache.contract_args())), basis_k=basis_k,
+                             basis_v=basis_v, lengths=cache.lengths, page_table=cache.page_table,
+                             key_scale=cache.key_scale, **scale_tensors(cache.scales)),
+                     num_splits=num_splits, group_size=group_size, block_t=block_t, num_warps=num_warps, dot=dot,
+                     mutant=mutant, private=private, programs_per_sm=programs_per_sm, r=cache.latent_k.shape[3])
+    if runtime.mode()[0] == "fallback":
+        refuse_mutant_in_fallback(mutant)
+        # fp8 parts pass as stored (the reference dequantizes them with their scales)
+        f = lambda t: t.to(torch.float64) if t.is_floating_point() and not is_fp8(t.dtype) else t  # noqa: E731
+        wide = replace(cache, **{n: f(t) for n, t in cache.tensors().items()})
+        out, lse = reference_attend(f(q), wide, f(basis_k), f(basis_v), scale=scale, rope=rope,
+                                    cu_seqlens_q=cu_seqlens_q)
+        return out.to(q.dtype), lse.to(accumulation_dtype(q.dtype))
+    return run_factored_decode(q, cache, basis_k, basis_v, scale=scale, rope=rope, num_splits=num_splits,
+                               group_size=group_size, block_t=block_t, num_warps=num_warps, mutant=mutant, dot=dot,
+                               private=private, programs_per_sm=programs_per_sm,
+                               cu_seqlens_q=None if cu_seqlens_q is None else cu_seqlens_q.to(torch.int32))
 
 
 def decode_attention(
@@ -358,27 +372,10 @@ def decode_attention(
     masks every access, but garbage inputs then give garbage outputs. An fp8 cache needs
     `cache_scales` (module doc); its dtypes and scale shapes are checked either way.
     """
-    parts = dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v)
-    check_fp8_cache(parts, cache_scales)
-    if check:
-        validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                               scale=scale, key_scale=key_scale, rope=rope, cache_scales=cache_scales)
-        check_launch(q, dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v,
-                             basis_k=basis_k, basis_v=basis_v, lengths=lengths, key_scale=key_scale,
-                             **scale_tensors(cache_scales)),
-                     num_splits=num_splits, group_size=group_size, block_t=block_t, num_warps=num_warps,
-                     dot=dot, mutant=mutant, private=private, programs_per_sm=programs_per_sm,
-                     r=latent_k.shape[3])
-    if runtime.mode()[0] == "fallback":
-        refuse_mutant_in_fallback(mutant)
-        return reference_fallback(reference_decode_attention, q, shared_k, shared_v, latent_k, latent_v, basis_k,
-                                  basis_v, lengths, scale=scale, key_scale=key_scale, rope=rope,
-                                  **fp8_kwargs(cache_scales))
-    return run_factored_decode(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, None,
-                               scale=scale, key_scale=key_scale, rope=rope, slots=shared_k.shape[1],
-                               num_splits=num_splits, group_size=group_size, block_t=block_t, num_warps=num_warps,
-                               mutant=mutant, dot=dot, private=private, programs_per_sm=programs_per_sm,
-                               cache_scales=cache_scales)
+    return attend(q, FactoredCache(shared_k, shared_v, latent_k, latent_v, lengths, key_scale, cache_scales),
+                  basis_k, basis_v, scale=scale, rope=rope, check=check, num_splits=num_splits,
+                  group_size=group_size, block_t=block_t, num_warps=num_warps, mutant=mutant, dot=dot,
+                  private=private, programs_per_sm=programs_per_sm)
 
 
 def paged_decode_attention(
@@ -409,24 +406,7 @@ def paged_decode_attention(
     """Factored decode over a paged cache: slot t of sequence b is page_table[b, t // page],
     row t % page. Exact RoPE rotates by the logical slot t. Same outputs as `decode_attention`;
     an fp8 cache's per-token scales are read at the same physical page and row as its parts."""
-    parts = dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v)
-    check_fp8_cache(parts, cache_scales)
-    if check:
-        validate_paged_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                              page_table, scale=scale, key_scale=key_scale, rope=rope, cache_scales=cache_scales)
-        check_launch(q, dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v,
-                             basis_k=basis_k, basis_v=basis_v, lengths=lengths, page_table=page_table,
-                             key_scale=key_scale, **scale_tensors(cache_scales)),
-                     num_splits=num_splits, group_size=group_size, block_t=block_t, num_warps=num_warps,
-                     dot=dot, mutant=mutant, private=private, programs_per_sm=programs_per_sm,
-                     r=latent_k.shape[3])
-    if runtime.mode()[0] == "fallback":
-        refuse_mutant_in_fallback(mutant)
-        return reference_fallback(reference_paged_decode_attention, q, shared_k, shared_v, latent_k, latent_v,
-                                  basis_k, basis_v, lengths, page_table, scale=scale, key_scale=key_scale, rope=rope,
-                                  **fp8_kwargs(cache_scales))
-    return run_factored_decode(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table,
-                               scale=scale, key_scale=key_scale, rope=rope,
-                               slots=page_table.shape[1] * shared_k.shape[1], num_splits=num_splits,
-                               group_size=group_size, block_t=block_t, num_warps=num_warps, mutant=mutant, dot=dot,
-                               private=private, programs_per_sm=programs_per_sm, cache_scales=cache_scales)
+    cache = FactoredCache(shared_k, shared_v, latent_k, latent_v, lengths, key_scale, cache_scales, page_table)
+    return attend(q, cache, basis_k, basis_v, scale=scale, rope=rope, check=check, num_splits=num_splits,
+                  group_size=group_size, block_t=block_t, num_warps=num_warps, mutant=mutant, dot=dot,
+                  private=private, programs_per_sm=programs_per_sm)

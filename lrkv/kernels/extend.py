@@ -23,15 +23,10 @@ from __future__ import annotations
 
 import torch
 
-from ..reference.extend import extend_attention as reference_extend_attention
-from ..reference.rope import ExactRope
-from . import runtime
+from ..reference.cache import FactoredCache
 from ..reference.fp8_cache import CacheScales
-from .decode import (
-    check_fp8_cache, check_launch, fp8_kwargs, reference_fallback, refuse_mutant_in_fallback, run_factored_decode,
-    scale_tensors,
-)
-from .validate import validate_extend_inputs
+from ..reference.rope import ExactRope
+from .decode import attend
 
 
 def extend_attention(
@@ -64,24 +59,7 @@ def extend_attention(
 
     The launch options are decode's (`pick_launch`), with the N query tokens as the rows:
     splits divide each token's causal range 0 … p (splits past p are empty and ignored)."""
-    check_fp8_cache(dict(shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v), cache_scales)
-    if check:
-        validate_extend_inputs(q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                               scale=scale, key_scale=key_scale, rope=rope, page_table=page_table,
-                               cache_scales=cache_scales)
-        check_launch(q, dict(cu_seqlens_q=cu_seqlens_q, shared_k=shared_k, shared_v=shared_v, latent_k=latent_k,
-                             latent_v=latent_v, basis_k=basis_k, basis_v=basis_v, lengths=lengths,
-                             page_table=page_table, key_scale=key_scale, **scale_tensors(cache_scales)),
-                     num_splits=num_splits, group_size=group_size, block_t=block_t, num_warps=num_warps, dot=dot,
-                     mutant=mutant, private=private, programs_per_sm=programs_per_sm, r=latent_k.shape[3])
-    if runtime.mode()[0] == "fallback":
-        refuse_mutant_in_fallback(mutant)
-        return reference_fallback(reference_extend_attention, q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v,
-                                  basis_k, basis_v, lengths, scale=scale, key_scale=key_scale, rope=rope,
-                                  page_table=page_table, **fp8_kwargs(cache_scales))
-    slots = page_table.shape[1] * shared_k.shape[1] if page_table is not None else shared_k.shape[1]
-    return run_factored_decode(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table,
-                               scale=scale, key_scale=key_scale, rope=rope, slots=slots, num_splits=num_splits,
-                               group_size=group_size, block_t=block_t, num_warps=num_warps, mutant=mutant, dot=dot,
-                               private=private, programs_per_sm=programs_per_sm,
-                               cu_seqlens_q=cu_seqlens_q.to(torch.int32), cache_scales=cache_scales)
+    cache = FactoredCache(shared_k, shared_v, latent_k, latent_v, lengths, key_scale, cache_scales, page_table)
+    return attend(q, cache, basis_k, basis_v, scale=scale, rope=rope, cu_seqlens_q=cu_seqlens_q, check=check,
+                  num_splits=num_splits, group_size=group_size, block_t=block_t, num_warps=num_warps,
+                  mutant=mutant, dot=dot, private=private, programs_per_sm=programs_per_sm)

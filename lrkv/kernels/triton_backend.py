@@ -134,56 +134,24 @@ class TritonBackend(BaseBackend):
         return cfg
 
     # ------------------------------------------------------------------ kernel level
-    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-                         scale, key_scale=None, rope=None, cache_scales=None):
-        from .decode import decode_attention
+    def attend(self, q, cache: FactoredCache, basis_k, basis_v, *, scale, rope=None, cu_seqlens_q=None):
+        """Decode, paged decode or extend through the kernels' one wrapper (`decode.attend`), the
+        inputs moved to the kernels' device and the outputs back."""
+        from .decode import attend
 
-        move = self._mover(q.device)
-        out, lse = decode_attention(
-            move(q), move(shared_k), move(shared_v), move(latent_k), move(latent_v), move(basis_k),
-            move(basis_v), move(lengths), scale=scale, key_scale=move(key_scale), rope=rope,
-            mutant=self.mutant, **self._fp8(cache_scales, move), **self._launch(shared_k.shape[1]))
-        return out.to(q.device), lse.to(q.device)
+        home, dev = q.device, self._device()
+        move = self._mover(home)
+        if dev is not None and home != dev:
+            cache = cache.to(dev)
+        out, lse = attend(move(q), cache, move(basis_k), move(basis_v), scale=scale, rope=rope,
+                          cu_seqlens_q=move(cu_seqlens_q), mutant=self.mutant, **self._launch(cache.t_max))
+        return out.to(home), lse.to(home)
 
     def _mover(self, home: torch.device):
         dev = self._device()
         if dev is None or home == dev:
             return lambda t: t
         return lambda t: t if t is None else t.to(dev)
-
-    @staticmethod
-    def _fp8(cache_scales, move) -> dict:
-        """{'cache_scales': …} on the kernels' device for an fp8 cache; nothing otherwise."""
-        if cache_scales is None:
-            return {}
-        return {"cache_scales": cache_scales if move(cache_scales.shared_k) is cache_scales.shared_k
-                else cache_scales.to(move(cache_scales.shared_k).device)}
-
-    def paged_decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                               page_table, *, scale, key_scale=None, rope=None, cache_scales=None):
-        from .decode import paged_decode_attention
-
-        home = q.device
-        move = self._mover(home)
-        out, lse = paged_decode_attention(
-            move(q), move(shared_k), move(shared_v), move(latent_k), move(latent_v), move(basis_k),
-            move(basis_v), move(lengths), move(page_table), scale=scale, key_scale=move(key_scale), rope=rope,
-            mutant=self.mutant, **self._fp8(cache_scales, move),
-            **self._launch(page_table.shape[1] * shared_k.shape[1]))
-        return out.to(home), lse.to(home)
-
-    def extend_attention(self, q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v,
-                         lengths, *, scale, key_scale=None, rope=None, page_table=None, cache_scales=None):
-        from .extend import extend_attention
-
-        home = q.device
-        move = self._mover(home)
-        launch = self._launch(shared_k.shape[1] if page_table is None else page_table.shape[1] * shared_k.shape[1])
-        out, lse = extend_attention(
-            move(q), move(cu_seqlens_q), move(shared_k), move(shared_v), move(latent_k), move(latent_v),
-            move(basis_k), move(basis_v), move(lengths), scale=scale, key_scale=move(key_scale), rope=rope,
-            page_table=move(page_table), mutant=self.mutant, **self._fp8(cache_scales, move), **launch)
-        return out.to(home), lse.to(home)
 
     # ------------------------------------------------------------------ layer level
     def layer_step(self, weights, x_t, cache: FactoredCache, positions):

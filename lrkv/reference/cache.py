@@ -80,6 +80,11 @@ class FactoredCache:
         return FactoredCache(**{f.name: (None if getattr(self, f.name) is None else getattr(self, f.name).clone())
                                 for f in fields(self)})
 
+    def to(self, device) -> FactoredCache:
+        """Every tensor (scales and page table included) on `device`."""
+        return FactoredCache(**{f.name: None if (v := getattr(self, f.name)) is None else v.to(device)
+                                for f in fields(self)})
+
     def nbytes(self) -> int:
         """Payload bytes, an fp8 cache's scales included."""
         scales = 0 if self.scales is None else self.scales.nbytes()

@@ -12,10 +12,8 @@ from __future__ import annotations
 import torch
 
 from ..reference.cache import FactoredCache
-from ..reference.contract import validate_decode_inputs
-from ..reference import extend as ref_extend
-from ..reference import paged as ref_paged
-from ..reference.lrkv import decode_attention, layer_step, materialized_decode_attention
+from ..reference.contract import validate_cache_inputs
+from ..reference.lrkv import attend, layer_step
 from ..reference.weights import LRKVWeights
 from .protocol import BaseBackend
 from .inductor import compiled_decode, compiled_layer_step, cuda_unavailable_reason, resolve_device
@@ -32,26 +30,13 @@ class ReferenceBackend(BaseBackend):
     name = "reference"
     role = "baseline"  # the oracle itself: passes by construction
     levels = frozenset({"kernel", "kernel-paged", "kernel-extend", "layer"})
-    paged_fn, extend_fn = "paged_decode_attention", "extend_attention"  # names in lrkv.reference.*
+    materialized = False  # True: K_h and V_h rebuilt explicitly (lrkv.reference.lrkv.attend)
     dtypes = F64
     description = "float64 factored decode (Eqs. 6-7), the oracle"
 
-    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-                         scale, key_scale=None, rope=None, cache_scales=None):
-        return decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                                scale=scale, key_scale=key_scale, rope=rope, cache_scales=cache_scales)
-
-    def paged_decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                               page_table, *, scale, key_scale=None, rope=None, cache_scales=None):
-        return getattr(ref_paged, self.paged_fn)(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v,
-                                                 lengths, page_table, scale=scale, key_scale=key_scale, rope=rope,
-                                                 cache_scales=cache_scales)
-
-    def extend_attention(self, q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v,
-                         lengths, *, scale, key_scale=None, rope=None, page_table=None, cache_scales=None):
-        return getattr(ref_extend, self.extend_fn)(q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v,
-                                                   basis_k, basis_v, lengths, scale=scale, key_scale=key_scale,
-                                                   rope=rope, page_table=page_table, cache_scales=cache_scales)
+    def attend(self, q, cache, basis_k, basis_v, *, scale, rope=None, cu_seqlens_q=None):
+        return attend(q, cache, basis_k, basis_v, scale=scale, rope=rope, cu_seqlens_q=cu_seqlens_q, check=True,
+                      materialized=self.materialized)
 
     def layer_step(self, weights, x_t, cache, positions):
         return layer_step(weights, x_t, cache, positions, decode=self.decode_attention)
@@ -62,13 +47,7 @@ class MaterializedBackend(ReferenceBackend):
 
     name = "materialized"
     description = "float64 decode over explicit K_h, V_h"
-    paged_fn, extend_fn = "materialized_paged_decode_attention", "materialized_extend_attention"
-
-    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-                         scale, key_scale=None, rope=None, cache_scales=None):
-        return materialized_decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v,
-                                             lengths, scale=scale, key_scale=key_scale, rope=rope,
-                                             cache_scales=cache_scales)
+    materialized = True
 
 
 class EagerBackend(ReferenceBackend):
@@ -136,17 +115,13 @@ class InductorBackend(BaseBackend):
         dev = torch.device(self.device)
         return lambda t: t if t is None else t.to(dev)
 
-    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-                         scale, key_scale=None, rope=None):
+    def attend(self, q, cache, basis_k, basis_v, *, scale, rope=None, cu_seqlens_q=None):
         # Same contract checks as the reference, eagerly: a compiled graph must not see bad input.
-        validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                               scale=scale, key_scale=key_scale, rope=rope)
-        args = (q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, key_scale)
-        move = self._mover(q.device)
-        if move is not None:
-            args = tuple(move(t) for t in args)
-        *inputs, ks = args
-        out, lse = compiled_decode(*inputs, scale=scale, key_scale=ks, rope=rope, device=self.device, mode=self.mode)
+        validate_cache_inputs(q, cache, basis_k, basis_v, scale=scale, rope=rope)
+        move = self._mover(q.device) or (lambda t: t)
+        out, lse = compiled_decode(move(q), *map(move, cache.contract_args()), move(basis_k), move(basis_v),
+                                   move(cache.lengths), scale=scale, key_scale=move(cache.key_scale), rope=rope,
+                                   device=self.device, mode=self.mode)
         return out.to(q.device), lse.to(q.device)
 
     def layer_step(self, weights, x_t, cache, positions):

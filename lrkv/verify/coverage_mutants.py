@@ -78,11 +78,9 @@ class _Drift(Mutant, abc.ABC):
     def drifts(self, q, shared_k, lengths, key_scale, rope) -> bool:
         """Whether this call takes the broken path."""
 
-    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-                         scale, key_scale=None, rope=None):
-        out, lse = super().decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                                            scale=scale, key_scale=key_scale, rope=rope)
-        if self.drifts(q, shared_k, lengths, key_scale, rope):
+    def attend(self, q, cache, basis_k, basis_v, *, scale, rope=None, cu_seqlens_q=None):
+        out, lse = super().attend(q, cache, basis_k, basis_v, scale=scale, rope=rope)
+        if self.drifts(q, cache.shared_k, cache.lengths, cache.key_scale, rope):
             out = out * DRIFT
         return out, lse
 

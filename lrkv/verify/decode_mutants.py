@@ -8,10 +8,12 @@ correct backends pass (tests/verify/test_decode_mutants.py).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
-from ..reference.contract import validate_decode_inputs
-from ..reference.lrkv import decode_attention
+from ..reference.contract import validate_cache_inputs
+from ..reference.lrkv import attend
 from ..reference.rope import ExactRope
 from .protocol import BaseBackend
 from .tiled import SplitState, TiledBackend, TiledDecoder
@@ -26,26 +28,21 @@ class Mutant(BaseBackend):
     dtypes = (torch.float64, torch.float32)
     bug = ""
 
-    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-                         scale, key_scale=None, rope=None):
+    def attend(self, q, cache, basis_k, basis_v, **kw):
         # Unchecked reference math on (possibly altered) arguments, as a kernel would run it.
-        return decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                                scale=scale, key_scale=key_scale, rope=rope, check=False)
+        return attend(q, cache, basis_k, basis_v, **kw)
 
 
 class SeparateSoftmax(Mutant):
     name = "mutant-separate-softmax"
     bug = "shared and private logits get a softmax each (MLRA-style branches) instead of one over their sum"
 
-    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-                         scale, key_scale=None, rope=None):
-        zeros_lat = torch.zeros_like(latent_k)
-        shared_out, lse = super().decode_attention(q, shared_k, shared_v, zeros_lat, torch.zeros_like(latent_v),
-                                                   basis_k, basis_v, lengths, scale=scale, key_scale=key_scale,
-                                                   rope=rope)
-        private_out, _ = super().decode_attention(q, torch.zeros_like(shared_k), torch.zeros_like(shared_v),
-                                                  latent_k, latent_v, basis_k, basis_v, lengths, scale=scale,
-                                                  key_scale=key_scale, rope=rope)
+    def attend(self, q, cache, *args, **kw):
+        z = torch.zeros_like
+        shared_out, lse = super().attend(q, replace(cache, latent_k=z(cache.latent_k), latent_v=z(cache.latent_v)),
+                                         *args, **kw)
+        private_out, _ = super().attend(q, replace(cache, shared_k=z(cache.shared_k), shared_v=z(cache.shared_v)),
+                                        *args, **kw)
         return shared_out + private_out, lse
 
 
@@ -53,9 +50,9 @@ class SqrtRankScale(Mutant):
     name = "mutant-scale-sqrt-r"
     bug = "softmax scale 1/sqrt(r) instead of 1/sqrt(d_h)"
 
-    def decode_attention(self, *args, scale, **kw):
-        r = args[3].shape[-1]
-        return super().decode_attention(*args, scale=max(r, 1) ** -0.5, **kw)
+    def attend(self, q, cache, *args, scale, **kw):
+        r = cache.latent_k.shape[-1]
+        return super().attend(q, cache, *args, scale=max(r, 1) ** -0.5, **kw)
 
 
 class _NoPrivateRescaleDecoder(TiledDecoder):
@@ -79,36 +76,32 @@ class OffByOneMask(Mutant):
     name = "mutant-off-by-one-mask"
     bug = "length mask j < lengths − 1: the newest token is never attended"
 
-    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, **kw):
-        return super().decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v,
-                                        (lengths - 1).clamp(min=0), **kw)
+    def attend(self, q, cache, *args, **kw):
+        return super().attend(q, replace(cache, lengths=(cache.lengths - 1).clamp(min=0)), *args, **kw)
 
 
 class ReadsPastLength(Mutant):
     name = "mutant-reads-past-length"
     bug = "mask j <= lengths: reads one garbage slot past the end (NaN in tests)"
 
-    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, **kw):
-        return super().decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v,
-                                        (lengths + 1).clamp(max=shared_k.shape[1]), **kw)
+    def attend(self, q, cache, *args, **kw):
+        return super().attend(q, replace(cache, lengths=(cache.lengths + 1).clamp(max=cache.t_max)), *args, **kw)
 
 
 class WrongHeadBasis(Mutant):
     name = "mutant-wrong-head-basis"
     bug = "head h uses B_{h+1}: an off-by-one head index into basis_k / basis_v"
 
-    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, **kw):
-        return super().decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k.roll(1, 0),
-                                        basis_v.roll(1, 0), lengths, **kw)
+    def attend(self, q, cache, basis_k, basis_v, **kw):
+        return super().attend(q, cache, basis_k.roll(1, 0), basis_v.roll(1, 0), **kw)
 
 
 class DroppedPrivateValue(Mutant):
     name = "mutant-dropped-private-value"
     bug = "Eq. 7 without (a R_V) B_V^T: only the shared value term"
 
-    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, **kw):
-        return super().decode_attention(q, shared_k, shared_v, latent_k, torch.zeros_like(latent_v), basis_k,
-                                        basis_v, lengths, **kw)
+    def attend(self, q, cache, *args, **kw):
+        return super().attend(q, replace(cache, latent_v=torch.zeros_like(cache.latent_v)), *args, **kw)
 
 
 class Float16Accumulation(Mutant):
@@ -116,14 +109,12 @@ class Float16Accumulation(Mutant):
     dtypes = (torch.float16,)
     bug = "softmax sum and value accumulator kept in float16, token by token, over long T"
 
-    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-                         scale, key_scale=None, rope=None):
-        B, T, H, d_h, r = validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v,
-                                                 lengths, scale=scale, key_scale=key_scale, rope=rope)
+    def attend(self, q, cache, basis_k, basis_v, *, scale, rope=None, cu_seqlens_q=None):
+        B, T, H, d_h, r = validate_cache_inputs(q, cache, basis_k, basis_v, scale=scale, rope=rope)
         f = torch.float32  # logits and values formed in float32 — only the accumulation is narrow
-        valid = torch.arange(T)[None, :] < lengths[:, None]  # [B, T]
-        k = shared_k.to(f)[:, :, None] + torch.einsum("bthr,hdr->bthd", latent_k.to(f), basis_k.to(f))
-        v = shared_v.to(f)[:, :, None] + torch.einsum("bthr,hdr->bthd", latent_v.to(f), basis_v.to(f))
+        valid = torch.arange(T)[None, :] < cache.lengths[:, None]  # [B, T]
+        k = cache.shared_k.to(f)[:, :, None] + torch.einsum("bthr,hdr->bthd", cache.latent_k.to(f), basis_k.to(f))
+        v = cache.shared_v.to(f)[:, :, None] + torch.einsum("bthr,hdr->bthd", cache.latent_v.to(f), basis_v.to(f))
         logits = torch.where(valid[:, None], torch.einsum("bhd,bthd->bht", q.to(f), k) * scale, float("-inf"))
         m = logits.amax(-1)  # [B, H]
         p = torch.where(valid[:, None], torch.exp(logits - m[..., None]), 0.0).half()  # [B, H, T]
@@ -143,8 +134,8 @@ class IgnoresRopeTheta(Mutant):
     name = "mutant-ignores-rope-theta"
     bug = "exact RoPE always rotates with the default base 10000, whatever the spec's rope_theta"
 
-    def decode_attention(self, *args, rope=None, **kw):
-        return super().decode_attention(*args, rope=None if rope is None else ExactRope(), **kw)
+    def attend(self, *args, rope=None, **kw):
+        return super().attend(*args, rope=None if rope is None else ExactRope(), **kw)
 
 
 def _as_if_contiguous(t: torch.Tensor) -> torch.Tensor:
@@ -160,9 +151,8 @@ class AssumesContiguousLatents(Mutant):
     name = "mutant-assumes-contiguous-latents"
     bug = "latent_v indexed with contiguous [B, T, H, r] strides: wrong head stride on a head-major cache"
 
-    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, **kw):
-        return super().decode_attention(q, shared_k, shared_v, latent_k, _as_if_contiguous(latent_v), basis_k,
-                                        basis_v, lengths, **kw)
+    def attend(self, q, cache, *args, **kw):
+        return super().attend(q, replace(cache, latent_v=_as_if_contiguous(cache.latent_v)), *args, **kw)
 
 
 ALL_MUTANTS = (SeparateSoftmax, SqrtRankScale, NoPrivateRescale, OffByOneMask, ReadsPastLength, WrongHeadBasis,

@@ -22,7 +22,7 @@ import torch
 
 from ..reference.fp8 import E4M3, E5M2, PARTS, dequantize, expand_scale, fp8_format, round_to_grid
 from ..reference.fp8_cache import quantize_append
-from ..reference.lrkv import decode_attention, decode_rope, project_token
+from ..reference.lrkv import attend, decode_rope, project_token
 from .protocol import BaseBackend
 from .tiled import TiledBackend, TiledDecoder
 
@@ -133,11 +133,8 @@ class CastWithoutSaturating(BaseBackend):
         for name, t in cache.tensors().items():
             t[rows, pos] = entries[name].to(t.dtype)
         cache.lengths = cache.lengths + 1
-        fp8 = {} if cache.scales is None else {"cache_scales": cache.scales}
-        out, _ = decode_attention(entries["q"], cache.shared_k, cache.shared_v, cache.latent_k, cache.latent_v,
-                                  weights.basis_k, weights.basis_v, cache.lengths,
-                                  scale=weights.spec.head_dim ** -0.5, key_scale=cache.key_scale,
-                                  rope=decode_rope(weights.spec), check=False, **fp8)  # a kernel reads on
+        out, _ = attend(entries["q"], cache, weights.basis_k, weights.basis_v, scale=weights.spec.head_dim ** -0.5,
+                        rope=decode_rope(weights.spec))  # unchecked: a kernel reads on
         return torch.einsum("bhd,hde->be", out, weights.w_o), cache
 
 

@@ -16,16 +16,16 @@ allocation" would; they never leave it.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
-from ..reference.contract import validate_extend_inputs, validate_paged_inputs
-from ..reference.extend import query_positions
-from ..reference.lrkv import decode_attention
-from ..reference.paged import gather_cache
+from ..reference.cache import FactoredCache
+from ..reference.contract import validate_cache_inputs
+from ..reference.lrkv import attend, query_positions
 from ..reference.rope import apply_rope, rope_freqs
 from .protocol import BaseBackend
 
-CACHE = ("shared_k", "shared_v", "latent_k", "latent_v", "key_scale")
 
 
 # ----------------------------------------------------------------------------- paged decode
@@ -48,17 +48,14 @@ class PagedMutant(BaseBackend):
     def read_lengths(self, lengths, page: int, capacity: int, page_table) -> torch.Tensor:
         return lengths
 
-    def paged_decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                               page_table, *, scale, key_scale=None, rope=None):
-        validate_paged_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table,
-                              scale=scale, key_scale=key_scale, rope=rope)
-        P, page = shared_k.shape[:2]
-        capacity = page_table.shape[1] * page
-        rows = self.rows(page_table, lengths, page, capacity) % (P * page)  # [B, T], inside the pool
+    def attend(self, q, cache, basis_k, basis_v, *, scale, rope=None, cu_seqlens_q=None):
+        validate_cache_inputs(q, cache, basis_k, basis_v, scale=scale, rope=rope)
+        P, page, capacity, table = cache.num_pages, cache.page_size, cache.t_max, cache.page_table
+        rows = self.rows(table, cache.lengths, page, capacity) % (P * page)  # [B, T], inside the pool
         pool = lambda t: None if t is None else t.reshape(P * page, *t.shape[2:])[rows]  # noqa: E731
-        return decode_attention(q, pool(shared_k), pool(shared_v), pool(latent_k), pool(latent_v), basis_k,
-                                basis_v, self.read_lengths(lengths, page, capacity, page_table), scale=scale,
-                                key_scale=pool(key_scale), rope=rope, check=False)
+        read = FactoredCache(*map(pool, cache.contract_args()), self.read_lengths(cache.lengths, page, capacity, table),
+                             pool(cache.key_scale))
+        return attend(q, read, basis_k, basis_v, scale=scale, rope=rope)
 
 
 class PageOffByOne(PagedMutant):
@@ -111,19 +108,14 @@ class ExtendMutant(BaseBackend):
     def queries(self, q, cu_seqlens_q, lengths, rope) -> torch.Tensor:
         return q
 
-    def extend_attention(self, q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v,
-                         lengths, *, scale, key_scale=None, rope=None, page_table=None):
-        validate_extend_inputs(q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v,
-                               lengths, scale=scale, key_scale=key_scale, rope=rope, page_table=page_table)
-        cache = [shared_k, shared_v, latent_k, latent_v, key_scale]
-        if page_table is not None:
-            cache = gather_cache(page_table, lengths, *cache)
+    def attend(self, q, cache, basis_k, basis_v, *, scale, rope=None, cu_seqlens_q=None):
+        validate_cache_inputs(q, cache, basis_k, basis_v, scale=scale, rope=rope, cu_seqlens_q=cu_seqlens_q)
+        lengths, full = cache.lengths, cache.gather()
         seq, _ = query_positions(cu_seqlens_q, lengths)
-        per_query = [None if t is None else t[seq] for t in cache]  # [N, T, ...] each query's sequence
-        sk, sv, lk, lv, ks = per_query
-        return decode_attention(self.queries(q, cu_seqlens_q, lengths, rope), sk, sv, lk, lv, basis_k, basis_v,
-                                self.visible(cu_seqlens_q, lengths), scale=scale, key_scale=ks, rope=rope,
-                                check=False)
+        per_query = replace(full, lengths=self.visible(cu_seqlens_q, lengths),  # [N, T, ...] each query's sequence
+                            **{n: t[seq] for n, t in full.tensors().items()})
+        return attend(self.queries(q, cu_seqlens_q, lengths, rope), per_query, basis_k, basis_v, scale=scale,
+                      rope=rope)
 
 
 class CausalOffByOne(ExtendMutant):

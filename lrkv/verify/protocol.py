@@ -4,7 +4,7 @@ A backend is an object with a name, the levels it implements (the kernel contrac
 layer step, the model, `tp`), the dtypes it supports, and `available() -> (bool, reason)`.
 Kernel level is the decode contract of `lrkv.reference.contract`; layer level is
 `layer_step(weights, x_t, cache, positions) -> (y, cache)`. `BaseBackend` is a convenience
-base; `normalize_backend` checks any object against the protocol before the harness uses it.
+base (its kernel entry points pack the tensors into a `FactoredCache` for `attend`); `normalize_backend` checks any object against the protocol before the harness uses it.
 Where backends come from (names, `package.module:attribute`) is `backend_registry`.
 """
 
@@ -14,6 +14,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from ..reference.cache import FactoredCache
 from ..spec.fp8_scales import GRANULARITIES
 from .case import CACHE_FORMATS
 
@@ -57,9 +58,28 @@ class BaseBackend:
     def configure(self, case: Any) -> None:
         """Called by the harness before each case; read hints such as `case.splits`, `case.tile`."""
 
-    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-                         scale, key_scale=None, rope=None):
+    def attend(self, q, cache: FactoredCache, basis_k, basis_v, *, scale, rope=None, cu_seqlens_q=None):
+        """Eqs. 6–7 over a FactoredCache — contiguous, paged (cache.page_table) or fp8 (cache.scales)
+        — for one query per sequence or, with cu_seqlens_q [B+1], extend's ragged queries. A
+        subclass implements this; the three contract methods below unpack into it."""
         raise TypeError(f"backend {self.name!r} does not implement the kernel level")
+
+    # The kernel contracts of DESIGN §4, tensors in (a user's kernel takes them as they are):
+    # each packs its cache tensors into one FactoredCache and calls `attend`.
+    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
+                         scale, key_scale=None, rope=None, cache_scales=None):
+        cache = FactoredCache(shared_k, shared_v, latent_k, latent_v, lengths, key_scale, cache_scales)
+        return self.attend(q, cache, basis_k, basis_v, scale=scale, rope=rope)
+
+    def paged_decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
+                               page_table, *, scale, key_scale=None, rope=None, cache_scales=None):
+        cache = FactoredCache(shared_k, shared_v, latent_k, latent_v, lengths, key_scale, cache_scales, page_table)
+        return self.attend(q, cache, basis_k, basis_v, scale=scale, rope=rope)
+
+    def extend_attention(self, q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v,
+                         lengths, *, scale, key_scale=None, rope=None, page_table=None, cache_scales=None):
+        cache = FactoredCache(shared_k, shared_v, latent_k, latent_v, lengths, key_scale, cache_scales, page_table)
+        return self.attend(q, cache, basis_k, basis_v, scale=scale, rope=rope, cu_seqlens_q=cu_seqlens_q)
 
     def layer_step(self, weights, x_t, cache, positions):
         raise TypeError(f"backend {self.name!r} does not implement the layer level")

@@ -32,11 +32,10 @@ class PointerCache(TiledBackend):
         super().__init__(*a, **kw)
         self._cache: dict[tuple, tuple] = {}
 
-    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, **kw):
-        key = tuple(t.data_ptr() for t in (q, shared_k, shared_v, latent_k, latent_v, lengths))
+    def attend(self, q, cache, *args, **kw):
+        key = tuple(t.data_ptr() for t in (q, *cache.contract_args(), cache.lengths))
         if key not in self._cache:  # the graph-replay bug: same pointers, so "same inputs"
-            out, lse = super().decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v,
-                                                lengths, **kw)
+            out, lse = super().attend(q, cache, *args, **kw)
             self._cache[key] = (out.clone(), lse.clone())
         out, lse = self._cache[key]
         return out.clone(), lse.clone()
@@ -46,8 +45,8 @@ class UnwrittenHead(TiledBackend):
     name = "mutant-unwritten-head"
     description = "tiled decode into a torch.empty output whose head 0 is never written"
 
-    def decode_attention(self, *args, **kw):
-        out, lse = super().decode_attention(*args, **kw)
+    def attend(self, *args, **kw):
+        out, lse = super().attend(*args, **kw)
         answer = out.clone()  # a correct result, freed just before the output is allocated:
         del answer  # the allocator tends to hand the same block back, right answer included
         res = torch.empty_like(out)
@@ -59,9 +58,9 @@ class RotatesCache(TiledBackend):
     name = "mutant-rotates-cache"
     description = "tiled decode that negates the shared key cache in place after reading it"
 
-    def decode_attention(self, q, shared_k, *args, **kw):
-        out, lse = super().decode_attention(q, shared_k, *args, **kw)
-        shared_k.neg_()  # the server's cache, corrupted for the next step
+    def attend(self, q, cache, *args, **kw):
+        out, lse = super().attend(q, cache, *args, **kw)
+        cache.shared_k.neg_()  # the server's cache, corrupted for the next step
         return out, lse
 
 
@@ -71,11 +70,11 @@ class RandomOrder(TiledBackend):
     deterministic = True
     ORDERS = (1, 2, 3, 5, 7)
 
-    def decode_attention(self, *args, **kw):
+    def attend(self, *args, **kw):
         # drawn among the counts other than the last one: a free draw repeats one call in five,
         # and a mutant the tests reject only sometimes is no test
         self.decoder.splits = random.choice([s for s in self.ORDERS if s != self.decoder.splits])
-        return super().decode_attention(*args, **kw)
+        return super().attend(*args, **kw)
 
 
 class BatchDependentSplit(TiledBackend):
@@ -83,9 +82,9 @@ class BatchDependentSplit(TiledBackend):
     description = "tiled decode whose split count grows with the batch"
     batch_invariant = True
 
-    def decode_attention(self, q, *args, **kw):
+    def attend(self, q, *args, **kw):
         self.decoder.splits = q.shape[0] + 1
-        return super().decode_attention(q, *args, **kw)
+        return super().attend(q, *args, **kw)
 
 
 class _RuleSplit(TiledBackend):
@@ -98,9 +97,9 @@ class _RuleSplit(TiledBackend):
     def key(self, q, lengths) -> int:
         raise NotImplementedError
 
-    def decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, **kw):
-        self.decoder.splits = 1 + self.key(q, lengths) % 2
-        return super().decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, **kw)
+    def attend(self, q, cache, *args, **kw):
+        self.decoder.splits = 1 + self.key(q, cache.lengths) % 2
+        return super().attend(q, cache, *args, **kw)
 
 
 class BatchSizeRule(_RuleSplit):
@@ -132,10 +131,10 @@ class GraphBreaks(TiledBackend):
     description = "tiled decode that reads a tensor value in Python (a graph break under fullgraph)"
     compile_safe = True
 
-    def decode_attention(self, q, *args, **kw):
+    def attend(self, q, *args, **kw):
         if float(q.abs().max()) > 1e30:  # data-dependent Python control flow
             q = q / 2
-        return super().decode_attention(q, *args, **kw)
+        return super().attend(q, *args, **kw)
 
 
 SERVER_MUTANTS = {"same_buffers": PointerCache, "outputs_written": UnwrittenHead, "inputs_untouched": RotatesCache,

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..reference.contract import validate_decode_inputs
+from ..reference.cache import FactoredCache
+from ..reference.contract import validate_cache_inputs
 from ..reference.fp8 import round_query, round_weights
 from ..reference.fp8_cache import dequantize_cache
 from ..reference.lrkv import accumulation_dtype, exact_freqs, factored_logits, from_latent, layer_step
@@ -56,7 +57,7 @@ class TiledDecoder:
         st.acc_private = st.acc_private * alpha[..., None]
 
     def dequantize(self, cache_scales, cd: torch.dtype, parts: tuple) -> tuple:
-        """An fp8 cache's (shared_k, shared_v, latent_k, latent_v) as cd: stored × scale, each
+        """An fp8 cache's four parts as cd: stored × scale, each
         part by its own scale (DESIGN §4 "FP8 caches"); the fp8 mutants override this."""
         return dequantize_cache(cache_scales, cd, *parts)
 
@@ -68,21 +69,20 @@ class TiledDecoder:
         """A tile's weights exp(s − m) as the value products meet them: as computed."""
         return p
 
-    def __call__(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-                 scale, key_scale=None, rope=None, cache_scales=None):
-        B, T, H, d_h, r = validate_decode_inputs(q, shared_k, shared_v, latent_k, latent_v, basis_k,
-                                                 basis_v, lengths, scale=scale, key_scale=key_scale, rope=rope,
-                                                 cache_scales=cache_scales)
+    def __call__(self, q, cache: FactoredCache, basis_k, basis_v, *, scale, rope=None, cu_seqlens_q=None):
+        if cu_seqlens_q is not None or cache.paged:
+            raise TypeError("the tiled decoder implements the contiguous decode contract only")
+        B, T, H, d_h, r = validate_cache_inputs(q, cache, basis_k, basis_v, scale=scale, rope=rope)
         out_dtype = q.dtype
         cd = accumulation_dtype(q.dtype)  # accumulate wide: float32 for half inputs, as kernels do
-        if cache_scales is not None:  # dequantize on load, at the accumulation dtype
-            shared_k, shared_v, latent_k, latent_v = self.dequantize(cache_scales, cd,
-                                                                     (shared_k, shared_v, latent_k, latent_v))
-        q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v = (
-            t.to(cd) for t in (q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v))
+        parts = cache.contract_args()
+        if cache.scales is not None:  # dequantize on load, at the accumulation dtype
+            parts = self.dequantize(cache.scales, cd, parts)
+        key_scale = None if cache.key_scale is None else cache.key_scale.to(cd)
+        wide = FactoredCache(*(t.to(cd) for t in parts), cache.lengths, key_scale)
+        q, basis_k, basis_v = q.to(cd), basis_k.to(cd), basis_v.to(cd)
         q = self.round_query(q)  # at cd: q's descale meets the wide scores
-        key_scale = None if key_scale is None else key_scale.to(cd)
-        valid = valid_mask(lengths, T)  # [B, T]
+        valid = valid_mask(cache.lengths, T)  # [B, T]
         freqs = exact_freqs(rope, d_h)
         chunk = max(1, math.ceil(T / self.splits))
         states = []
@@ -91,18 +91,16 @@ class TiledDecoder:
                             torch.zeros(B, H, d_h, dtype=cd), torch.zeros(B, H, r, dtype=cd))
             for j0 in range(a, min(a + chunk, T), self.tile):
                 j1 = min(j0 + self.tile, a + chunk, T)
-                self._tile(st, j0, j1, q, shared_k, shared_v, latent_k, latent_v, basis_k,
-                           key_scale, freqs, valid, scale)
+                self._tile(st, j0, j1, q, wide, basis_k, freqs, valid, scale)
             states.append(st)
         out, lse = self._merge(states, basis_v, B, H, d_h, cd)
         return out.to(out_dtype), lse
 
-    def _tile(self, st, j0, j1, q, shared_k, shared_v, latent_k, latent_v, basis_k, key_scale,
-              freqs, valid, scale) -> None:
+    def _tile(self, st, j0, j1, q, c: FactoredCache, basis_k, freqs, valid, scale) -> None:
         v = valid[:, None, j0:j1]  # [B, 1, t]
         # Eq. 6 on this tile only (exact RoPE rebuilds and rotates just these slots' private keys)
-        logits = factored_logits(q, shared_k[:, j0:j1], latent_k[:, j0:j1], basis_k, freqs=freqs, start=j0,
-                                 key_scale=None if key_scale is None else key_scale[:, j0:j1])
+        logits = factored_logits(q, c.shared_k[:, j0:j1], c.latent_k[:, j0:j1], basis_k, freqs=freqs, start=j0,
+                                 key_scale=None if c.key_scale is None else c.key_scale[:, j0:j1])
         logits = torch.where(v, logits * scale, NEG_INF)  # [B, H, t]; where, so NaN garbage cannot leak
         m_new = torch.maximum(st.m, logits.amax(-1))
         alpha = torch.where(m_new == NEG_INF, 0.0, torch.exp(st.m - m_new))
@@ -110,7 +108,7 @@ class TiledDecoder:
         self.rescale(st, alpha)
         st.m = m_new
         st.l = st.l + p.sum(-1)
-        sv, lv = zero_garbage(shared_v[:, j0:j1], valid[:, j0:j1]), zero_garbage(latent_v[:, j0:j1], valid[:, j0:j1])
+        sv, lv = zero_garbage(c.shared_v[:, j0:j1], valid[:, j0:j1]), zero_garbage(c.latent_v[:, j0:j1], valid[:, j0:j1])
         p = self.round_weights(p)  # after l's sum: the normaliser sums the weights as computed
         st.acc_shared = st.acc_shared + torch.einsum("bht,btd->bhd", p, sv)
         st.acc_private = st.acc_private + torch.einsum("bht,bthr->bhr", p, lv)
@@ -150,8 +148,8 @@ class TiledBackend(BaseBackend):
         splits = getattr(case, "splits", 0) or self.default[1]
         self.decoder = self.decoder_class(tile, splits)
 
-    def decode_attention(self, *args, **kwargs):
-        return self.decoder(*args, **kwargs)
+    def attend(self, q, cache, basis_k, basis_v, **kw):
+        return self.decoder(q, cache, basis_k, basis_v, **kw)
 
     def layer_step(self, weights, x_t, cache, positions):
         return layer_step(weights, x_t, cache, positions, decode=self.decode_attention)

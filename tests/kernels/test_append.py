@@ -9,12 +9,10 @@ import pytest
 import torch
 
 from lrkv.kernels.append import append, paged_append
-from lrkv.kernels.paged import paginate
 from lrkv.kernels.testing import kernel_device, policy
 from lrkv.kernels.triton_backend import TritonBackend
 from lrkv.reference import lrkv as L
 from lrkv.reference.cache import FactoredCache
-from lrkv.reference.paged import gather_cache
 from lrkv.spec import AttentionSpec
 from lrkv.verify.case import Case
 from lrkv.verify.levels.layer import make_layer_inputs
@@ -70,7 +68,7 @@ def test_append_bit_exact(spec, dtype):
 def test_paged_append_bit_exact(page_size, dtype):
     spec = SPECS[1]
     w, cache, x = setup(spec, dtype, t_max=9)
-    paged = paginate(cache, page_size, generator=torch.Generator().manual_seed(7))
+    paged = cache.paginate(page_size, generator=torch.Generator().manual_seed(7))
     ref = cache.clone()
     for step in range(2):
         pos = paged.lengths.clone()
@@ -79,8 +77,7 @@ def test_paged_append_bit_exact(page_size, dtype):
         L.append(ref, entries, ref.lengths.clone())
     # gathered back through the page table: bit-equal inside every length, NaN past it
     names = list(ref.tensors())
-    back = dict(zip(names, gather_cache(paged.page_table, paged.lengths, *[getattr(paged, n) for n in names[:4]],
-                                        paged.key_scale)))
+    back = paged.gather().tensors()
     valid = torch.arange(9, device=paged.lengths.device)[None, :] < paged.lengths[:, None]  # [B, T]
     inside = lambda t: torch.where(valid.reshape(*valid.shape, *[1] * (t.dim() - 2)), t, 0)  # noqa: E731
     assert_bit_equal({k: inside(back[k][:, :9]) for k in names}, {k: inside(v) for k, v in ref.tensors().items()})
@@ -112,7 +109,7 @@ def test_append_rejects_bad_calls():
 def test_paged_append_rejects_missing_and_shared_pages():
     spec = SPECS[0]
     w, cache, x = setup(spec, torch.float32, t_max=8, prefill=(4, 0, 7))
-    paged = paginate(cache, 4, generator=torch.Generator().manual_seed(1))
+    paged = cache.paginate(4, generator=torch.Generator().manual_seed(1))
     pos = paged.lengths.clone()
     entries = _on(L.project_token(w, x.cpu(), pos.cpu()), paged)
     broken = paged.clone()
@@ -146,7 +143,7 @@ def test_append_refuses_entries_it_would_have_to_round_or_that_are_not_finite(wh
     """float64 entries were rounded silently into a bfloat16 cache, and NaN entries written into
     a slot every later decode reads."""
     w, cache, x = setup(SPECS[1], torch.bfloat16, t_max=8, prefill=(4, 0, 6))
-    target = paginate(cache, 4, generator=torch.Generator().manual_seed(1)) if which == "paged" else cache
+    target = cache.paginate(4, generator=torch.Generator().manual_seed(1)) if which == "paged" else cache
     pos = target.lengths.clone()
     entries = bad({k: v.to(pos.device) for k, v in _on(L.project_token(w, x.cpu(), pos.cpu()), target).items()})
     before = {k: v.clone() for k, v in target.tensors().items()}

@@ -16,9 +16,8 @@ import torch
 from lrkv.kernels import append as kappend
 from lrkv.kernels import decode as kdecode
 from lrkv.kernels import extend as kextend
-from lrkv.kernels.paged import PagedCache
 from lrkv.reference import lrkv as L
-from lrkv.reference.cache import allocate_cache
+from lrkv.reference.cache import FactoredCache, allocate_cache
 from lrkv.reference.extend import extend_attention as ref_extend
 from lrkv.reference.fp8 import (
     DYNAMIC_GRANULARITIES, E4M3, E5M2, GRANULARITIES, PARTS, PER_HEAD, PER_TENSOR, PER_TOKEN, PER_TOKEN_HEAD,
@@ -250,8 +249,8 @@ def test_paged_append_is_bit_exact(granularity):
     pages, page = 7, 2
     base = allocate_cache(spec, pages, page, torch.float32, fp8=E5M2, granularity=granularity, static_scale=2.0)
     table = torch.tensor([[5, 1], [0, 6], [3, 2]], dtype=torch.int32)  # shuffled
-    mk = lambda: PagedCache(**{p: getattr(base, p).clone() for p in PARTS}, page_table=table,  # noqa: E731
-                            lengths=torch.zeros(3, dtype=torch.int32), scales=base.scales.clone())
+    mk = lambda: FactoredCache(**{p: getattr(base, p).clone() for p in PARTS}, page_table=table,  # noqa: E731
+                               lengths=torch.zeros(3, dtype=torch.int32), scales=base.scales.clone())
     ref, got = mk(), mk()
     for step in range(3):
         e = outlier_entries(3, torch.float32, seed=10 + step)
@@ -301,7 +300,6 @@ def no_launch(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("launched")
     monkeypatch.setattr(kdecode, "run_factored_decode", boom)
-    monkeypatch.setattr(kextend, "run_factored_decode", boom)
 
 
 def _with(sc, **parts):

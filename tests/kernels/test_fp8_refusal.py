@@ -13,10 +13,9 @@ import torch
 from lrkv.kernels.append import append, paged_append
 from lrkv.kernels.decode import decode_attention, paged_decode_attention
 from lrkv.kernels.extend import extend_attention
-from lrkv.kernels.paged import PagedCache
 from lrkv.kernels.testing import kernel_case, kernel_inputs
 from lrkv.kernels.triton_backend import TritonBackend
-from lrkv.reference.cache import allocate_cache
+from lrkv.reference.cache import FactoredCache, allocate_cache
 from lrkv.reference.fp8 import E4M3, E5M2, PARTS, PER_TOKEN_HEAD
 from lrkv.reference.fp8_cache import quantize_cache
 from lrkv.spec import AttentionSpec
@@ -67,8 +66,8 @@ def test_appends_refuse_fp8_caches_without_scales():
     with pytest.raises(TypeError, match=REFUSED):
         append(cache, entries, cache.lengths.clone())
     assert cache.lengths.tolist() == [0, 0]
-    paged = PagedCache(**{p: getattr(cache, p) for p in PARTS}, lengths=cache.lengths.clone(),
-                       page_table=torch.arange(2, dtype=torch.int32)[:, None])
+    paged = FactoredCache(**{p: getattr(cache, p) for p in PARTS}, lengths=cache.lengths.clone(),
+                          page_table=torch.arange(2, dtype=torch.int32)[:, None])
     with pytest.raises(TypeError, match=REFUSED):
         paged_append(paged, entries, paged.lengths.clone())
 

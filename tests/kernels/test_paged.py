@@ -11,10 +11,8 @@ import pytest
 import torch
 
 from lrkv.kernels.decode import decode_attention, paged_decode_attention
-from lrkv.kernels.paged import paginate
 from lrkv.kernels.testing import check, kernel_case, kernel_inputs
 from lrkv.reference.cache import FactoredCache
-from lrkv.reference.paged import gather_cache
 
 pytestmark = pytest.mark.equivalence
 
@@ -64,13 +62,13 @@ def test_shared_prefix_pages():
 
 
 def test_to_contiguous_roundtrip_keeps_nan_garbage():
-    # lrkv.kernels.paged.paginate (the bench's and paged_append's paging) and the reference's
-    # gather through the page table are inverses on every slot inside a length
+    # FactoredCache.paginate (the bench's and paged_append's paging) and its gather through
+    # the page table are inverses on every slot inside a length
     inp = kernel_inputs(kernel_case(H=2, d_h=16, r=3, lengths=[20, 5], seed=24))
-    paged = paginate(FactoredCache(inp.shared_k, inp.shared_v, inp.latent_k, inp.latent_v, inp.lengths), 4,
-                     generator=torch.Generator().manual_seed(0))
-    sk, _, _, lv, _ = gather_cache(paged.page_table, paged.lengths, paged.shared_k, paged.shared_v,
-                                   paged.latent_k, paged.latent_v)
+    paged = FactoredCache(inp.shared_k, inp.shared_v, inp.latent_k, inp.latent_v, inp.lengths).paginate(
+        4, generator=torch.Generator().manual_seed(0))
+    back = paged.gather()
+    sk, lv = back.shared_k, back.latent_v
     assert torch.equal(sk.isnan(), inp.shared_k.isnan())
     torch.testing.assert_close(lv, inp.latent_v, equal_nan=True, rtol=0, atol=0)
     # pages owned by nobody are NaN

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import torch
 
 from ...reference import extend as ref_extend
-from ...reference import paged as ref_paged
 from ...reference.extend import query_positions
+from ...reference.fp8 import PARTS
 from ...reference.fp8_cache import CacheScales
 from ...reference.rope import ExactRope
 from ..bounds import kernel_conditioning
@@ -82,14 +82,11 @@ def make_extend_inputs(case: Case, quantize: bool = True) -> ExtendInputs:
 
 def _conditioning(inp: ExtendInputs, case: Case):
     """Each query is a decode over its sequence's first p + 1 slots: condition that decode."""
-    parts = dequantized((inp.shared_k, inp.shared_v, inp.latent_k, inp.latent_v), inp.cache_scales)
-    cache = [*parts, inp.key_scale]
-    if inp.page_table is not None:
-        cache = ref_paged.gather_cache(inp.page_table, inp.lengths, *cache)
+    c = dequantized(inp.factored()).gather()
     seq, pos = query_positions(inp.cu_seqlens_q, inp.lengths)
-    sk, sv, lk, lv, ks = (None if t is None else t[seq] for t in cache)
-    return kernel_conditioning(inp.q, sk, sv, lk, lv, inp.basis_k, inp.basis_v, pos + 1, scale=inp.scale,
-                               key_scale=ks, rope=inp.rope)
+    per_query = {n: t[seq] for n, t in c.tensors().items()}  # [N, T, ...] each query's sequence
+    return kernel_conditioning(inp.q, *(per_query[p] for p in PARTS), inp.basis_k, inp.basis_v, pos + 1,
+                               scale=inp.scale, key_scale=per_query.get("key_scale"), rope=inp.rope)
 
 
 def _position(case: Case, output: str, index: tuple[int, ...]) -> dict[str, int]:

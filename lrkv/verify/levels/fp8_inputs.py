@@ -21,10 +21,13 @@ backend's quantizer must saturate it.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
+from ...reference.cache import FactoredCache
 from ...reference.fp8 import DYNAMIC_GRANULARITIES, PARTS, is_fp8, nan_filled, round_to_grid
-from ...reference.fp8_cache import CacheScales, dequantize_cache, quantize_cache
+from ...reference.fp8_cache import CacheScales, quantize_cache
 from ...reference.masking import valid_mask
 from ...spec import as_dtype
 from ..case import Case
@@ -96,9 +99,9 @@ def with_scales(cache_scales: CacheScales, tensors: dict[str, torch.Tensor]) -> 
                        **{p: tensors.get(f"cache_scales.{p}", cache_scales.of(p)) for p in PARTS})
 
 
-def dequantized(parts: tuple, cache_scales: CacheScales | None) -> tuple:
-    """(shared_k, shared_v, latent_k, latent_v) in float64 — exact — for the rounding bound's
-    conditioning; unchanged without scales."""
-    if cache_scales is None or not is_fp8(parts[0].dtype):
-        return parts
-    return dequantize_cache(cache_scales, torch.float64, *parts)
+def dequantized(cache: FactoredCache) -> FactoredCache:
+    """An fp8 cache's parts in float64 — exact — for the rounding bound's conditioning; the
+    parts unchanged otherwise (and no scales either way)."""
+    if cache.scales is None or not is_fp8(cache.shared_k.dtype):
+        return replace(cache, scales=None)
+    return cache.dequantize(torch.float64)

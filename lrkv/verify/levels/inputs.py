@@ -67,6 +67,11 @@ class ContractInputs:
         parts = dequantize_cache(scales, dtype, *(getattr(self, p) for p in PARTS))
         return replace(self, cache_scales=None, **dict(zip(PARTS, parts)))
 
+    def factored(self) -> FactoredCache:
+        """The bundle's cache tensors as one FactoredCache (paged when it has a page table)."""
+        return FactoredCache(*(getattr(self, p) for p in PARTS), self.lengths, self.key_scale, self.cache_scales,
+                             getattr(self, "page_table", None))
+
     def fp8_kwargs(self) -> dict:
         """{'cache_scales': …} for an fp8 cache, else nothing: a backend written before fp8
         caches existed is never handed an argument it does not know."""

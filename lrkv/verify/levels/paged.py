@@ -59,10 +59,9 @@ class PagedInputs(ContractInputs):
     def contiguous(self) -> KernelInputs:
         """The decode-contract view, as the oracle reads it: the pages (an fp8 cache
         dequantized exactly first) gathered back into [B, max_pages·page, ...]."""
-        parts = dequantized((self.shared_k, self.shared_v, self.latent_k, self.latent_v), self.cache_scales)
-        sk, sv, lk, lv, ks = ref_paged.gather_cache(self.page_table, self.lengths, *parts, self.key_scale)
-        return KernelInputs(self.q, sk, sv, lk, lv, self.basis_k, self.basis_v, self.lengths, self.scale, ks,
-                            self.rope)
+        c = dequantized(self.factored()).gather()
+        return KernelInputs(self.q, *c.contract_args(), self.basis_k, self.basis_v, self.lengths, self.scale,
+                            c.key_scale, self.rope)
 
 
 def plausible_scales(scales: torch.Tensor, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
