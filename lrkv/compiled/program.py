@@ -161,7 +161,7 @@ class KernelDecode(_Constants):
     """The kernel-level contract (DESIGN §4) with the spec's choices baked in (softmax scale,
     exact RoPE theta, whether key_scale exists).
 
-    forward(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths[, key_scale])
+    forward(q, <the cache's four parts>, basis_k, basis_v, lengths[, key_scale])
     -> (out [B, H, d_h], lse [B, H]), inputs in the order of `signature.input_sigs`."""
 
     def __init__(self, config: ExportConfig):

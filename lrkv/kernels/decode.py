@@ -1,10 +1,10 @@
 """Fused split-K factored decode (paper Eqs. 6–7) — the public wrappers and the custom op.
 
-    decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                     *, scale, key_scale=None, rope=None, ...)          contiguous cache
-    paged_decode_attention(..., lengths, page_table, *, scale, ...)    paged cache
+    decode_attention(q, <cache parts>, basis_k, basis_v, lengths, *, scale, ...)    contiguous cache
+    paged_decode_attention(..., lengths, page_table, *, scale, ...)               paged cache
 
-Both implement the kernel-level contract of DESIGN §4 and return out [B, H, d_h] in q's
+Both implement the kernel-level contract of DESIGN §4 (and extend's, `lrkv.kernels.extend`),
+thinly: they pack the tensors into a `FactoredCache` for the one wrapper, `attend`. They return out [B, H, d_h] in q's
 dtype and lse [B, H] in the accumulation dtype (float32, float64 for float64 inputs). They
 validate every argument before launch, pick the launch shape, then call
 `torch.ops.lrkv.factored_decode`, registered with

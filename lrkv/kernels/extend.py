@@ -1,7 +1,7 @@
 """Factored extend (DESIGN §4): several new tokens per sequence, causal — the public wrapper.
 
-    extend_attention(q [N, H, d_h], cu_seqlens_q [B+1], shared_k, shared_v, latent_k, latent_v,
-                     basis_k, basis_v, lengths, *, scale, key_scale=None, rope=None,
+    extend_attention(q [N, H, d_h], cu_seqlens_q [B+1], <cache parts>, basis_k, basis_v, lengths,
+                     *, scale, key_scale=None, rope=None,
                      page_table=None, ...) -> (out [N, H, d_h], lse [N, H])
 
 The n_b = cu[b+1] − cu[b] queries of sequence b are its last n_b tokens (positions

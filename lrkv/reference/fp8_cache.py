@@ -143,11 +143,10 @@ def check_scale_values(cache_scales: CacheScales | None, pick) -> None:
 
 
 # ----------------------------------------------------------------------------- dequantize
-def dequantize_cache(cache_scales: CacheScales | None, dtype: torch.dtype, shared_k, shared_v, latent_k, latent_v):
-    """The four parts as `dtype` — exactly for float64, rounded once otherwise — or unchanged
-    without cache_scales. Works on contiguous [B, T, ...] and paged [P, page, ...] parts alike
-    (per-token scales have the parts' leading axes). Garbage NaN patterns stay NaN."""
-    parts = (shared_k, shared_v, latent_k, latent_v)
+def dequantize_cache(cache_scales: CacheScales | None, dtype: torch.dtype, *parts: torch.Tensor) -> tuple:
+    """The four parts (in PARTS order) as `dtype` — exactly for float64, rounded once otherwise —
+    or unchanged without cache_scales. Works on contiguous [B, T, ...] and paged [P, page, ...]
+    parts alike (per-token scales have the parts' leading axes). Garbage NaN patterns stay NaN."""
     if cache_scales is None:
         return parts
     return tuple(dequantize(t, cache_scales.of(p), cache_scales.granularity_of(p), dtype) for p, t in zip(PARTS, parts))

@@ -133,7 +133,8 @@ class _Ctx:
 def oracle_bounds(case: Case, inp64: KernelInputs, c: float) -> dict[str, float]:
     """float64 rounding bounds of out and lse (lrkv.verify.bounds via the runner; lse = m + log l
     adds the rounding of a log over T_max terms)."""
-    return float64_bounds(case, kernel_conditioning(*inp64.args(), **inp64.kwargs()), ("out", "lse"), c)
+    return float64_bounds(case, kernel_conditioning(inp64.q, inp64.factored(), inp64.basis_k, inp64.basis_v,
+                                                     scale=inp64.scale), ("out", "lse"), c)
 
 
 # ----------------------------------------------------------------------------- the checks

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..reference.cache import FactoredCache
+
 U64 = 2.0 ** -53  # unit roundoff of float64
 ORACLE_MODULE = "lrkv.reference.mpmath_oracle"
 ORACLE_MAX_ELEMENTS = 2048  # B·T_max·H·(d_h + r) up to which the mpmath oracle is cheap (~0.1 s)
@@ -48,24 +50,21 @@ def _row_norm_bound(shared, latent, basis, valid):
     return s[..., None] + z * basis.double().flatten(1).norm(dim=-1)  # [B, T, H]
 
 
-def kernel_conditioning(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-                        scale, key_scale=None, rope=None, cache_scales=None) -> Conditioning:
-    if cache_scales is not None:  # an fp8 cache: the oracle reads it dequantized exactly (float64)
-        from ..reference.fp8_cache import dequantize_cache
-
-        shared_k, shared_v, latent_k, latent_v = dequantize_cache(cache_scales, torch.float64, shared_k, shared_v,
-                                                                  latent_k, latent_v)
-    B, T, d_h = shared_k.shape
-    r = latent_k.shape[-1]
-    valid = torch.arange(T)[None, :] < lengths[:, None].cpu()  # [B, T]
+def kernel_conditioning(q, cache: FactoredCache, basis_k, basis_v, *, scale) -> Conditioning:
+    """The conditioning of a decode (Eqs. 6–7) over a contiguous cache; an fp8 cache is read as
+    the oracle reads it, dequantized exactly (float64)."""
+    c = cache.dequantize(torch.float64)
+    B, T, d_h = c.shared_k.shape
+    r = c.latent_k.shape[-1]
+    valid = torch.arange(T)[None, :] < c.lengths[:, None].cpu()  # [B, T]
     if not valid.any():
         return Conditioning(n=T + d_h + r)
-    kn = _row_norm_bound(shared_k, latent_k, basis_k, valid)
-    if key_scale is not None:
-        kn = kn * torch.where(valid[..., None], key_scale.double().abs(), 0.0)
+    kn = _row_norm_bound(c.shared_k, c.latent_k, basis_k, valid)
+    if c.key_scale is not None:
+        kn = kn * torch.where(valid[..., None], c.key_scale.double().abs(), 0.0)
     qn = q.double().norm(dim=-1)  # [B, H]
     logit = float(scale * (qn * kn.amax(dim=1)).max())
-    value = float(_row_norm_bound(shared_v, latent_v, basis_v, valid).max())
+    value = float(_row_norm_bound(c.shared_v, c.latent_v, basis_v, valid).max())
     return Conditioning(n=T + d_h + r, logit=logit, value=value)
 
 
@@ -75,9 +74,12 @@ class ConditioningProbe:
     def __init__(self, decode):
         self.decode, self.cond = decode, Conditioning()
 
-    def __call__(self, *args, **kwargs):
-        self.cond.merge(kernel_conditioning(*args, **kwargs))
-        return self.decode(*args, **kwargs)
+    def __call__(self, q, *args, scale, key_scale=None, cache_scales=None, **kwargs):
+        *parts, basis_k, basis_v, lengths = args  # the decode contract's positional tensors
+        cache = FactoredCache(*parts, lengths, key_scale, cache_scales)
+        self.cond.merge(kernel_conditioning(q, cache, basis_k, basis_v, scale=scale))
+        fp8 = {} if cache_scales is None else {"cache_scales": cache_scales}
+        return self.decode(q, *args, scale=scale, key_scale=key_scale, **fp8, **kwargs)
 
 
 def through_output_projection(cond: Conditioning, weights) -> Conditioning:

@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from ...reference import extend as ref_extend
 from ...reference.extend import query_positions
-from ...reference.fp8 import PARTS
 from ...reference.fp8_cache import CacheScales
 from ...reference.rope import ExactRope
 from ..bounds import kernel_conditioning
@@ -84,9 +83,8 @@ def _conditioning(inp: ExtendInputs, case: Case):
     """Each query is a decode over its sequence's first p + 1 slots: condition that decode."""
     c = dequantized(inp.factored()).gather()
     seq, pos = query_positions(inp.cu_seqlens_q, inp.lengths)
-    per_query = {n: t[seq] for n, t in c.tensors().items()}  # [N, T, ...] each query's sequence
-    return kernel_conditioning(inp.q, *(per_query[p] for p in PARTS), inp.basis_k, inp.basis_v, pos + 1,
-                               scale=inp.scale, key_scale=per_query.get("key_scale"), rope=inp.rope)
+    per_query = replace(c, lengths=pos + 1, **{n: t[seq] for n, t in c.tensors().items()})  # [N, T, ...]
+    return kernel_conditioning(inp.q, per_query, inp.basis_k, inp.basis_v, scale=inp.scale)
 
 
 def _position(case: Case, output: str, index: tuple[int, ...]) -> dict[str, int]:

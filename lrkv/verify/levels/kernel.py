@@ -127,7 +127,8 @@ LEVEL = Level(
                         "materialized": oracle_path(ref, "materialized_decode_attention")},
     consistency=lambda case: [("factored", "materialized")], call=call_out_lse("decode_attention"),
     outputs=lambda case: out_lse_outputs(case.batch, case),
-    conditioning=lambda inp, case: kernel_conditioning(*inp.args(), **inp.kwargs()),
+    conditioning=lambda inp, case: kernel_conditioning(inp.q, inp.factored(), inp.basis_k, inp.basis_v,
+                                                       scale=inp.scale),
     unquantized=lambda case: make_kernel_inputs(case, quantize=False),
     position=OUT_LSE_AXES,
 )

@@ -25,7 +25,7 @@ from . import Level
 from .contract import OUT_LSE_AXES, call_out_lse, oracle_path, out_lse_outputs
 from .inputs import FINITE_GARBAGE, ContractInputs, generator
 from .fp8_inputs import dequantized, fp8_pool, per_token_scales, with_scales
-from .kernel import KernelInputs, draw_kernel_inputs, quantized
+from .kernel import draw_kernel_inputs, quantized
 
 SPARE_PAGES = 2  # pages no sequence owns: garbage a wrong page index can land on
 CACHE = ("shared_k", "shared_v", "latent_k", "latent_v", "key_scale")
@@ -55,13 +55,6 @@ class PagedInputs(ContractInputs):
 
     def kwargs(self) -> dict:
         return {"scale": self.scale, "key_scale": self.key_scale, "rope": self.rope, **self.fp8_kwargs()}
-
-    def contiguous(self) -> KernelInputs:
-        """The decode-contract view, as the oracle reads it: the pages (an fp8 cache
-        dequantized exactly first) gathered back into [B, max_pages·page, ...]."""
-        c = dequantized(self.factored()).gather()
-        return KernelInputs(self.q, *c.contract_args(), self.basis_k, self.basis_v, self.lengths, self.scale,
-                            c.key_scale, self.rope)
 
 
 def plausible_scales(scales: torch.Tensor, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
@@ -124,7 +117,8 @@ def make_paged_inputs(case: Case, quantize: bool = True) -> PagedInputs:
 
 
 def _conditioning(inp: PagedInputs, case: Case):
-    return kernel_conditioning(*(contiguous := inp.contiguous()).args(), **contiguous.kwargs())
+    return kernel_conditioning(inp.q, dequantized(inp.factored()).gather(), inp.basis_k, inp.basis_v,
+                               scale=inp.scale)
 
 
 LEVEL = Level(
