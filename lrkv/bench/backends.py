@@ -183,22 +183,19 @@ class TritonSteps:
         return asdict(cfg)
 
     def prepare(self, family: BenchFamily, spec, inputs: dict, device: str) -> Prepared:
-        from ..kernels.decode import decode_attention, paged_decode_attention
-        from ..reference.contract import validate_decode_inputs
+        from ..kernels.decode import attend, decode_attention
+        from ..reference.cache import FactoredCache
+        from ..reference.contract import validate_cache_inputs
         from ..reference.rope import ExactRope
 
         q, sk, sv, lk, lv, bk, bv, lengths = step_args(family, inputs)
         rope = ExactRope() if self.variant == "rope" else None
-        validate_decode_inputs(q, sk, sv, lk, lv, bk, bv, lengths, scale=spec.scale, rope=rope)  # once, untimed
+        cache = FactoredCache(sk, sv, lk, lv, lengths)
+        validate_cache_inputs(q, cache, bk, bv, scale=spec.scale, rope=rope)  # once, untimed
         if self.variant == "paged":
-            from ..kernels.validate import validate_paged_inputs
-            from ..reference.cache import FactoredCache
-
-            paged = FactoredCache(sk, sv, lk, lv, lengths).paginate(
-                PAGE_SIZE, generator=torch.Generator().manual_seed(0), extra_pages=0)
-            args = (q, *paged.contract_args(), bk, bv, lengths, paged.page_table)
-            validate_paged_inputs(*args, scale=spec.scale)  # once, untimed
-            fn = lambda: paged_decode_attention(*args, scale=spec.scale, check=False, **self.launch)  # noqa: E731
+            paged = cache.paginate(PAGE_SIZE, generator=torch.Generator().manual_seed(0), extra_pages=0)
+            validate_cache_inputs(q, paged, bk, bv, scale=spec.scale)  # once, untimed
+            fn = lambda: attend(q, paged, bk, bv, scale=spec.scale, check=False, **self.launch)  # noqa: E731
         elif self.variant == "fp8":
             from ..reference.fp8_cache import quantize_cache
             from ..spec import as_dtype

@@ -22,7 +22,9 @@ from dataclasses import dataclass
 import torch
 
 from ..checks import check_bool, check_choice, check_float, check_int
+from ..reference.cache import FactoredCache
 from ..reference.contract import validate_decode_inputs
+from ..reference.fp8 import PARTS
 from ..spec import AttentionSpec, as_dtype, dtype_name
 
 ENGINES = ("onnx", "aoti", "tensorrt")
@@ -254,9 +256,8 @@ def check_call(config: ExportConfig, tensors: dict[str, torch.Tensor]) -> tuple[
     named = dict(zip([s.name for s in sigs], flat))
     if config.level == "kernel":
         # The decode contract's own checks (lengths in [0, T], finite valid slots, ...).
-        validate_decode_inputs(named["q"], named["shared_k"], named["shared_v"], named["latent_k"],
-                               named["latent_v"], named["basis_k"], named["basis_v"], named["lengths"],
-                               scale=config.softmax_scale, key_scale=named.get("key_scale"))
+        cache = FactoredCache(*(named[p] for p in PARTS), named["lengths"], named.get("key_scale"))
+        validate_decode_inputs(named["q"], cache, named["basis_k"], named["basis_v"], scale=config.softmax_scale)
     else:
         pos = named["positions"]
         if B and (int(pos.min()) < 0 or int(pos.max()) >= T):

@@ -1,11 +1,10 @@
 """Checks that run BEFORE any kernel launch (DESIGN §4: an out-of-bounds access must be
 impossible). Every failure is a ValueError or TypeError that names the argument.
 
-The contiguous decode contract is checked by `lrkv.reference.contract.validate_decode_inputs`
-(shapes, dtypes, devices, lengths, finiteness); this module adds what a kernel needs on top
-of it — strides inside their storage, the paged layout and its page table, the launch
-options. The paged and extend contracts live beside the decode one in
-`lrkv.reference.contract` (re-exported here for the kernels).
+The contracts (decode, paged decode, extend) are checked by
+`lrkv.reference.contract.validate_cache_inputs` (shapes, dtypes, devices, lengths, page
+table, finiteness); this module adds what a kernel needs on top of them — strides inside
+their storage and the launch options.
 """
 
 from __future__ import annotations
@@ -13,10 +12,6 @@ from __future__ import annotations
 import math
 
 import torch
-
-from ..reference.contract import (  # noqa: F401  (re-exported for the kernels)
-    validate_extend_inputs, validate_paged_inputs,
-)
 
 MAX_SPLITS = 256  # stage 2 holds all splits of one head in registers
 BLOCK_T_CHOICES = (16, 32, 64, 128)

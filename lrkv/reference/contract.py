@@ -84,17 +84,13 @@ def check_finite_query_and_bases(named: dict) -> None:
             raise ValueError(f"{name} contains NaN or Inf")
 
 
-def validate_decode_inputs(
-    q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-    scale, key_scale=None, rope=None, check_finite: bool = True, cache_scales=None,
-) -> tuple[int, int, int, int, int]:
-    """Check the decode contract; return (B, T_max, H, d_h, r). cache_scales: the scales of
-    an fp8 cache (required with one, refused without)."""
-    named = dict(q=q, shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v,
-                 basis_k=basis_k, basis_v=basis_v, lengths=lengths)
-    if key_scale is not None:
-        named["key_scale"] = key_scale
-    check_tensors(named)
+def validate_decode_inputs(q, cache, basis_k, basis_v, *, scale, rope=None, check_finite: bool = True,
+                           ) -> tuple[int, int, int, int, int]:
+    """Check the decode contract on a contiguous FactoredCache; return (B, T_max, H, d_h, r).
+    cache.scales: the scales of an fp8 cache (required with one, refused without)."""
+    named = _named(q, cache, basis_k, basis_v)
+    shared_k, latent_k, lengths, key_scale, cache_scales = (named["shared_k"], named["latent_k"], cache.lengths,
+                                                            cache.key_scale, cache.scales)
     if q.dim() != 3:
         raise ValueError(f"q must be [B, H, d_h], got {q.dim()} dims {list(q.shape)}")
     if shared_k.dim() != 3:
@@ -105,9 +101,9 @@ def validate_decode_inputs(
     T = shared_k.shape[1]
     r = latent_k.shape[3]
     check_shape("shared_k", shared_k, (B, T, d_h))
-    check_shape("shared_v", shared_v, (B, T, d_h))
+    check_shape("shared_v", named["shared_v"], (B, T, d_h))
     check_shape("latent_k", latent_k, (B, T, H, r))
-    check_shape("latent_v", latent_v, (B, T, H, r))
+    check_shape("latent_v", named["latent_v"], (B, T, H, r))
     check_shape("basis_k", basis_k, (H, d_h, r))
     check_shape("basis_v", basis_v, (H, d_h, r))
     check_shape("lengths", lengths, (B,))
@@ -238,19 +234,18 @@ def check_finite_cache(named: dict, lengths: torch.Tensor, page_table=None, *, c
         check_key_scale_sign(pick(named["key_scale"]))
 
 
-def _named(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, key_scale, **more) -> dict:
-    named = dict(q=q, shared_k=shared_k, shared_v=shared_v, latent_k=latent_k, latent_v=latent_v,
-                 basis_k=basis_k, basis_v=basis_v, lengths=lengths, **more)
-    if key_scale is not None:
-        named["key_scale"] = key_scale
+def _named(q, cache, basis_k, basis_v, **more) -> dict:
+    """Every tensor of a call by the contract's name (key_scale only when given), each checked a tensor."""
+    named = dict(q=q, **dict(zip(PARTS, cache.contract_args())), basis_k=basis_k, basis_v=basis_v,
+                 lengths=cache.lengths, **more)
+    if cache.key_scale is not None:
+        named["key_scale"] = cache.key_scale
     check_tensors(named)
     return named
 
 
-def validate_paged_inputs(
-    q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table, *,
-    scale, key_scale=None, rope=None, check_finite: bool = True, cache_scales=None,
-) -> tuple[int, int, int, int, int, int, int]:
+def validate_paged_inputs(q, cache, basis_k, basis_v, *, scale, rope=None, check_finite: bool = True,
+                          ) -> tuple[int, int, int, int, int, int, int]:
     """The paged decode contract of DESIGN §4 (layout of §3).
 
     shared_k/v [P, page, d_h], latent_k/v [P, page, H, r], key_scale [P, page, H],
@@ -261,8 +256,8 @@ def validate_paged_inputs(
 
     Returns (B, H, d_h, r, P, page_size, max_pages).
     """
-    named = _named(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, key_scale,
-                   page_table=page_table)
+    page_table, lengths, cache_scales = cache.page_table, cache.lengths, cache.scales
+    named = _named(q, cache, basis_k, basis_v, page_table=page_table)
     if q.dim() != 3:
         raise ValueError(f"q must be [B, H, d_h], got shape {list(q.shape)}")
     if page_table.dim() != 2:
@@ -278,7 +273,7 @@ def validate_paged_inputs(
     if check_finite:
         check_finite_query_and_bases(named)
         check_finite_cache(named, lengths, page_table, cache_scales=cache_scales)
-    return B, H, d_h, latent_k.shape[3], P, page, page_table.shape[1]
+    return B, H, d_h, cache.latent_k.shape[3], P, page, page_table.shape[1]
 
 
 # ----------------------------------------------------------------------------- append
@@ -342,19 +337,18 @@ def check_cu_seqlens(cu_seqlens_q, lengths, n_tokens: int) -> None:
                          f"the new ones included) is {int(lengths[b])}: cu_seqlens_q and lengths disagree")
 
 
-def validate_extend_inputs(
-    q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-    scale, key_scale=None, rope=None, page_table=None, check_finite: bool = True, cache_scales=None,
-) -> tuple[int, int, int, int, int]:
+def validate_extend_inputs(q, cu_seqlens_q, cache, basis_k, basis_v, *, scale, rope=None, check_finite: bool = True,
+                           ) -> tuple[int, int, int, int, int]:
     """The extend contract of DESIGN §4: q [N, H, d_h] ragged by cu_seqlens_q [B+1]; the cache
     contiguous ([B, T_max, ...]) or, with page_table [B, max_pages], paged ([P, page, ...]).
 
     Returns (N, B, H, d_h, r).
     """
+    page_table, lengths, cache_scales = cache.page_table, cache.lengths, cache.scales
     more = dict(cu_seqlens_q=cu_seqlens_q)
     if page_table is not None:
         more["page_table"] = page_table
-    named = _named(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, key_scale, **more)
+    named = _named(q, cache, basis_k, basis_v, **more)
     if q.dim() != 3:
         raise ValueError(f"q must be [N, H, d_h] (all sequences' new tokens), got shape {list(q.shape)}")
     if cu_seqlens_q.dim() != 1 or cu_seqlens_q.shape[0] < 1:
@@ -382,17 +376,14 @@ def validate_extend_inputs(
     if check_finite:
         check_finite_query_and_bases(named)
         check_finite_cache(named, lengths, page_table, cache_scales=cache_scales)
-    return N, B, H, d_h, latent_k.shape[3]
+    return N, B, H, d_h, cache.latent_k.shape[3]
 
 
 def validate_cache_inputs(q, cache, basis_k, basis_v, *, scale, rope=None, cu_seqlens_q=None):
     """The contract check of a call on a `FactoredCache`: extend's with cu_seqlens_q, else paged
     decode's (a page table) or decode's — the tensors checked as the contract names them."""
-    kw = dict(scale=scale, key_scale=cache.key_scale, rope=rope, cache_scales=cache.scales)
     if cu_seqlens_q is not None:
-        return validate_extend_inputs(q, cu_seqlens_q, *cache.contract_args(), basis_k, basis_v, cache.lengths,
-                                      page_table=cache.page_table, **kw)
+        return validate_extend_inputs(q, cu_seqlens_q, cache, basis_k, basis_v, scale=scale, rope=rope)
     if cache.paged:
-        return validate_paged_inputs(q, *cache.contract_args(), basis_k, basis_v, cache.lengths, cache.page_table,
-                                     **kw)
-    return validate_decode_inputs(q, *cache.contract_args(), basis_k, basis_v, cache.lengths, **kw)
+        return validate_paged_inputs(q, cache, basis_k, basis_v, scale=scale, rope=rope)
+    return validate_decode_inputs(q, cache, basis_k, basis_v, scale=scale, rope=rope)
