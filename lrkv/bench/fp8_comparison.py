@@ -44,13 +44,14 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
 from ..checks import arg_int, arg_out_file
 from ..reference import dense, mla
 from ..reference import lrkv as lrkv_ref
+from ..reference.cache import FactoredCache
 from ..reference.fp8 import (
     DYNAMIC_GRANULARITIES, FP8_FORMATS, GRANULARITIES, PARTS, PER_HEAD, PER_TOKEN_HEAD, dequantize, dynamic_scale,
     nan_filled, part_granularity, quantize,
@@ -66,31 +67,25 @@ from ..verify.metrics import ErrorMetrics, error_metrics, json_float
 
 def quantization_cost(
     q: torch.Tensor,  # [B, H, d_h]
-    shared_k: torch.Tensor,  # [B, T_max, d_h]   unquantized (any float dtype), garbage past lengths
-    shared_v: torch.Tensor,  # [B, T_max, d_h]
-    latent_k: torch.Tensor,  # [B, T_max, H, r]
-    latent_v: torch.Tensor,  # [B, T_max, H, r]
+    cache: FactoredCache,  # contiguous, unquantized (any float dtype), garbage past lengths
     basis_k: torch.Tensor,  # [H, d_h, r]
     basis_v: torch.Tensor,  # [H, d_h, r]
-    lengths: torch.Tensor,  # [B]
     *,
     scale: float,
     fmt: torch.dtype,
     granularity: str,
-    key_scale: torch.Tensor | None = None,  # [B, T_max, H]
     rope: ExactRope | None = None,
     dtype: torch.dtype = torch.float64,
 ) -> ErrorMetrics:
     """Error of the fp8 path (the cache quantized by `quantize_cache`, attended at `dtype`)
-    against the float64 oracle on the unquantized cache."""
+    against the float64 oracle (Eqs. 6–7) on the unquantized cache."""
     f64 = lambda t: None if t is None else t.to(torch.float64)  # noqa: E731
     tau = lambda t: None if t is None else t.to(dtype)  # noqa: E731
-    ref, _ = lrkv_ref.decode_attention(f64(q), f64(shared_k), f64(shared_v), f64(latent_k), f64(latent_v), f64(basis_k),
-                                       f64(basis_v), lengths, scale=scale, key_scale=f64(key_scale), rope=rope)
-    parts = dict(zip(PARTS, (shared_k, shared_v, latent_k, latent_v)))
-    stored, scales = quantize_cache(parts, lengths, fmt, granularity)
-    out, _ = lrkv_ref.decode_attention(tau(q), *(stored[p] for p in PARTS), tau(basis_k), tau(basis_v), lengths,
-                                       scale=scale, key_scale=tau(key_scale), rope=rope, cache_scales=scales)
+    exact = replace(cache, **{n: f64(t) for n, t in cache.tensors().items()})
+    ref, _ = lrkv_ref.attend(f64(q), exact, f64(basis_k), f64(basis_v), scale=scale, rope=rope, check=True)
+    stored, scales = quantize_cache(dict(zip(PARTS, cache.parts)), cache.lengths, fmt, granularity)
+    low = FactoredCache(*(stored[p] for p in PARTS), cache.lengths, tau(cache.key_scale), scales)
+    out, _ = lrkv_ref.attend(tau(q), low, tau(basis_k), tau(basis_v), scale=scale, rope=rope, check=True)
     return error_metrics(out, ref)  # max_abs, mean_abs and sqnr_db are the cost
 
 
@@ -320,8 +315,8 @@ def family_cost(spec: AttentionSpec, weights, q: torch.Tensor, cache: dict[str, 
     LRKV: `quantization_cost` itself; the others: `fp8_decode` against `decode` by the same
     `error_metrics`."""
     if spec.family == "lrkv":
-        return quantization_cost(q, *(cache[p] for p in PARTS), weights.basis_k, weights.basis_v, lengths,
-                                 scale=spec.scale, fmt=fmt, granularity=granularity)
+        return quantization_cost(q, FactoredCache(*(cache[p] for p in PARTS), lengths), weights.basis_k,
+                                 weights.basis_v, scale=spec.scale, fmt=fmt, granularity=granularity)
     ref = decode(spec, weights, q, cache, lengths)
     return error_metrics(fp8_decode(spec, weights, q, cache, lengths, fmt, granularity), ref)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import mpmath
 import torch
 
+from .cache import FactoredCache
 from .rope import ExactRope
 
 MAX_ELEMENTS = 20_000  # refuse shapes that would take minutes in pure Python
@@ -37,16 +38,21 @@ def _rope_row(x: list, pos: int, theta: float) -> list:
 
 
 def decode_attention_mp(
-    q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-    scale: float, key_scale=None, rope: ExactRope | None = None, dps: int = 50,
+    q: torch.Tensor,  # [B, H, d_h]
+    cache: FactoredCache,  # contiguous, float (not fp8)
+    basis_k: torch.Tensor,  # [H, d_h, r]
+    basis_v: torch.Tensor,  # [H, d_h, r]
+    *,
+    scale: float, rope: ExactRope | None = None, dps: int = 50,
 ) -> tuple[list, list]:
     """Eqs. 6–7 in exact-ish arithmetic. Returns out[b][h][e] and lse[b][h] as mpf."""
     B, H, d_h = q.shape
-    T, r = shared_k.shape[1], latent_k.shape[3]
+    T, r = cache.t_max, cache.latent_k.shape[3]
+    lengths, key_scale = cache.lengths, cache.key_scale
     if B * T * H * (d_h + r) > MAX_ELEMENTS:
         raise ValueError(f"shape too large for the mpmath oracle: B={B}, T={T}, H={H}, d_h={d_h}, r={r}")
     with mpmath.workdps(dps):
-        Q, SK, SV, LK, LV, BK, BV = (_mp(t.double()) for t in (q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v))
+        Q, SK, SV, LK, LV, BK, BV = (_mp(t.double()) for t in (q, *cache.contract_args(), basis_k, basis_v))
         KS = _mp(key_scale.double()) if key_scale is not None else None
         sc = mpmath.mpf(scale)
         outs, lses = [], []

@@ -102,7 +102,7 @@ def _oracle_module():
 
 
 def oracle_decode():
-    """The mpmath oracle's decode (the contract's arguments -> float64 (out, lse)), or None if absent."""
+    """The mpmath oracle's decode ((q, cache, basis_k, basis_v) -> float64 (out, lse)), or None if absent."""
     mod = _oracle_module()
     fn = None if mod is None else getattr(mod, "decode_attention_mp", None)
     if fn is None:
@@ -121,4 +121,5 @@ def oracle_reference(inputs) -> torch.Tensor | None:
     if inputs.q.dtype != torch.float64 or B * T * H * (inputs.q.shape[-1] + r) > ORACLE_MAX_ELEMENTS:
         return None
     fn = oracle_decode()
-    return None if fn is None else inputs.call(fn)[0]
+    return None if fn is None else fn(inputs.q, inputs.factored(), inputs.basis_k, inputs.basis_v,
+                                      scale=inputs.scale, rope=inputs.rope)[0]

@@ -118,11 +118,12 @@ class InductorBackend(BaseBackend):
     def attend(self, q, cache, basis_k, basis_v, *, scale, rope=None, cu_seqlens_q=None):
         # Same contract checks as the reference, eagerly: a compiled graph must not see bad input.
         validate_cache_inputs(q, cache, basis_k, basis_v, scale=scale, rope=rope)
-        move = self._mover(q.device) or (lambda t: t)
-        out, lse = compiled_decode(move(q), *map(move, cache.contract_args()), move(basis_k), move(basis_v),
-                                   move(cache.lengths), scale=scale, key_scale=move(cache.key_scale), rope=rope,
-                                   device=self.device, mode=self.mode)
-        return out.to(q.device), lse.to(q.device)
+        home, move = q.device, self._mover(q.device)
+        if move is not None:
+            q, basis_k, basis_v, cache = move(q), move(basis_k), move(basis_v), cache.to(self.device)
+        out, lse = compiled_decode(q, cache, basis_k, basis_v, scale=scale, rope=rope, device=self.device,
+                                   mode=self.mode)
+        return out.to(home), lse.to(home)
 
     def layer_step(self, weights, x_t, cache, positions):
         """Mutates and returns `cache` like the reference's layer_step, wherever it ran."""

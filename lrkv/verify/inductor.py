@@ -28,7 +28,7 @@ from torch.utils._pytree import tree_map
 
 from ..checks import check_choice
 from ..reference.cache import FactoredCache
-from ..reference.lrkv import append, decode_attention, decode_rope, project_token
+from ..reference.lrkv import append, attend, decode_rope, project_token
 from ..reference.weights import LRKVWeights
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -174,23 +174,23 @@ def _run(fn: Callable, *args, mode: str = "default"):
 # ----------------------------------------------------------------------------- kernel level
 def _kernel_builder(scale: float, rope) -> Callable[[], Callable]:
     def build():
-        def lrkv_kernel(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, key_scale):
-            return decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
-                                    scale=scale, key_scale=key_scale, rope=rope, check=False)
+        def lrkv_kernel(q, *tensors):  # the graph's inputs: q, the four parts, bases, lengths, key_scale
+            *parts, basis_k, basis_v, lengths, key_scale = tensors
+            return attend(q, FactoredCache(*parts, lengths, key_scale), basis_k, basis_v, scale=scale, rope=rope)
         return lrkv_kernel
     return build
 
 
-def compiled_decode(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
-                    scale: float, key_scale=None, rope=None, device: str = "cpu", mode: str = "default"):
+def compiled_decode(q, cache: FactoredCache, basis_k, basis_v, *, scale: float, rope=None, device: str = "cpu",
+                    mode: str = "default"):
     """The decode contract through a compiled graph (inputs already validated and on `device`)."""
     B, H, d_h = q.shape
-    T, r = shared_k.shape[1], latent_k.shape[3]
-    key = ("kernel", q.dtype, B, H, d_h, r, key_scale is not None, rope, float(scale), T < 2)
+    T, r = cache.t_max, cache.latent_k.shape[3]
+    key = ("kernel", q.dtype, B, H, d_h, r, cache.key_scale is not None, rope, float(scale), T < 2)
     fn = _compile(key, _kernel_builder(float(scale), rope), device, mode)
     # contiguous copies: a strided view would otherwise cost a recompile (strides are guarded)
     args = [None if t is None else t.contiguous() for t in
-            (q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, key_scale)]
+            (q, *cache.contract_args(), basis_k, basis_v, cache.lengths, cache.key_scale)]
     _mark_length_dynamic(args[1:5] + args[8:])
     return _run(fn, *args, mode=mode)
 

@@ -4,12 +4,19 @@ import pytest
 import torch
 
 from lrkv.reference import lrkv as L
+from lrkv.reference.cache import FactoredCache
 from lrkv.reference.mpmath_oracle import decode_attention_mp, to_tensor
 from lrkv.reference.rope import ExactRope
 
 from ..test_helpers.inputs import random_factored_inputs, split_kw
 
 EPS64 = torch.finfo(torch.float64).eps
+
+
+def oracle(q, *args, key_scale=None, **kw):
+    """The mpmath oracle on the decode contract's tensors (packed into a FactoredCache)."""
+    *parts, basis_k, basis_v, lengths = args
+    return decode_attention_mp(q, FactoredCache(*parts, lengths, key_scale), basis_k, basis_v, **kw)
 
 
 def _rel_err(x, ref):
@@ -22,7 +29,7 @@ def _rel_err(x, ref):
 def test_reference_within_float64_rounding_of_mpmath(rope, key_scale):
     inp = random_factored_inputs(B=2, T=5, H=2, d_h=4, r=3, lengths=[5, 2], key_scale=key_scale, seed=11)
     args, kw = split_kw(inp)
-    out_mp, lse_mp = decode_attention_mp(*args, scale=0.5, rope=rope, **kw)
+    out_mp, lse_mp = oracle(*args, scale=0.5, rope=rope, **kw)
     out, lse = L.decode_attention(*args, scale=0.5, rope=rope, **kw)
     # bound: a few ulps times the reduction length (T·(d_h + r) terms)
     bound = 64 * EPS64 * 5 * (4 + 3)
@@ -40,7 +47,7 @@ def test_near_cancelling_keys_roundoff_not_algebra():
     inp["shared_k"] = -priv0 + 1e-9 * torch.randn_like(priv0)
     inp["q"] = inp["q"] * 1e6  # large queries amplify any cancellation error
     args, kw = split_kw(inp)
-    out_mp, lse_mp = decode_attention_mp(*args, scale=0.5, **kw)
+    out_mp, lse_mp = oracle(*args, scale=0.5, **kw)
     exact_out, exact_lse = to_tensor(out_mp), to_tensor(lse_mp)
     fac, lse_f = L.decode_attention(*args, scale=0.5)
     mat, lse_m = L.materialized_decode_attention(*args, scale=0.5)
@@ -64,4 +71,4 @@ def test_oracle_refuses_large_shapes():
     inp = random_factored_inputs(B=2, T=600, H=4, d_h=8, r=4)
     args, kw = split_kw(inp)
     with pytest.raises(ValueError, match="too large"):
-        decode_attention_mp(*args, scale=0.5, **kw)
+        oracle(*args, scale=0.5, **kw)
