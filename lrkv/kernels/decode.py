@@ -272,12 +272,11 @@ def run_factored_decode(q, cache: FactoredCache, basis_k, basis_v, *, scale, rop
         cos, sin = rope_tables(cache.t_max, d_h, rope.theta, torch.float64 if cfg.acc_fp64 else torch.float32,
                                q.device)
 
-    def launch(shared_k, shared_v, latent_k, latent_v):  # the custom op's tensors (a wrapper mutant's handle)
+    def launch(**parts):  # the four parts by name in, (out, lse) out: a wrapper mutant's handle on the op
         return torch.ops.lrkv.factored_decode(
-            q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, cache.lengths, cache.page_table,
-            cache.key_scale, cos, sin, float(scale), cfg.num_splits, cfg.split_size, cfg.group_size, cfg.block_t,
-            cfg.num_warps, DOT_MODES[cfg.dot], mutant_code(mutant), cfg.private == "wide", cu_seqlens_q,
-            *fp8_args,
+            q, *(parts[p] for p in PARTS), basis_k, basis_v, cache.lengths, cache.page_table, cache.key_scale,
+            cos, sin, float(scale), cfg.num_splits, cfg.split_size, cfg.group_size, cfg.block_t, cfg.num_warps,
+            DOT_MODES[cfg.dot], mutant_code(mutant), cfg.private == "wide", cu_seqlens_q, *fp8_args,
         )
 
     parts = dict(zip(PARTS, cache.contract_args()))

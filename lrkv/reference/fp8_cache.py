@@ -87,7 +87,7 @@ def check_cache_scales(parts: dict[str, torch.Tensor], cache_scales, *, rows: in
         if fp8_parts:
             p = fp8_parts[0]
             raise TypeError(f"{p} has dtype {parts[p].dtype}: an fp8 cache needs cache_scales (a CacheScales with "
-                            "a float32 scale for each of shared_k, shared_v, latent_k, latent_v)")
+                            "a float32 scale for each of the four parts)")
         return
     if not isinstance(cache_scales, CacheScales):
         raise TypeError(f"cache_scales must be a CacheScales or None, got {type(cache_scales).__name__}")
