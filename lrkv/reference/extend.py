@@ -53,6 +53,7 @@ def extend_attention(
                   materialized=materialized, fp8_compute=fp8_compute, fp8_phase=fp8_phase)
 
 
-def materialized_extend_attention(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same contract with K_h and V_h rebuilt explicitly (the `materialized` path)."""
-    return extend_attention(*args, **kwargs, materialized=True)
+def materialized_extend_attention(*args, _extend=extend_attention, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same contract with K_h and V_h rebuilt explicitly (the `materialized` path; `_extend`
+    bound here, independent of a bug planted in the module's extend_attention)."""
+    return _extend(*args, **kwargs, materialized=True)

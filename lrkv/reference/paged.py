@@ -45,6 +45,8 @@ def paged_decode_attention(
                   fp8_compute=fp8_compute, fp8_phase=fp8_phase)
 
 
-def materialized_paged_decode_attention(*args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same contract with K_h and V_h rebuilt explicitly (the `materialized` path)."""
-    return paged_decode_attention(*args, **kwargs, materialized=True)
+def materialized_paged_decode_attention(*args, _decode=paged_decode_attention, **kwargs,
+                                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same contract with K_h and V_h rebuilt explicitly (the `materialized` path; `_decode`
+    bound here, independent of a bug planted in the module's paged_decode_attention)."""
+    return _decode(*args, **kwargs, materialized=True)

@@ -222,7 +222,6 @@ def compiled_layer_step(weights: LRKVWeights, x_t, cache: FactoredCache, positio
     w = {name: t for name, t in vars(weights).items() if name != "spec" and t is not None}
     entries = _run(fn, w, x_t.contiguous(), positions, mode=mode)
     append(cache, entries, positions)
-    out, _ = compiled_decode(entries["q"], cache.shared_k, cache.shared_v, cache.latent_k, cache.latent_v,
-                             weights.basis_k, weights.basis_v, cache.lengths, scale=spec.head_dim ** -0.5,
-                             key_scale=cache.key_scale, rope=decode_rope(spec), device=device, mode=mode)
+    out, _ = compiled_decode(entries["q"], cache, weights.basis_k, weights.basis_v, scale=spec.head_dim ** -0.5,
+                             rope=decode_rope(spec), device=device, mode=mode)
     return torch.einsum("bhd,hde->be", out, weights.w_o), cache

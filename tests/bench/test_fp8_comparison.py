@@ -15,6 +15,7 @@ import torch
 
 from lrkv.bench import fp8_comparison as fc
 from lrkv.bench.fp8_comparison import quantization_cost
+from lrkv.reference.cache import FactoredCache
 from lrkv.reference.fp8 import E4M3, E5M2, FP8_FORMATS, GRANULARITIES, PARTS, PER_TENSOR, PER_TOKEN_HEAD
 from lrkv.reference.fp8_cache import dequantize_cache, quantize_cache
 from lrkv.spec import AttentionSpec, cache_elements
@@ -88,8 +89,8 @@ def test_the_part_quantizer_is_quantize_cache_on_lrkv_parts():
         # the study's LRKV fp8 decode is quantization_cost's fp8 path
         ref = fc.decode(spec, weights, q, cache, lengths)
         m = error_metrics(fc.fp8_decode(spec, weights, q, cache, lengths, fmt, g), ref)
-        c = quantization_cost(q, *(cache[p] for p in PARTS), weights.basis_k, weights.basis_v, lengths,
-                              scale=spec.scale, fmt=fmt, granularity=g)
+        c = quantization_cost(q, FactoredCache(*(cache[p] for p in PARTS), lengths), weights.basis_k,
+                              weights.basis_v, scale=spec.scale, fmt=fmt, granularity=g)
         assert (m.max_abs, m.mean_abs, m.sqnr_db) == (c.max_abs, c.mean_abs, c.sqnr_db)
 
 
@@ -229,7 +230,12 @@ def test_cli_bad_input_exits_2(argv, capsys):
 
 # quantization_cost: the fp8 path against the float64 oracle on the unquantized cache
 QC_SCALE = 8**-0.5
-QC_ARGS = ("q", "shared_k", "shared_v", "latent_k", "latent_v", "basis_k", "basis_v", "lengths")
+
+
+def _qc(inp: dict, **kw):
+    """quantization_cost on a kernel-input dict's cache."""
+    cache = FactoredCache(*(inp[p] for p in PARTS), inp["lengths"])
+    return quantization_cost(inp["q"], cache, inp["basis_k"], inp["basis_v"], scale=QC_SCALE, **kw)
 
 
 def test_quantization_cost_is_positive_finite_and_larger_for_e5m2():
@@ -237,7 +243,7 @@ def test_quantization_cost_is_positive_finite_and_larger_for_e5m2():
     costs = {}
     for fmt in (E4M3, E5M2):
         for g in (PER_TENSOR, PER_TOKEN_HEAD):
-            c = quantization_cost(*(inp[k] for k in QC_ARGS), scale=QC_SCALE, fmt=fmt, granularity=g)
+            c = _qc(inp, fmt=fmt, granularity=g)
             assert 0 < c.mean_abs <= c.max_abs and math.isfinite(c.max_abs) and math.isfinite(c.sqnr_db)
             assert c.sqnr_db > 0
             costs[fmt, g] = c
