@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from lrkv.kernels import launch as launch_mod
-from lrkv.kernels.decode import decode_attention, hr_contiguous, paged_decode_attention
+from lrkv.kernels.decode import attend, decode_attention, hr_contiguous, paged_decode_attention
 from lrkv.kernels.launch import WIDE_LIMIT_COLUMNS, WIDE_MAX_COLUMNS, pick_launch, tile_in_page
 from lrkv.kernels.testing import check, kernel_case, kernel_inputs
 
@@ -82,7 +82,8 @@ def test_wide_paged_matches_contiguous():
                        key_scale=True, rope="exact", dtype=dtype)
     p = kernel_inputs(case)
     out, lse = check(paged_decode_attention, case, inputs=p, private="wide")
-    ref_out, ref_lse = p.contiguous().call(decode_attention, private="per_head")
+    ref_out, ref_lse = attend(p.q, p.factored().gather(), p.basis_k, p.basis_v, scale=p.scale, rope=p.rope,
+                              private="per_head")  # the pages gathered back
     torch.testing.assert_close(out, ref_out, rtol=0, atol=AGREE_ATOL[dtype])
     torch.testing.assert_close(lse, ref_lse, rtol=0, atol=AGREE_ATOL[dtype])
 
@@ -104,7 +105,8 @@ def test_paged_tiles_inside_one_page(page_size, num_splits, whole_tiles, private
     split_size = None if num_splits is None else -(-T // num_splits)
     assert tile_in_page(page_size, 16, split_size) == whole_tiles
     out, lse = check(paged_decode_attention, case, inputs=p, block_t=16, num_splits=num_splits, private=private)
-    ref_out, ref_lse = p.contiguous().call(decode_attention, private="per_head", block_t=16)
+    ref_out, ref_lse = attend(p.q, p.factored().gather(), p.basis_k, p.basis_v, scale=p.scale, rope=p.rope,
+                              private="per_head", block_t=16)
     torch.testing.assert_close(out, ref_out, rtol=0, atol=AGREE_ATOL[dtype])
     torch.testing.assert_close(lse, ref_lse, rtol=0, atol=AGREE_ATOL[dtype])
 
