@@ -210,6 +210,11 @@ class Case:
         return cls(spec=spec, **data)
 
     @classmethod
+    def flat(cls, level: str, spec: AttentionSpec, dtype: str, lengths, t_max: int, **fields) -> Case:
+        """A case from the flat JSON vocabulary (the options' keys as keywords: page_size=4, ...)."""
+        return cls.from_dict(dict(level=level, spec=spec, dtype=dtype, lengths=lengths, t_max=t_max, **fields))
+
+    @classmethod
     def from_json(cls, text: str) -> Case:
         try:
             data = parse_json("--case", text)  # nested too deeply: a ValueError naming --case
