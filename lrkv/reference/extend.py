@@ -36,8 +36,7 @@ def query_positions(cu_seqlens_q: torch.Tensor, lengths: torch.Tensor) -> tuple[
     return seq, lengths.long()[seq] - n[seq] + i
 
 
-def _extend(decode, q, cu_seqlens_q, cache: list, basis_k, basis_v, lengths, *, scale, rope, fp8_compute="",
-            fp8_phase=0):
+def _extend(decode, q, cu_seqlens_q, cache: list, basis_k, basis_v, lengths, *, scale, rope, **rounding):
     sk, sv, lk, lv, ks = cache
     N, H, d_h = q.shape
     _, pos = query_positions(cu_seqlens_q, lengths)
@@ -52,8 +51,7 @@ def _extend(decode, q, cu_seqlens_q, cache: list, basis_k, basis_v, lengths, *, 
         view = lambda t: None if t is None else t[b].expand(n_b, *t.shape[1:])  # noqa: E731  same cache, n_b times
         o, l_ = decode(q[lo:hi], view(sk), view(sv), view(lk), view(lv), basis_k, basis_v,
                        pos[lo:hi] + 1,  # query at position p sees slots 0 … p
-                       scale=scale, key_scale=view(ks), rope=rope, check=False, fp8_compute=fp8_compute,
-                       fp8_phase=fp8_phase)
+                       scale=scale, key_scale=view(ks), rope=rope, check=False, **rounding)
         if lse is None:
             lse = l_.new_empty(N, H)
         out[lo:hi], lse[lo:hi] = o, l_
@@ -87,8 +85,7 @@ def extend_attention(
     page_table: torch.Tensor | None = None,  # [B, max_pages] int32
     check: bool = True,
     cache_scales: CacheScales | None = None,  # an fp8 cache's scales (paged like key_scale)
-    fp8_compute: str = "",  # FA3-style roundings of q / the weights (lrkv.reference.fp8)
-    fp8_phase: int = 0,  # which rounding phase of the weights (fp8.rounded_weights)
+    **rounding,  # FA3-style roundings of q / the weights: decode_attention's fp8 keywords (lrkv.reference.lrkv)
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal factored attention (Eqs. 6–7) of N ragged queries. Returns out [N, H, d_h], lse [N, H]."""
     if check:
@@ -97,13 +94,13 @@ def extend_attention(
                                cache_scales=cache_scales)
     cache = _cache(lengths, page_table, shared_k, shared_v, latent_k, latent_v, key_scale, cache_scales, q.dtype)
     return _extend(decode_attention, q, cu_seqlens_q, cache, basis_k, basis_v, lengths, scale=scale, rope=rope,
-                   fp8_compute=fp8_compute, fp8_phase=fp8_phase)
+                   **rounding)
 
 
 def materialized_extend_attention(
     q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, *,
     scale: float, key_scale=None, rope: ExactRope | None = None, page_table=None, check: bool = True,
-    cache_scales: CacheScales | None = None, fp8_compute: str = "", fp8_phase: int = 0,
+    cache_scales: CacheScales | None = None, **rounding,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The same contract with K_h and V_h rebuilt explicitly (the `materialized` path)."""
     if check:
@@ -112,4 +109,4 @@ def materialized_extend_attention(
                                cache_scales=cache_scales)
     cache = _cache(lengths, page_table, shared_k, shared_v, latent_k, latent_v, key_scale, cache_scales, q.dtype)
     return _extend(materialized_decode_attention, q, cu_seqlens_q, cache, basis_k, basis_v, lengths, scale=scale,
-                   rope=rope, fp8_compute=fp8_compute, fp8_phase=fp8_phase)
+                   rope=rope, **rounding)

@@ -88,8 +88,7 @@ def paged_decode_attention(
     rope: ExactRope | None = None,
     check: bool = True,
     cache_scales: CacheScales | None = None,  # fp8 pages' scales ([] / [H] / [P, page] / [P, page, H])
-    fp8_compute: str = "",  # FA3-style roundings of q / the weights (lrkv.reference.fp8)
-    fp8_phase: int = 0,  # which rounding phase of the weights (fp8.rounded_weights)
+    **rounding,  # FA3-style roundings of q / the weights: decode_attention's fp8 keywords (lrkv.reference.lrkv)
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Factored decode (Eqs. 6–7) over a paged cache. Returns out [B, H, d_h], lse [B, H]."""
     if check:
@@ -99,13 +98,13 @@ def paged_decode_attention(
                                                               latent_v)
     sk, sv, lk, lv, ks = gather_cache(page_table, lengths, shared_k, shared_v, latent_k, latent_v, key_scale)
     return decode_attention(q, sk, sv, lk, lv, basis_k, basis_v, lengths, scale=scale, key_scale=ks, rope=rope,
-                            check=False, fp8_compute=fp8_compute, fp8_phase=fp8_phase)
+                            check=False, **rounding)
 
 
 def materialized_paged_decode_attention(
     q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths, page_table, *,
     scale: float, key_scale=None, rope: ExactRope | None = None, check: bool = True,
-    cache_scales: CacheScales | None = None, fp8_compute: str = "", fp8_phase: int = 0,
+    cache_scales: CacheScales | None = None, **rounding,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The same contract with K_h and V_h rebuilt explicitly (the `materialized` path)."""
     if check:
@@ -115,5 +114,4 @@ def materialized_paged_decode_attention(
                                                               latent_v)
     sk, sv, lk, lv, ks = gather_cache(page_table, lengths, shared_k, shared_v, latent_k, latent_v, key_scale)
     return materialized_decode_attention(q, sk, sv, lk, lv, basis_k, basis_v, lengths, scale=scale,
-                                         key_scale=ks, rope=rope, check=False, fp8_compute=fp8_compute,
-                                         fp8_phase=fp8_phase)
+                                         key_scale=ks, rope=rope, check=False, **rounding)
