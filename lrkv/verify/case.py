@@ -33,10 +33,9 @@ import torch
 
 from ..checks import check_bool, check_choice, check_float, check_int, parse_json
 from ..spec import AttentionSpec, as_dtype, dtype_name
-
 from . import options
 from .options.extend import Extend
-from .options.fp8 import CACHE_FORMATS, KERNEL_LEVELS, Fp8
+from .options.fp8 import CACHE_FORMATS, KERNEL_LEVELS, Fp8  # noqa: F401  (CACHE_FORMATS: protocol.py's)
 from .options.fp8 import LEVELS as FP8_LEVELS
 from .options.paged import Paged
 

@@ -103,7 +103,8 @@ def _kernel_features() -> list[Feature]:
         Feature("garbage=finite", ALL_KERNEL, lambda c: not c.nan_garbage, "large finite values in unused slots"),
         Feature("q×100", ALL_KERNEL[:2], lambda c: c.q_scale >= 100.0, "queries ×100 (logits far apart)"),
         Feature("near_cancel", ALL_KERNEL[:2], lambda c: c.near_cancel, "shared and private keys nearly cancelling"),
-        Feature("outliers", FP8, lambda c: bool(c.fp8 and c.fp8.outliers), "outlier tokens and channels (what fp8 scales meet)"),
+        Feature("outliers", FP8, lambda c: bool(c.fp8 and c.fp8.outliers),
+                "outlier tokens and channels (what fp8 scales meet)"),
         Feature("splits not dividing T", ALL_KERNEL[:2], lambda c: c.splits > 0 and c.t_max % c.splits != 0,
                 "a split-K count that does not divide the cache"),
         # a non-default RoPE base reaches a kernel only through exact RoPE (aligned/latent are

@@ -241,7 +241,8 @@ def _paged_cases() -> list[Case]:
         # a long paged context with exact RoPE and QK-norm (every page table entry of a 4K sequence)
         Case("kernel-paged", QKN_EXACT, "float32", (4099, 130, 4097), 4099, pages=Paged(16, shared_prefix=128)),
         # rank 0 (pure shared) and r = d_h, which the array's shapes leave out
-        Case("kernel-paged", AttentionSpec.lrkv(4, 32, 0), "bfloat16", (16, 33, 1, 0), 40, pages=Paged(16, shared_prefix=16)),
+        Case("kernel-paged", AttentionSpec.lrkv(4, 32, 0), "bfloat16", (16, 33, 1, 0), 40,
+             pages=Paged(16, shared_prefix=16)),
         Case("kernel-paged", AttentionSpec.lrkv(2, 16, 16, rope="exact"), "float32", (9, 40, 23), 40, pages=Paged(5)),
         # a page size that divides nothing, sequences 0 and 1 sharing two pages (the original hand-picked case)
         *_cases("kernel-paged", EXACT, ("float64", "bfloat16"), (37, 21, 14), 40, pages=Paged(7, shared_prefix=14)),
