@@ -86,7 +86,7 @@ def test_a_twin_changes_only_capability_dimensions():
     case = HAND_PAIRED[1]  # exact RoPE + QK-norm, page 1, a shared prefix
     twin, changes = find_twin(case, lambda c: c.spec.rope != "exact" and not c.spec.qk_norm)
     assert changes == {"rope": "none", "qk_norm": False}
-    for field in ("lengths", "t_max", "page_size", "shared_prefix", "page_shuffle", "nan_garbage", "seed", "dtype"):
+    for field in ("lengths", "t_max", "pages", "nan_garbage", "seed", "dtype"):
         assert getattr(twin, field) == getattr(case, field), field
     assert parse_changes("rope=none,qk_norm=off") == changes
     assert check_twin(case, "rope=none,qk_norm=off", twin) == ""
