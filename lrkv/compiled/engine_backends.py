@@ -112,7 +112,7 @@ class _CompiledBackend(BaseBackend):
         dtype = getattr(case, "dtype", None)
         if dtype is not None and str(dtype).removeprefix("torch.") not in ("float32", "float64"):
             return False, f"{self.name} engines are exported in float32 and float64 only, not {dtype}"
-        if getattr(case, "paged", False) or getattr(case, "page_size", None):
+        if getattr(case, "paged", False) or getattr(getattr(case, "pages", None), "size", 0):
             return False, f"{self.name} engines take the contiguous cache, not a paged one"
         return True, ""
 

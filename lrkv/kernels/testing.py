@@ -60,7 +60,7 @@ def kernel_case(*, H: int, d_h: int, r: int, lengths, t_max: int | None = None, 
     (q_scale, near_cancel, nan_garbage, layout, page_size, page_shuffle, shared_prefix, n_new)."""
     lengths = tuple(lengths)
     spec = AttentionSpec.lrkv(H, d_h, r, qk_norm=key_scale, rope=rope)
-    return Case(level, spec, dtype, lengths, t_max if t_max is not None else max(lengths), seed=seed, **knobs)
+    return Case.flat(level, spec, dtype, lengths, t_max if t_max is not None else max(lengths), seed=seed, **knobs)
 
 
 _MAKE = {"kernel": make_kernel_inputs, "kernel-paged": make_paged_inputs, "kernel-extend": make_extend_inputs}

@@ -43,14 +43,13 @@ def extend_attention(
     page_table: torch.Tensor | None = None,  # [B, max_pages] int32
     check: bool = True,
     cache_scales: CacheScales | None = None,  # an fp8 cache's scales (paged like key_scale)
-    fp8_compute: str = "",  # FA3-style roundings of q / the weights (lrkv.reference.fp8)
-    fp8_phase: int = 0,  # which rounding phase of the weights (fp8.rounded_weights)
     materialized: bool = False,  # rebuild K_h and V_h explicitly (the `materialized` path)
+    **rounding,  # FA3-style roundings of q / the weights: the decode's fp8 keywords (lrkv.reference.lrkv)
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal factored attention (Eqs. 6–7) of N ragged queries. Returns out [N, H, d_h], lse [N, H]."""
     cache = FactoredCache(shared_k, shared_v, latent_k, latent_v, lengths, key_scale, cache_scales, page_table)
     return attend(q, cache, basis_k, basis_v, scale=scale, rope=rope, cu_seqlens_q=cu_seqlens_q, check=check,
-                  materialized=materialized, fp8_compute=fp8_compute, fp8_phase=fp8_phase)
+                  materialized=materialized, **rounding)
 
 
 def materialized_extend_attention(*args, _extend=extend_attention, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:

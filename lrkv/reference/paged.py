@@ -35,14 +35,13 @@ def paged_decode_attention(
     rope: ExactRope | None = None,
     check: bool = True,
     cache_scales: CacheScales | None = None,  # fp8 pages' scales ([] / [H] / [P, page] / [P, page, H])
-    fp8_compute: str = "",  # FA3-style roundings of q / the weights (lrkv.reference.fp8)
-    fp8_phase: int = 0,  # which rounding phase of the weights (fp8.rounded_weights)
     materialized: bool = False,  # rebuild K_h and V_h explicitly (the `materialized` path)
+    **rounding,  # FA3-style roundings of q / the weights: the decode's fp8 keywords (lrkv.reference.lrkv)
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Factored decode (Eqs. 6–7) over a paged cache. Returns out [B, H, d_h], lse [B, H]."""
     cache = FactoredCache(shared_k, shared_v, latent_k, latent_v, lengths, key_scale, cache_scales, page_table)
     return attend(q, cache, basis_k, basis_v, scale=scale, rope=rope, check=check, materialized=materialized,
-                  fp8_compute=fp8_compute, fp8_phase=fp8_phase)
+                  **rounding)
 
 
 def materialized_paged_decode_attention(*args, _decode=paged_decode_attention, **kwargs,

@@ -190,10 +190,10 @@ def test_fp8_cache_matches_reference(lrkv_target: str) -> None:
     _needs(target, "kernel")
     formats, grans = fp8_claims(target.backend)
     if not formats:
-        pytest.skip(f"{target.label} reads no fp8 cache (it names no cache_formats)")
+        pytest.skip(f"{target.label} reads no fp8 cache (it names no fp8 cache formats)")
     strategy, cap = family(target, "kernel")
     dtypes = _dtypes(target)
-    fp8 = strategy.map(with_fp8).filter(lambda c: c.cache_format in formats and c.scale_granularity in grans
+    fp8 = strategy.map(with_fp8).filter(lambda c: c.fp8.format in formats and c.fp8.granularity in grans
                                         and c.dtype in dtypes)
     check(target, fp8, cap, lambda case: check_case(target, case))
 

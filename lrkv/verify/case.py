@@ -16,13 +16,11 @@ Levels (one module each under lrkv/verify/levels/):
   tp            the same incremental decode on `tp` tensor-parallel ranks (torch.distributed)
                 against the single-process float64 decode
 
-At the kernel and layer levels `cache_format` stores the cache in fp8 (DESIGN §4 "FP8
-caches"): the drawn cache is rounded to τ, as a server's projection writes it, then quantized
-with the `scale_granularity`'s scales (lrkv.reference.fp8_cache.quantize_cache); q stays at
-τ. A layer step also quantizes the token it appends (the backend's own quantizer). At the
-kernel levels `fp8_compute` ("q", "p", "qp") says the kernel may also round q and/or the
-softmax weights to e4m3, FA3-style: err_base is then that algorithm's error
-(lrkv.reference.fp8.round_query / rounded_weights), the oracle stays exact.
+A case is a core (the fields below) plus one option object per level-specific dimension
+(`OPTIONS`; lrkv/verify/options/): `pages` (page size, order, shared prefix), `extend` (new
+tokens per sequence) and `fp8` (an fp8 cache's format and scales, outliers, FA3-style fp8
+compute; DESIGN §4 "FP8 caches"). Each option owns its flat JSON keys, validation, id flags
+and report shapes; its JSON keys stay flat, so a case's JSON and id are those of a flat record.
 """
 
 from __future__ import annotations
@@ -35,13 +33,15 @@ import torch
 
 from ..checks import check_bool, check_choice, check_float, check_int, parse_json
 from ..spec import AttentionSpec, as_dtype, dtype_name
+from . import options
+from .options.extend import Extend
+from .options.fp8 import CACHE_FORMATS, KERNEL_LEVELS, Fp8  # noqa: F401  (CACHE_FORMATS: protocol.py's)
+from .options.fp8 import LEVELS as FP8_LEVELS
+from .options.paged import Paged
 
 DEFAULT_ROPE_THETA = 10000.0
 
 CASE_LEVELS = ("kernel", "layer", "layer-model", "tp", "kernel-paged", "kernel-extend")
-KERNEL_LEVELS = ("kernel", "kernel-paged", "kernel-extend")  # the kernel contracts of DESIGN §4
-FP8_LEVELS = (*KERNEL_LEVELS, "layer")  # an fp8 cache: the kernels read it, the layer step also writes it
-MAX_PAGE_SIZE = 1 << 16
 EXPECTATIONS = ("match", "differ")
 DTYPES = ("float64", "float32", "bfloat16", "float16")
 LAYOUTS = ("contiguous", "strided")  # strided: shared K/V packed in one tensor, latents stored head-major
@@ -49,13 +49,14 @@ MAX_T = 1 << 20  # t_max limit: a case is drawn in float64 on the CPU
 MAX_SEED = 2**32 - 1  # seeds feed torch.Generator streams (seed·1_000_003 + stream must fit in 64 bits)
 MAX_Q_SCALE = 1.0e6
 MAX_TP = 64  # ranks of a tp case: each is a process on this machine
-CACHE_FORMATS = ("float8_e4m3fn", "float8_e5m2")  # an fp8 cache (DESIGN §4 "FP8 caches"); "" = the cache at τ
-FP8_COMPUTE_DTYPES = ("float32", "bfloat16", "float16")  # q's dtype over an fp8 cache (the contract)
+# the per-level options (lrkv/verify/options/), in id-flag and JSON order: attribute -> (class, its module)
+OPTIONS = {"pages": (Paged, options.paged), "extend": (Extend, options.extend), "fp8": (Fp8, options.fp8)}
 
 
 @dataclass(frozen=True)
 class Case:
-    """One check. `id` is derived from the other fields when left empty."""
+    """One check: the case core, and an option object per level-specific dimension (None when
+    absent). `id` is derived from the other fields when left empty."""
 
     level: str  # one of CASE_LEVELS (lrkv/verify/levels/ has a module for each)
     spec: AttentionSpec  # the LRKV layer (family 'lrkv')
@@ -71,14 +72,9 @@ class Case:
     expect: str = "match"  # 'differ': known to deviate (latent RoPE vs the model); recorded, not gated
     layout: str = "contiguous"  # kernel cache layout: 'strided' hands the backend non-contiguous views
     tp: int = 1  # tensor-parallel ranks P (level 'tp' only)
-    page_size: int = 0  # kernel-paged (>= 1), kernel-extend (0: contiguous cache): slots per page
-    page_shuffle: bool = True  # physical pages in a random order (False: sequence-major order)
-    shared_prefix: int = 0  # sequences 0 and 1 share their first shared_prefix tokens' pages (whole pages)
-    n_new: tuple[int, ...] = ()  # kernel-extend: new tokens per sequence (n_b <= lengths[b]; 0 allowed)
-    cache_format: str = ""  # kernel and layer levels: the cache stored as this fp8 format (CACHE_FORMATS), q at τ
-    scale_granularity: str = ""  # with cache_format: per_tensor, per_head, per_token or per_token_head
-    outliers: bool = False  # kernel levels: cached tokens and channels ×16; layer: the appended token ×4
-    fp8_compute: str = ""  # kernel levels, fp8 cache: "q" / "p" / "qp" rounded to e4m3 too (FA3-style; err_base's)
+    pages: Paged | None = None  # kernel-paged (required), kernel-extend (optional): options/paged.py
+    extend: Extend | None = None  # kernel-extend (required): options/extend.py
+    fp8: Fp8 | None = None  # kernel levels and layer: an fp8 cache, outliers, fp8 compute (options/fp8.py)
     id: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -123,71 +119,28 @@ class Case:
         if self.level != "kernel" and self.layout != "contiguous":
             raise ValueError("layout is a kernel-level adversarial input (the paged and extend levels "
                              "have their own layouts)")
-        self._check_paged_extend()
-        self._check_fp8()
+        for name, (cls, _) in OPTIONS.items():
+            opt = getattr(self, name)
+            if opt is not None and not isinstance(opt, cls):
+                raise TypeError(f"{name} must be a {cls.__name__} or None, got {opt!r}")
+            if opt == cls():  # every key at its default: the option is absent
+                object.__setattr__(self, name, None)
+        if self.level == "kernel-paged" and (self.pages is None or self.pages.size < 1):
+            raise ValueError("page_size: a kernel-paged case needs page_size >= 1")
+        if self.level == "kernel-extend" and self.extend is None:
+            Extend().check(self)  # names the missing n_new
+        for name in OPTIONS:
+            if getattr(self, name) is not None:
+                getattr(self, name).check(self)
         if self.near_cancel and self.spec.qk_norm:
             raise ValueError("near_cancel with qk_norm would make key_scale inconsistent; use one")
         if not self.id:
             object.__setattr__(self, "id", self._derive_id())
 
-    def _check_paged_extend(self) -> None:
-        check_int("page_size", self.page_size, minimum=0, maximum=MAX_PAGE_SIZE)
-        check_bool("page_shuffle", self.page_shuffle)
-        check_int("shared_prefix", self.shared_prefix, minimum=0, maximum=MAX_T)
-        if isinstance(self.n_new, (str, bytes)) or not hasattr(self.n_new, "__iter__"):
-            raise TypeError(f"n_new must be a sequence of integers, got {self.n_new!r}")
-        object.__setattr__(self, "n_new", tuple(check_int(f"n_new[{i}]", n, minimum=0)
-                                                for i, n in enumerate(self.n_new)))
-        paged_level = self.level in ("kernel-paged", "kernel-extend")
-        if not paged_level and (self.page_size or self.shared_prefix or not self.page_shuffle):
-            raise ValueError("page_size, page_shuffle and shared_prefix apply to levels kernel-paged and "
-                             "kernel-extend only")
-        if self.level == "kernel-paged" and self.page_size < 1:
-            raise ValueError("page_size: a kernel-paged case needs page_size >= 1")
-        if self.level == "kernel-extend":
-            if len(self.n_new) != self.batch:
-                raise ValueError(f"n_new must give one count per sequence ({self.batch}), got {list(self.n_new)}")
-            over = [b for b, (n, L) in enumerate(zip(self.n_new, self.lengths)) if n > L]
-            if over:
-                raise ValueError(f"n_new[{over[0]}] = {self.n_new[over[0]]} exceeds lengths[{over[0]}] = "
-                                 f"{self.lengths[over[0]]}: the new tokens are part of the length")
-            if self.splits or self.tile:
-                raise ValueError("splits and tile are decode split-K hints; kernel-extend cases take none")
-        elif self.n_new:
-            raise ValueError("n_new applies to level kernel-extend only")
-        if self.shared_prefix:
-            if self.page_size < 1 or self.batch < 2:
-                raise ValueError("shared_prefix needs page_size >= 1 and at least two sequences")
-            if self.shared_prefix % self.page_size:
-                raise ValueError(f"shared_prefix ({self.shared_prefix}) must be a whole number of pages "
-                                 f"(page_size {self.page_size})")
-            if self.shared_prefix > min(self.lengths[:2]):
-                raise ValueError(f"shared_prefix ({self.shared_prefix}) must not exceed the lengths of "
-                                 f"sequences 0 and 1 ({list(self.lengths[:2])})")
-
-    def _check_fp8(self) -> None:
-        from ..reference.fp8 import check_fp8_compute
-        from ..spec.fp8_scales import GRANULARITIES
-
-        check_bool("outliers", self.outliers)
-        if self.cache_format:
-            check_choice("cache_format", self.cache_format, CACHE_FORMATS)
-            check_choice("scale_granularity", self.scale_granularity, GRANULARITIES)
-            if self.dtype not in FP8_COMPUTE_DTYPES:
-                raise ValueError(f"an fp8 cache is read at a compute dtype {FP8_COMPUTE_DTYPES}, got dtype "
-                                 f"{self.dtype!r} (q and out have it; the cache is {self.cache_format})")
-        elif self.scale_granularity:
-            raise ValueError("scale_granularity applies to an fp8 cache only: give cache_format too")
-        if self.level not in FP8_LEVELS and (self.cache_format or self.outliers):
-            raise ValueError(f"cache_format and outliers apply to the levels {', '.join(FP8_LEVELS)} only")
-        check_fp8_compute(self.fp8_compute)
-        if self.fp8_compute and (not self.cache_format or self.level not in KERNEL_LEVELS):
-            raise ValueError(f"fp8_compute applies to an fp8 cache at the levels {', '.join(KERNEL_LEVELS)} only")
-
     @property
-    def fp8(self) -> str:
-        """'<format>/<granularity>' of an fp8 cache, '' for a cache at τ."""
-        return f"{self.cache_format}/{self.scale_granularity}" if self.cache_format else ""
+    def cache_fp8(self) -> str:
+        """'<format>/<granularity>' of an fp8 cache, '' for a cache at τ (truthy: the cache is fp8)."""
+        return self.fp8.label if self.fp8 else ""
 
     @property
     def batch(self) -> int:
@@ -209,13 +162,7 @@ class Case:
             f"+tile{self.tile}" if self.tile else "",
             f"+theta{self.spec.rope_theta:g}" if self.spec.rope_theta != DEFAULT_ROPE_THETA else "",
             "+strided" if self.layout != "contiguous" else "",
-            f"+page{self.page_size}" if self.page_size else "",
-            "+inorder" if not self.page_shuffle else "",
-            f"+prefix{self.shared_prefix}" if self.shared_prefix else "",
-            "+new" + "-".join(map(str, self.n_new)) if self.n_new else "",
-            f"+{self.cache_format.removeprefix('float8_')}.{self.scale_granularity}" if self.cache_format else "",
-            "+outliers" if self.outliers else "",
-            f"+fp8compute.{self.fp8_compute}" if self.fp8_compute else "",
+            *(getattr(self, name).flags() for name in OPTIONS if getattr(self, name) is not None),
             "+differ" if self.expect != "match" else "",  # part of the id: a pass can't turn into an xfail
             f"+tp{self.tp}" if self.level == "tp" else "",  # P in the id: --tp 2 and --tp 4 records differ
         ))
@@ -223,10 +170,15 @@ class Case:
 
     # ----------------------------------------------------------------- (de)serialisation
     def to_dict(self) -> dict:
-        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        """The flat JSON form: the core's fields, then every option's keys (defaults when absent)."""
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in OPTIONS and f.name != "id"}
         d["spec"] = self.spec.to_dict()
         d["lengths"] = list(self.lengths)
-        d["n_new"] = list(self.n_new)
+        for name, (cls, module) in OPTIONS.items():
+            opt = getattr(self, name) or cls()
+            d.update({key: getattr(opt, attr) for key, attr in module.KEYS.items()})
+        d["n_new"] = list(d["n_new"])
+        d["id"] = self.id
         return d
 
     def to_json(self) -> str:
@@ -243,15 +195,23 @@ class Case:
         if not isinstance(spec, (dict, AttentionSpec)):
             raise ValueError(f"case.spec must be an object, got {type(spec).__name__}")
         spec = spec if isinstance(spec, AttentionSpec) else AttentionSpec.from_dict(spec)
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls) if f.name not in OPTIONS}.union(*(m.KEYS for _, m in OPTIONS.values()))
         unknown = set(data) - known
         if unknown:
             raise ValueError(f"unknown Case fields: {sorted(unknown)}")
         missing = {"level", "dtype", "lengths", "t_max"} - set(data)
         if missing:
             raise ValueError(f"case: required fields missing: {sorted(missing)}")
+        for name, (option, module) in OPTIONS.items():  # an option whose keys all keep their defaults: None
+            given = {attr: data.pop(key) for key, attr in module.KEYS.items() if key in data}
+            data[name] = option(**given)
         data["id"] = ""  # always re-derived: an edited case must not keep a stale id
         return cls(spec=spec, **data)
+
+    @classmethod
+    def flat(cls, level: str, spec: AttentionSpec, dtype: str, lengths, t_max: int, **fields) -> Case:
+        """A case from the flat JSON vocabulary (the options' keys as keywords: page_size=4, ...)."""
+        return cls.from_dict(dict(level=level, spec=spec, dtype=dtype, lengths=lengths, t_max=t_max, **fields))
 
     @classmethod
     def from_json(cls, text: str) -> Case:
@@ -262,9 +222,11 @@ class Case:
         return cls.from_dict(data)
 
     def replace(self, **changes) -> Case:
-        """A copy with fields changed; the id is re-derived unless given."""
-        changes.setdefault("id", "")
-        return replace(self, **changes)
+        """A copy with fields changed, the core's or an option's flat JSON keys (DESIGN §3); the
+        id is re-derived."""
+        if not set(changes) & {k for _, m in OPTIONS.values() for k in m.KEYS}:
+            return replace(self, **{"id": "", **changes})
+        return Case.from_dict({**self.to_dict(), "spec": self.spec, **changes})
 
 
 def case_shapes(case: Case) -> dict:
@@ -272,10 +234,6 @@ def case_shapes(case: Case) -> dict:
     s = case.spec
     shapes = {"batch": case.batch, "t_max": case.t_max, "lengths": list(case.lengths), "n_heads": s.n_heads,
               "head_dim": s.head_dim, "rank": s.rank, "d_model": s.d_model}
-    if case.page_size:
-        shapes["page_size"] = case.page_size
-    if case.level == "kernel-extend":
-        shapes["n_new"] = list(case.n_new)
-    if case.cache_format:
-        shapes["cache"] = case.fp8
+    for name in OPTIONS:
+        shapes.update(getattr(case, name).shapes() if getattr(case, name) is not None else {})
     return shapes

@@ -25,16 +25,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..spec.fp8_scales import GRANULARITIES
-from .case import CACHE_FORMATS, FP8_LEVELS, KERNEL_LEVELS, Case
+from . import options
+from .case import FP8_LEVELS, KERNEL_LEVELS, Case
 
 PAPER_RANKS = frozenset({46, 51, 55, 54})  # Table 7: 128M, 1.2B, 2.5B, 6.3B
 LONG_T = 4096  # a context at least this long is "long" (split-K and RoPE angles change regime)
 BIG_BATCH, HUGE_BATCH = 16, 64  # kernels switch split counts on batch size (kernels/launch.py pick_launch)
 WIDE_HEAD = 128  # head_dim above this: register tiling changes (Triton kernels often require <= 128)
-CHUNK = 64  # n_new at least this long: an extend chunk spanning several query tiles
 # the capability dimensions a twin may change, in its order of preference (twins.py)
-CAPABILITY_DIMS = ("layout", "rope", "qk_norm", "dtype", "cache", "fp8_compute", "head_dim", "rank", "n_heads")
+CAPABILITY_DIMS = ("layout", "rope", "qk_norm", "dtype", *options.fp8.DIMS, "head_dim", "rank", "n_heads")
 
 
 @dataclass(frozen=True)
@@ -47,16 +46,7 @@ class Feature:
     needs: tuple[str, ...] = ()  # capability features it needs: excused when none of them can be covered
 
 
-def _pow2(n: int) -> bool:
-    return n > 0 and n & (n - 1) == 0
-
-
-def _page_boundary(c: Case) -> bool:
-    return c.page_size > 0 and any(n > 0 and n % c.page_size == 0 for n in c.lengths)
-
-
 ALL_KERNEL = KERNEL_LEVELS
-PAGED = ("kernel-paged", "kernel-extend")
 LAYERS = ("layer", "layer-model")
 EVERY = (*KERNEL_LEVELS, "layer", "layer-model", "tp")
 FP8 = FP8_LEVELS  # where a case can carry an fp8 cache
@@ -93,23 +83,7 @@ def _capabilities() -> list[Feature]:
         Feature("layout=strided", ("kernel",), lambda c: c.layout == "strided",
                 "non-contiguous caches (K/V packed, latents head-major)", dim="layout"),
     ]
-    for fmt in CACHE_FORMATS:  # an fp8 cache (DESIGN §4 "FP8 caches"): a kernel may read none, or some
-        feats.append(Feature(f"cache={fmt}", FP8, lambda c, f=fmt: c.cache_format == f,
-                             f"the cache stored as {fmt}, dequantized on load", dim="cache"))
-    for g in GRANULARITIES:
-        feats.append(Feature(f"scales={g}", FP8, lambda c, g=g: c.scale_granularity == g,
-                             f"fp8 scales {g} (read from the right axis, for the right part)", dim="cache"))
-    for fmt in CACHE_FORMATS:  # each format with each granularity, at every kernel level (not the layer's 4 cases)
-        for g in GRANULARITIES:
-            feats.append(Feature(f"cache={fmt}.{g}", ALL_KERNEL,
-                                 lambda c, f=fmt, g=g: c.cache_format == f and c.scale_granularity == g,
-                                 f"the cache as {fmt} with {g} scales", dim="cache"))
-    # an FA3-style kernel rounds q and/or the weights to e4m3 too: a capability, since a kernel
-    # that rounds declines the exact cases (and is run at their fp8_compute twin)
-    feats.append(Feature("fp8 compute", ALL_KERNEL, lambda c: bool(c.fp8_compute),
-                         "q and/or the softmax weights rounded to e4m3 (err_base carries the rounding)",
-                         dim="fp8_compute", needs=tuple(f"cache={fmt}" for fmt in CACHE_FORMATS)))
-    return feats
+    return feats + options.fp8.capabilities()
 
 
 def _kernel_features() -> list[Feature]:
@@ -129,7 +103,8 @@ def _kernel_features() -> list[Feature]:
         Feature("garbage=finite", ALL_KERNEL, lambda c: not c.nan_garbage, "large finite values in unused slots"),
         Feature("q×100", ALL_KERNEL[:2], lambda c: c.q_scale >= 100.0, "queries ×100 (logits far apart)"),
         Feature("near_cancel", ALL_KERNEL[:2], lambda c: c.near_cancel, "shared and private keys nearly cancelling"),
-        Feature("outliers", FP8, lambda c: c.outliers, "outlier tokens and channels (what fp8 scales meet)"),
+        Feature("outliers", FP8, lambda c: bool(c.fp8 and c.fp8.outliers),
+                "outlier tokens and channels (what fp8 scales meet)"),
         Feature("splits not dividing T", ALL_KERNEL[:2], lambda c: c.splits > 0 and c.t_max % c.splits != 0,
                 "a split-K count that does not divide the cache"),
         # a non-default RoPE base reaches a kernel only through exact RoPE (aligned/latent are
@@ -150,38 +125,6 @@ def _kernel_features() -> list[Feature]:
     return feats
 
 
-def _paged_features() -> list[Feature]:
-    return [
-        Feature("page=1", PAGED, lambda c: c.page_size == 1, "one slot per page"),
-        Feature("page non-power-of-two", PAGED, lambda c: c.page_size > 1 and not _pow2(c.page_size),
-                "page and row computed with a shift and a mask are wrong"),
-        Feature("page>=16", PAGED, lambda c: c.page_size >= 16, "pages spanning a whole tile"),
-        Feature("page not dividing t_max", PAGED, lambda c: c.page_size > 0 and c.t_max % c.page_size != 0,
-                "a last page only partly used"),
-        Feature("pages shared", PAGED, lambda c: c.shared_prefix > 0,
-                "a physical page in two sequences' page tables (a shared prefix)"),
-        Feature("pages shuffled", PAGED, lambda c: c.page_size > 0 and c.page_shuffle, "physical pages out of order"),
-        Feature("pages in order", PAGED, lambda c: c.page_size > 0 and not c.page_shuffle,
-                "physical pages in sequence order"),
-        Feature("length at page boundary", PAGED, _page_boundary, "a length that ends exactly on a page"),
-    ]
-
-
-def _extend_features() -> list[Feature]:
-    ext = ("kernel-extend",)
-    return [
-        Feature("n_new=0", ext, lambda c: 0 in c.n_new, "an idle sequence in the batch"),
-        Feature("n_new=1", ext, lambda c: 1 in c.n_new, "a decode step inside an extend batch"),
-        Feature("n_new 2-8", ext, lambda c: any(2 <= n <= 8 for n in c.n_new), "speculative verification (2–8)"),
-        Feature(f"n_new>={CHUNK}", ext, lambda c: max(c.n_new, default=0) >= CHUNK,
-                "a chunked-prefill chunk spanning several query tiles"),
-        Feature("n_new=length", ext, lambda c: any(0 < n == L for n, L in zip(c.n_new, c.lengths)),
-                "a prefill from an empty cache"),
-        Feature("extend contiguous", ext, lambda c: c.page_size == 0, "extend on a contiguous cache"),
-        Feature("extend paged", ext, lambda c: c.page_size > 0, "extend on a paged cache"),
-    ]
-
-
 def _layer_features() -> list[Feature]:
     return [
         Feature("first token", ("layer",), lambda c: 1 in c.lengths, "a token appended to an empty cache"),
@@ -190,7 +133,8 @@ def _layer_features() -> list[Feature]:
     ]
 
 
-FEATURES: tuple[Feature, ...] = (*_capabilities(), *_kernel_features(), *_paged_features(), *_extend_features(),
+FEATURES: tuple[Feature, ...] = (*_capabilities(), *_kernel_features(), *options.paged.features(),
+                                 *options.extend.features(),
                                  *_layer_features())
 BY_NAME: dict[str, Feature] = {f.name: f for f in FEATURES}
 assert len(BY_NAME) == len(FEATURES), "feature names must be unique"

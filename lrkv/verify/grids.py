@@ -19,7 +19,7 @@ at the paged and extend levels as two dimensions of their all-pairs arrays (`FP8
 every format meets every granularity, and each meets every dtype, page size, shared pages and
 garbage); each format and granularity at the layer level (a layer step appending an outlier token); outliers, NaN-pattern and
 finite garbage; and three kernel-level cases with FA3-style fp8 compute (q and/or the softmax
-weights rounded to e4m3, `Case.fp8_compute`).
+weights rounded to e4m3, `Fp8.compute`).
 
 Budget: the grid must run in under 3 minutes on 2 CPU cores for the default backends. The
 costly part is inductor (float64/float32 only), which compiles once per (graph, dtype,
@@ -40,7 +40,7 @@ from __future__ import annotations
 import functools
 
 from ..spec import PAPER_SCALES, AttentionSpec
-from .case import Case
+from .case import Case, Extend, Fp8, Paged
 from .pairs import all_pairs
 
 ALL = ("float64", "float32", "bfloat16", "float16")
@@ -214,8 +214,8 @@ def _paged_case(row: dict) -> Case:
             raise ValueError("no whole page to share")
         prefix = min(prefix, 2 * page) if page > 1 else min(prefix, 9)
     adv = row["adversarial"]
-    return Case("kernel-paged", _paged_spec(row), row["dtype"], lengths, PAGED_T, page_size=page,
-                shared_prefix=prefix, page_shuffle=row["shuffle"], nan_garbage=row["garbage"] == "nan",
+    return Case("kernel-paged", _paged_spec(row), row["dtype"], lengths, PAGED_T,
+                pages=Paged(page, row["shuffle"], prefix), nan_garbage=row["garbage"] == "nan",
                 q_scale=100.0 if adv == "q100" else 1.0, near_cancel=adv == "cancel",
                 splits=5 if adv == "splits5" else 0, seed=sum(map(ord, row["mode"])) % 7, **_fp8_of(row))
 
@@ -229,7 +229,7 @@ def _fp8_of(row: dict) -> dict:
             raise ValueError("a cache at τ has no scales")
         return {}
     # outlier tokens and channels beside the two granularities a calibration reads them with
-    return {"cache_format": fmt, "scale_granularity": granularity, "outliers": granularity in ("per_tensor", "per_token")}
+    return {"fp8": Fp8(fmt, granularity, outliers=granularity in ("per_tensor", "per_token"))}
 
 
 def _paged_cases() -> list[Case]:
@@ -239,12 +239,13 @@ def _paged_cases() -> list[Case]:
                        "adversarial": ("none", "q100", "cancel", "splits5"), **FP8_DIMENSIONS}, _paged_case)
     return cases + [
         # a long paged context with exact RoPE and QK-norm (every page table entry of a 4K sequence)
-        Case("kernel-paged", QKN_EXACT, "float32", (4099, 130, 4097), 4099, page_size=16, shared_prefix=128),
+        Case("kernel-paged", QKN_EXACT, "float32", (4099, 130, 4097), 4099, pages=Paged(16, shared_prefix=128)),
         # rank 0 (pure shared) and r = d_h, which the array's shapes leave out
-        Case("kernel-paged", AttentionSpec.lrkv(4, 32, 0), "bfloat16", (16, 33, 1, 0), 40, page_size=16, shared_prefix=16),
-        Case("kernel-paged", AttentionSpec.lrkv(2, 16, 16, rope="exact"), "float32", (9, 40, 23), 40, page_size=5),
+        Case("kernel-paged", AttentionSpec.lrkv(4, 32, 0), "bfloat16", (16, 33, 1, 0), 40,
+             pages=Paged(16, shared_prefix=16)),
+        Case("kernel-paged", AttentionSpec.lrkv(2, 16, 16, rope="exact"), "float32", (9, 40, 23), 40, pages=Paged(5)),
         # a page size that divides nothing, sequences 0 and 1 sharing two pages (the original hand-picked case)
-        *_cases("kernel-paged", EXACT, ("float64", "bfloat16"), (37, 21, 14), 40, page_size=7, shared_prefix=14),
+        *_cases("kernel-paged", EXACT, ("float64", "bfloat16"), (37, 21, 14), 40, pages=Paged(7, shared_prefix=14)),
     ]
 
 
@@ -266,8 +267,8 @@ def _extend_case(row: dict) -> Case:
             raise ValueError("no whole cached page to share")
     if page == 0 and not row["shuffle"]:
         raise ValueError("a contiguous cache has no page order")
-    return Case("kernel-extend", _paged_spec(row), row["dtype"], lengths, 40, n_new=n_new, page_size=page,
-                shared_prefix=prefix, page_shuffle=row["shuffle"] or page == 0,
+    return Case("kernel-extend", _paged_spec(row), row["dtype"], lengths, 40, extend=Extend(n_new),
+                pages=Paged(page, row["shuffle"] or page == 0, prefix),
                 nan_garbage=row["garbage"] == "nan", seed=sum(map(ord, row["mode"])) % 5, **_fp8_of(row))
 
 
@@ -280,12 +281,12 @@ def _extend_cases() -> list[Case]:
     return cases + [
         # one ragged batch with a 66-token chunked-prefill chunk; without the per-tile RoPE of
         # 'exact' (the Triton interpreter runs one program per query token)
-        *e(ALIGNED_QKN, ("bfloat16",), (70, 9, 5, 12), 72, n_new=(66, 1, 5, 0)),
+        *e(ALIGNED_QKN, ("bfloat16",), (70, 9, 5, 12), 72, extend=Extend((66, 1, 5, 0))),
         # rank 0 (pure shared) and r = d_h, which the array's shapes leave out
-        *e(AttentionSpec.lrkv(4, 32, 0), ("float16",), (17, 40, 1), 41, n_new=(3, 7, 1), page_size=5),
-        *e(AttentionSpec.lrkv(2, 16, 16, qk_norm=True), ("float32",), (9, 12), 12, n_new=(4, 8)),
+        *e(AttentionSpec.lrkv(4, 32, 0), ("float16",), (17, 40, 1), 41, extend=Extend((3, 7, 1)), pages=Paged(5)),
+        *e(AttentionSpec.lrkv(2, 16, 16, qk_norm=True), ("float32",), (9, 12), 12, extend=Extend((4, 8))),
         # exact RoPE with a 20-token chunk in float64
-        *e(QKN_EXACT, ("float64",), (24, 9, 5, 12), 24, n_new=(20, 1, 5, 0)),
+        *e(QKN_EXACT, ("float64",), (24, 9, 5, 12), 24, extend=Extend((20, 1, 5, 0))),
     ]
 
 
@@ -298,28 +299,25 @@ def _fp8_cases() -> list[Case]:
     format's NaN pattern (once saturated finite junk), paged caches share pages. BASE's
     shape with B = 3 (inductor and the example backends, which read no fp8, run their
     twins at the cache's dtype: no new compile)."""
-    fp8 = lambda i: {"cache_format": FP8_FORMATS[i % 2], "scale_granularity": FP8_SCALES[i // 2 % 4]}  # noqa: E731
-    kernel = [Case("kernel", spec, dt, lengths, 40, outliers=i % 2 == 1, nan_garbage=i != 5, seed=i, **fp8(i))
+    kernel = [Case("kernel", spec, dt, lengths, 40, nan_garbage=i != 5, seed=i,
+                   fp8=Fp8(FP8_FORMATS[i % 2], FP8_SCALES[i // 2 % 4], outliers=i % 2 == 1))
               for i, (spec, dt, lengths) in enumerate((
                   (BASE, "bfloat16", (10, 33, 2)), (BASE, "float16", (0, 40, 17)),
                   (EXACT, "bfloat16", (10, 33, 2)), (BASE, "float32", (25, 1, 40)),
                   (QKN, "float16", (10, 33, 2)), (BASE, "bfloat16", (11, 4, 39)),
                   (QKN_EXACT, "bfloat16", (10, 33, 2)), (BASE, "float16", (40, 29, 13))))]
     # the layer step also quantizes the token it appends (outliers: beyond the static scales)
-    layer = [Case("layer", spec, dt, (1, 6, 11), 12, outliers=i % 2 == 0, seed=i, cache_format=FP8_FORMATS[i % 2],
-                  scale_granularity=FP8_SCALES[i])
+    layer = [Case("layer", spec, dt, (1, 6, 11), 12, seed=i, fp8=Fp8(FP8_FORMATS[i % 2], FP8_SCALES[i], i % 2 == 0))
              for i, (spec, dt) in enumerate(((BASE, "bfloat16"), (EXACT, "float16"), (QKN, "bfloat16"),
                                              (BASE, "float32")))]
     # FA3-style fp8 compute (err_base's path also rounds q and/or the weights to e4m3; the
     # oracle stays exact): q and the weights, the weights only (paged), q only (extend)
     compute = [
-        Case("kernel", BASE, "bfloat16", (10, 33, 2), 40, outliers=True, seed=8, cache_format=FP8_FORMATS[0],
-             scale_granularity="per_head", fp8_compute="qp"),
-        Case("kernel-paged", QKN, "float16", (37, 21, 14), 40, page_size=7, shared_prefix=14, seed=9,
-             cache_format=FP8_FORMATS[1], scale_granularity="per_token", fp8_compute="p"),
-        Case("kernel-extend", EXACT, "bfloat16", (33, 16, 1, 12), 40, n_new=(12, 1, 1, 5), page_size=5,
-             shared_prefix=5, seed=10, cache_format=FP8_FORMATS[0], scale_granularity="per_token_head",
-             fp8_compute="q"),
+        Case("kernel", BASE, "bfloat16", (10, 33, 2), 40, seed=8, fp8=Fp8(FP8_FORMATS[0], "per_head", True, "qp")),
+        Case("kernel-paged", QKN, "float16", (37, 21, 14), 40, pages=Paged(7, shared_prefix=14), seed=9,
+             fp8=Fp8(FP8_FORMATS[1], "per_token", compute="p")),
+        Case("kernel-extend", EXACT, "bfloat16", (33, 16, 1, 12), 40, extend=Extend((12, 1, 1, 5)),
+             pages=Paged(5, shared_prefix=5), seed=10, fp8=Fp8(FP8_FORMATS[0], "per_token_head", compute="q")),
     ]
     return kernel + layer + compute
 
@@ -346,10 +344,10 @@ def quick_grid() -> list[Case]:
         # positions are logical slots, not physical ones), an empty sequence, NaN garbage pages
         # (float64 and a half precision each: the float64-only oracles run every level too, and a
         # backend without float64 runs the float64 case's float32 twin)
-        Case("kernel-paged", EXACT, "float64", (37, 21, 14, 0), 40, page_size=7, shared_prefix=14, seed=2),
-        Case("kernel-paged", BASE, "bfloat16", (16, 33, 1), 40, page_size=16, shared_prefix=16, seed=3),
-        Case("kernel-extend", EXACT, "float64", (12, 40, 23), 48, n_new=(6, 3, 1), page_size=5, seed=1),
-        Case("kernel-extend", BASE, "float16", (9, 20, 16), 24, n_new=(2, 8, 0), seed=2),
+        Case("kernel-paged", EXACT, "float64", (37, 21, 14, 0), 40, pages=Paged(7, shared_prefix=14), seed=2),
+        Case("kernel-paged", BASE, "bfloat16", (16, 33, 1), 40, pages=Paged(16, shared_prefix=16), seed=3),
+        Case("kernel-extend", EXACT, "float64", (12, 40, 23), 48, extend=Extend((6, 3, 1)), pages=Paged(5), seed=1),
+        Case("kernel-extend", BASE, "float16", (9, 20, 16), 24, extend=Extend((2, 8, 0)), seed=2),
     ]
 
 
@@ -367,10 +365,10 @@ def mutant_grid() -> list[Case]:
         Case("kernel", AttentionSpec.lrkv(2, 16, 4), "float16", (4099, 3001), 4099),
         Case("kernel", AttentionSpec.lrkv(3, 16, 4, rope="exact", rope_theta=LONG_THETA), "float64", (9, 30), 32),
         Case("kernel", s, "float32", (9, 40, 23), 48, layout="strided", seed=2),
-        Case("kernel-paged", s, "float64", (9, 40, 23), 48, page_size=8),
-        Case("kernel-paged", s_exact, "float32", (16, 33, 7), 40, page_size=16, seed=1),
-        Case("kernel-extend", s_exact, "float64", (12, 40, 23), 48, n_new=(6, 3, 1)),
-        Case("kernel-extend", s, "float32", (9, 20, 16), 24, n_new=(2, 8, 0), page_size=4, seed=1),
+        Case("kernel-paged", s, "float64", (9, 40, 23), 48, pages=Paged(8)),
+        Case("kernel-paged", s_exact, "float32", (16, 33, 7), 40, pages=Paged(16), seed=1),
+        Case("kernel-extend", s_exact, "float64", (12, 40, 23), 48, extend=Extend((6, 3, 1))),
+        Case("kernel-extend", s, "float32", (9, 20, 16), 24, extend=Extend((2, 8, 0)), pages=Paged(4), seed=1),
     ]
 
 

@@ -35,7 +35,7 @@ from hypothesis import strategies as st
 from ..checks import arg_int, arg_out_file
 from ..spec import dtype_name
 from .backend_registry import get_backend
-from .case import DTYPES, FP8_LEVELS, Case
+from .case import DTYPES, FP8_LEVELS, Case, Paged
 from .levels import get_level
 from .protocol import check_available
 from .runner import not_applicable, run
@@ -68,10 +68,10 @@ def claimed_dtypes(backends, level: str) -> tuple[str, ...]:
 
 
 def draw_cases(level: str, dtypes: tuple[str, ...], examples: int, seed: int, fp8: bool = False,
-               fp8_compute: bool = False) -> list[Case]:
+               rounding: bool = False) -> list[Case]:
     """`examples` cases of `level`, reproducibly from `seed` (a different stream per level);
-    fp8: each with an fp8 cache (`strategies.with_fp8`; kernel levels); fp8_compute: and the
-    kernel levels' cases with FA3-style roundings."""
+    fp8: each with an fp8 cache (`strategies.with_fp8`; kernel levels); rounding: and the
+    kernel levels' cases with FA3-style roundings (fp8 compute)."""
     drawn: list[Case] = []
 
     @hypothesis_seed(seed * 7919 + LEVELS.index(level))
@@ -83,7 +83,7 @@ def draw_cases(level: str, dtypes: tuple[str, ...], examples: int, seed: int, fp
         drawn.append(case.replace(layout=layout) if level == "kernel" else case)
 
     one()
-    return [with_fp8(c, fp8_compute) for c in drawn] if fp8 or fp8_compute else drawn
+    return [with_fp8(c, rounding) for c in drawn] if fp8 or rounding else drawn
 
 
 def coverage(level: str, drawn: list[Case]) -> dict:
@@ -95,30 +95,33 @@ def coverage(level: str, drawn: list[Case]) -> dict:
         c["rope"][s.rope + ("+qk_norm" if s.qk_norm else "")] += 1
         c["batch"]["1" if case.batch == 1 else "2-3" if case.batch <= 3 else "4-9" if case.batch < 10 else ">=10"] += 1
         c["garbage"]["nan" if case.nan_garbage else "finite"] += 1
-        if case.cache_format:
-            c.setdefault("fp8", Counter())[case.fp8 + ("+outliers" if case.outliers else "")
-                                           + (f"+fp8compute.{case.fp8_compute}" if case.fp8_compute else "")] += 1
+        if case.cache_fp8:
+            f = case.fp8
+            c.setdefault("fp8", Counter())[f.label + ("+outliers" if f.outliers else "")
+                                           + (f"+fp8compute.{f.compute}" if f.compute else "")] += 1
         for n in case.lengths:
             c["lengths"]["0" if n == 0 else "1" if n == 1 else "t_max" if n == case.t_max
-                         else "page boundary" if case.page_size and n % case.page_size == 0 else "other"] += 1
+                         else "page boundary" if case.pages and case.pages.size and n % case.pages.size == 0
+                         else "other"] += 1
         if len(set(case.lengths)) > 1:
             c["lengths"]["varlen batches"] += 1
     if level == "kernel":
         c["layout"] = Counter(case.layout for case in drawn)
     if level in PAGED_LEVELS:
-        c["page_size"] = Counter(str(case.page_size) for case in drawn)
-        paged = [case for case in drawn if case.page_size]
+        pages = [(case, case.pages or Paged()) for case in drawn]
+        c["page_size"] = Counter(str(p.size) for _, p in pages)
         c["pages"] = Counter()
-        for case in paged:
-            c["pages"]["shuffled" if case.page_shuffle else "in order"] += 1
-            c["pages"]["page size not dividing t_max"] += bool(case.t_max % case.page_size)
-            c["pages"]["shared prefix"] += bool(case.shared_prefix)
+        for case, p in pages:
+            if p.size:
+                c["pages"]["shuffled" if p.shuffle else "in order"] += 1
+                c["pages"]["page size not dividing t_max"] += bool(case.t_max % p.size)
+                c["pages"]["shared prefix"] += bool(p.shared_prefix)
     if level == "kernel-extend":
         c["n_new"] = Counter()
-        for case in drawn:
-            for n in case.n_new:
+        for new in (case.extend.n_new for case in drawn):
+            for n in new:
                 c["n_new"]["0" if n == 0 else "1" if n == 1 else "2-8" if n <= 8 else ">8"] += 1
-            c["n_new"]["idle batches (all 0)"] += not sum(case.n_new)
+            c["n_new"]["idle batches (all 0)"] += not sum(new)
     out = {"cases": len(drawn), "max_batch": max((case.batch for case in drawn), default=0),
            "max_t": max((case.t_max for case in drawn), default=0)}
     out.update({k: dict(sorted((str(a), b) for a, b in v.items() if b)) for k, v in c.items()})
@@ -133,15 +136,15 @@ def is_false_failure(rec: dict) -> bool:
 
 
 def hunt(labels, levels, examples: int, seed: int, progress=None, *, strict: bool = False,
-         properties: bool = False, fp8: bool = False, fp8_compute: bool = False) -> dict:
+         properties: bool = False, fp8: bool = False, rounding: bool = False) -> dict:
     """Draw `examples` cases per level; run them through `runner.run`; collect non-passes.
 
     strict: a level that no hunted backend declares is an error (else it is left out).
     properties: also run the server properties (server_properties.py) on their share of the
     drawn cases; a required one that fails on a correct backend is a false failure too.
     fp8: the kernel and layer levels only, every case with an fp8 cache (`strategies.with_fp8`);
-    fp8_compute: as fp8, the kernel levels' cases also with FA3-style roundings."""
-    fp8 = fp8 or fp8_compute
+    rounding: as fp8, the kernel levels' cases also with FA3-style roundings (fp8 compute)."""
+    fp8 = fp8 or rounding
     policy = load_policy()
     backends = [(label, get_backend(label)) for label in labels]
     for label, b in backends:
@@ -166,7 +169,7 @@ def hunt(labels, levels, examples: int, seed: int, progress=None, *, strict: boo
             continue
         run_levels.append(level)
         user_names = {b.name for _, b in users}
-        drawn = draw_cases(level, claimed_dtypes(users, level), examples, seed, fp8, fp8_compute)
+        drawn = draw_cases(level, claimed_dtypes(users, level), examples, seed, fp8, rounding)
         drawn_coverage[level] = coverage(level, drawn)
         claimed = [any(not not_applicable(b, case) for _, b in users) for case in drawn]
         counts = by_level.setdefault(level, {b.name: Counter() for _, b in users})
@@ -246,9 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fp8", action="store_true",
                    help="every drawn case with an fp8 cache (both formats, every granularity, outliers; the kernel "
                         "and layer levels only)")
-    p.add_argument("--fp8-compute", action="store_true",
+    p.add_argument("--fp8-compute", action="store_true", dest="rounding",
                    help="as --fp8, and the kernel levels' cases with FA3-style roundings of q and/or the softmax "
-                        "weights (fp8_compute p, q or qp)")
+                        "weights (fp8 compute p, q or qp)")
     p.add_argument("--properties", action="store_true",
                    help="also run the server properties on their share of the drawn cases (a required one "
                         "failing on a correct backend is a false failure)")
@@ -265,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = hunt(args.backend or CORRECT, args.level or LEVELS, args.examples, args.seed, progress,
                       strict=bool(args.level), properties=args.properties, fp8=args.fp8,
-                      fp8_compute=args.fp8_compute)
+                      rounding=args.rounding)
     except (ValueError, TypeError) as e:
         print(f"hunt: {e}", file=sys.stderr)
         return 2

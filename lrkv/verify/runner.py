@@ -115,17 +115,17 @@ def _consistency(case: Case, level, f64: dict, bounds: dict[str, float], oracle)
 
 
 def _fp8_compute_effect(case: Case, paths: dict, inp64, f64: dict) -> dict[str, torch.Tensor]:
-    """An FA3-style case's roundings on their own (fp8_compute): per output, element by
+    """An FA3-style case's roundings on their own (fp8 compute): per output, element by
     element, the largest |rounded − exact| of the float64 paths over every rounding phase of
     the weights (fp8.FP8_WEIGHT_PHASES) — the roundings' effect free of τ's, and of where a
     kernel's running max sat. {} for a case without them."""
-    if not case.fp8_compute:
+    if not (case.fp8 and case.fp8.compute):
         return {}
-    phases = range(FP8_WEIGHT_PHASES) if "p" in case.fp8_compute else range(1)
+    phases = range(FP8_WEIGHT_PHASES) if "p" in case.fp8.compute else range(1)
     effect: dict[str, torch.Tensor] = {}
     for k in phases:
         for p, fn in paths.items():
-            for name, t in fn(inp64, fp8_compute=case.fp8_compute, fp8_phase=k).items():
+            for name, t in fn(inp64, **case.fp8.reference_kw, fp8_phase=k).items():
                 exact = f64[p][name]
                 d = torch.where(torch.isfinite(exact) & torch.isfinite(t), (t - exact).abs(), 0.0)
                 effect[name] = d if name not in effect else torch.maximum(effect[name], d)
@@ -173,7 +173,7 @@ def prepare_inputs(case: Case, inp, policy: Policy | None = None) -> Prepared:
             if dt == case.torch_dtype:
                 low = inp
             else:
-                low = (inp.dequantize_to(case.torch_dtype) if case.cache_format else inp).to(dt)
+                low = (inp.dequantize_to(case.torch_dtype) if case.cache_fp8 else inp).to(dt)
             runs[dt] = {p: fn(low) for p, fn in paths.items()}
         base[name] = worst_of(*(error_metrics(_widened(runs[dt][p][name], f64[p][name], rounding.get(name)),
                                               f64[p][name]) for p in paths))
@@ -183,7 +183,7 @@ def prepare_inputs(case: Case, inp, policy: Policy | None = None) -> Prepared:
         atol["lse"] += carried
         atol["out"] += cond.value * carried
     cost = None
-    if case.cache_format and level.unquantized is not None:
+    if case.cache_fp8 and level.unquantized is not None:
         # what storing the cache in fp8 costs: dequantize-then-attend at τ against the float64
         # oracle on the cache at τ before quantization (reported per case, never gated)
         main, first = next(iter(expected)), next(iter(paths))
@@ -397,10 +397,10 @@ def not_applicable(backend, case: Case) -> str:
     if as_dtype(case.dtype) not in tuple(backend.dtypes):
         return (f"dtype {case.dtype} not supported; backend dtypes: "
                 f"{', '.join(dtype_name(d) for d in backend.dtypes)}")
-    if case.cache_format:
+    if case.cache_fp8:
         formats, grans = fp8_claims(backend)
-        if case.cache_format not in formats or case.scale_granularity not in grans:
-            return (f"cache {case.fp8} not supported; backend fp8 caches: "
+        if case.fp8.format not in formats or case.fp8.granularity not in grans:
+            return (f"cache {case.cache_fp8} not supported; backend fp8 caches: "
                     + (f"{', '.join(formats)} with {', '.join(grans)} scales" if formats else "none"))
     return ""
 

@@ -120,7 +120,8 @@ def second_draws(case) -> list:
     out = []
     if len(case.lengths) > 1 and len(set(case.lengths)) > 1:
         rot = case.lengths[1:] + case.lengths[:1]
-        rot_new = (case.n_new[1:] + case.n_new[:1]) if case.n_new else case.n_new
+        new = case.extend.n_new if case.extend else ()
+        rot_new = new[1:] + new[:1]
         try:
             out.append(case.replace(lengths=rot, n_new=rot_new, seed=seed))
         except (ValueError, TypeError):  # the rotation breaks a constraint (a shared prefix, say)

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from ..spec import ROPE_MODES, AttentionSpec
-from .case import KERNEL_LEVELS, Case
+from .case import KERNEL_LEVELS, Case, Extend, Paged
+from .options.fp8 import with_fp8  # noqa: F401  (the fp8 option's strategy, drawn from a case)
 from .levels.kernel import make_kernel_inputs
 from .levels.layer import make_layer_inputs
 from .runner import repro_command
@@ -113,22 +114,6 @@ def cases(draw, *, level: str = "kernel", dtypes=("float64",), specs=None, batch
     )
 
 
-def with_fp8(case: Case, compute: bool = False) -> Case:
-    """A drawn kernel or layer case with its cache in fp8: format, granularity and outliers
-    from the case's own seed (reproducible), τ float32 where it was float64 (fp8's compute
-    dtypes: q stays at τ). compute: at the kernel levels also FA3-style roundings
-    (fp8_compute "p", "q" or "qp", from the seed)."""
-    from ..reference.fp8 import FP8_COMPUTE
-    from ..spec.fp8_scales import GRANULARITIES
-    from .case import CACHE_FORMATS, FP8_COMPUTE_DTYPES, KERNEL_LEVELS
-
-    n = case.seed
-    rounding = FP8_COMPUTE[1 + n // 8 % 3] if compute and case.level in KERNEL_LEVELS else ""
-    return case.replace(cache_format=CACHE_FORMATS[n % 2], scale_granularity=GRANULARITIES[n // 2 % 4],
-                        outliers=n % 3 == 0, dtype=case.dtype if case.dtype in FP8_COMPUTE_DTYPES else "float32",
-                        fp8_compute=rounding)
-
-
 def _min_rows(spec: AttentionSpec) -> int:
     """Query rows (one per sequence at decode, one per new token at extend) for MIN_ROWS / MIN_OUTPUTS."""
     H, d_h = spec.n_heads, spec.head_dim
@@ -213,8 +198,8 @@ def paged_cases(draw, level: str, spec: AttentionSpec, dtype: str, *, batch: int
         q_scale=draw(st.sampled_from((1.0, 1.0, 100.0))) if adversarial else 1.0,
         near_cancel=draw(st.booleans()) if adversarial and not spec.qk_norm else False,
         splits=0 if extend else draw(st.integers(0, 5)), tile=0 if extend else draw(st.integers(0, 9)),
-        page_size=page, page_shuffle=draw(st.sampled_from((True, True, False))) if page else True,
-        shared_prefix=shared, n_new=tuple(n_new),
+        pages=Paged(page, draw(st.sampled_from((True, True, False))) if page else True, shared),
+        extend=Extend(tuple(n_new)),
     )
 
 

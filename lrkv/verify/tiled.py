@@ -158,7 +158,7 @@ class TiledBackend(BaseBackend):
 class Fp8ComputeDecoder(TiledDecoder):
     """An FA3-style fp8 decode: q rounded to e4m3 with one scale per (row, head), each tile's
     weights exp(s − m_running) rounded to e4m3 before the value products (the running max,
-    not the final one, as a fused kernel has it). Its error is what a case's fp8_compute
+    not the final one, as a fused kernel has it). Its error is what a case's fp8 compute
     "qp" allows (lrkv.reference.fp8.round_query / rounded_weights)."""
 
     def round_query(self, q: torch.Tensor) -> torch.Tensor:
@@ -170,7 +170,7 @@ class Fp8ComputeDecoder(TiledDecoder):
 
 class Fp8ComputeBackend(TiledBackend):
     """The FA3-style decoder as a backend. It runs the kernel level's fp8 cases that allow
-    both roundings (fp8_compute "qp") and declines the rest, so a plain fp8 case is run as
+    both roundings (fp8 compute "qp") and declines the rest, so a plain fp8 case is run as
     its "qp" twin and judged by that algorithm's err_base — never excused by the format's."""
 
     name = "tiled-fp8-compute"
@@ -180,8 +180,8 @@ class Fp8ComputeBackend(TiledBackend):
     decoder_class = Fp8ComputeDecoder
 
     def supports(self, case) -> tuple[bool, str]:
-        if not getattr(case, "cache_format", ""):
+        if not getattr(case, "cache_fp8", ""):
             return False, "an fp8-compute decode reads fp8 caches only"
-        if getattr(case, "fp8_compute", "") != "qp":
-            return False, "rounds q and the softmax weights to e4m3: runs fp8_compute='qp' cases only"
+        if case.fp8.compute != "qp":
+            return False, "rounds q and the softmax weights to e4m3: runs fp8 compute 'qp' cases only"
         return True, ""

@@ -24,6 +24,7 @@ import torch
 from .. import __version__
 from ..checks import parse_json
 from .metrics import parse_float
+from .options.fp8 import COMPUTE_KEY
 
 SCHEMA = "lrkv.tolerance-report/1"
 STATUSES = ("pass", "fail", "error", "skip", "xfail")
@@ -308,7 +309,7 @@ def quantization_markdown(records: list[dict]) -> list[str]:
             seen[r["id"]] = r
     if not seen:
         return []
-    rows = [[f"`{rid}`", r["shapes"].get("cache", ""), r["dtype"], (r.get("case") or {}).get("fp8_compute") or "—",
+    rows = [[f"`{rid}`", r["shapes"].get("cache", ""), r["dtype"], (r.get("case") or {}).get(COMPUTE_KEY) or "—",
              _g(r["quantization_cost"]["max_abs"]), _g(r["quantization_cost"]["mean_abs"]),
              _g(r["quantization_cost"]["sqnr_db"])] for rid, r in seen.items()]
     return ["", f"<details><summary>Quantization cost of the fp8 cases ({len(rows)}): recorded, not gated — the "

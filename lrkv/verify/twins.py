@@ -23,12 +23,9 @@ import itertools
 import math
 from collections.abc import Callable
 
-from ..spec.fp8_scales import GRANULARITIES
-from ..reference.fp8 import FP8_COMPUTE
-from .case import CACHE_FORMATS, KERNEL_LEVELS, Case
+from .case import Case
 from .features import CAPABILITY_DIMS
-
-NO_FP8 = "none"  # the cache dimension's value of a cache at τ
+from .options import fp8
 MAX_TRIES = 400  # supports() calls per declined case; the search stops (no twin) beyond
 HEAD_DIMS = (64, 128, 32, 16, 256)  # candidate head dims, nearest (in log2) first
 DTYPE_PREFERENCE = {  # nearest dtype first: same width, then wider
@@ -56,16 +53,8 @@ def candidates(case: Case, dim: str) -> list:
         return [False] if s.qk_norm else []
     if dim == "dtype":
         return list(DTYPE_PREFERENCE[case.dtype])
-    if dim == "cache":  # the same format at another granularity, the other format, then no fp8
-        if not case.cache_format:
-            return []
-        mine = [f"{case.cache_format}/{g}" for g in GRANULARITIES if g != case.scale_granularity]
-        other = [f"{f}/{case.scale_granularity}" for f in CACHE_FORMATS if f != case.cache_format]
-        return [*mine, *other, NO_FP8]
-    if dim == "fp8_compute":  # fewest roundings first; none only for a case that has some
-        if not case.cache_format or case.level not in KERNEL_LEVELS:
-            return []
-        return [v or NO_FP8 for v in FP8_COMPUTE if v != case.fp8_compute and (v or case.fp8_compute)]
+    if dim in fp8.DIMS:
+        return fp8.twin_candidates(case, dim)
     if dim == "head_dim":
         return _by_distance(s.head_dim, HEAD_DIMS, log=True)
     if dim == "rank":
@@ -79,10 +68,8 @@ def candidates(case: Case, dim: str) -> list:
 def _value(case: Case, dim: str):
     if dim in ("layout", "dtype"):
         return getattr(case, dim)
-    if dim == "cache":
-        return case.fp8 or NO_FP8
-    if dim == "fp8_compute":
-        return case.fp8_compute or NO_FP8
+    if dim in fp8.DIMS:
+        return fp8.twin_value(case, dim)
     return getattr(case.spec, dim)
 
 
@@ -126,13 +113,8 @@ def apply_changes(case: Case, changes: dict) -> Case:
             spec_changes["d_model"] = spec_changes.get("n_heads", s.n_heads) * spec_changes.get("head_dim", s.head_dim)
         s = s.replace(**spec_changes)
     kw = {d: v for d, v in changes.items() if d in ("layout", "dtype")}
-    if "cache" in changes:
-        fmt, _, gran = ("" if changes["cache"] == NO_FP8 else changes["cache"]).partition("/")
-        kw.update(cache_format=fmt, scale_granularity=gran)
-        if not fmt:
-            kw["fp8_compute"] = ""  # its roundings come with the fp8 cache
-    if "fp8_compute" in changes:
-        kw["fp8_compute"] = "" if changes["fp8_compute"] == NO_FP8 else changes["fp8_compute"]
+    if set(changes) & set(fp8.DIMS):
+        kw["fp8"] = fp8.twin_apply(case.fp8, changes)
     expect = case.expect
     if case.level == "layer-model":  # latent RoPE is the model's expected difference (case.py)
         expect = "differ" if s.rope == "latent" else "match"
@@ -149,7 +131,7 @@ def forced_changes(case: Case, backend) -> dict:
     search spends its tries on the other dimensions."""
     from .protocol import fp8_claims
 
-    return {"cache": NO_FP8} if case.cache_format and not fp8_claims(backend)[0] else {}
+    return {"cache": fp8.NONE} if case.cache_fp8 and not fp8_claims(backend)[0] else {}
 
 
 def find_twin(case: Case, accepts: Callable[[Case], bool], forced: dict | None = None) -> tuple[Case, dict] | None:

@@ -138,8 +138,8 @@ def test_paged_and_extend_levels_pass_through_the_harness():
 
     # two small default-grid cases: page size 1 with a shared prefix, and a paged ragged extend
     grid = default_grid()
-    cases = [next(c for c in grid if c.level == "kernel-paged" and c.page_size == 1 and c.dtype == "float32"),
-             next(c for c in grid if c.level == "kernel-extend" and c.page_size == 1)]
+    cases = [next(c for c in grid if c.level == "kernel-paged" and c.pages and c.pages.size == 1 and c.dtype == "float32"),
+             next(c for c in grid if c.level == "kernel-extend" and c.pages and c.pages.size == 1)]
     # the rule only: the server properties cost minutes in the interpreter and have their own
     # tests (tests/verify/test_server_properties.py) and the Triton grid of .ci/run
     recs = run(cases, [("triton", TritonBackend())], load_policy(), properties=False)

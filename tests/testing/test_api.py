@@ -208,7 +208,7 @@ def test_raise_on_failure_takes_a_bool_only(value):
 @pytest.mark.parametrize("backend, case, kw, err, words", [
     (EXAMPLE, "kernel", {}, TypeError, "case must be a lrkv.verify.case.Case, got str"),
     (EXAMPLE, None, {}, TypeError, "case must be a lrkv.verify.case.Case, got NoneType"),
-    (EXAMPLE, Case("kernel-paged", BASE, "float32", (3, 2), 3, page_size=2), {}, ValueError, "case: this property"),
+    (EXAMPLE, Case.flat("kernel-paged", BASE, "float32", (3, 2), 3, page_size=2), {}, ValueError, "case: this property"),
     (3, CASE, {}, TypeError, "backend '3'"),
     (EXAMPLE, CASE, dict(policy=3), TypeError, "policy"),
     (EXAMPLE, CASE, dict(backend_ref=4), TypeError, "backend_ref"),

@@ -36,10 +36,10 @@ ALIGNED_QKN = AttentionSpec.lrkv(4, 32, 6, rope="aligned", qk_norm=True)
 # exact RoPE or QK-norm (page size 7 and a 14-token prefix with exact; page 1 and a 9-token
 # prefix with QK-norm), so a kernel declining those never saw them.
 HAND_PAIRED = [
-    Case("kernel-paged", BASE, "float64", (16, 33, 1, 0), 40, page_size=16, tile=16, splits=2),
-    Case("kernel-paged", QKN_EXACT, "float32", (40, 17, 9), 41, page_size=1, shared_prefix=9),
-    Case("kernel-paged", EXACT, "float64", (37, 21, 14), 40, page_size=7, shared_prefix=14),
-    Case("kernel-paged", ALIGNED_QKN, "float32", (32, 31, 48), 48, page_size=16, page_shuffle=False,
+    Case.flat("kernel-paged", BASE, "float64", (16, 33, 1, 0), 40, page_size=16, tile=16, splits=2),
+    Case.flat("kernel-paged", QKN_EXACT, "float32", (40, 17, 9), 41, page_size=1, shared_prefix=9),
+    Case.flat("kernel-paged", EXACT, "float64", (37, 21, 14), 40, page_size=7, shared_prefix=14),
+    Case.flat("kernel-paged", ALIGNED_QKN, "float32", (32, 31, 48), 48, page_size=16, page_shuffle=False,
          nan_garbage=False),
 ]
 NO_BASELINE = {"entries": {}, "policy": None}
@@ -86,7 +86,7 @@ def test_a_twin_changes_only_capability_dimensions():
     case = HAND_PAIRED[1]  # exact RoPE + QK-norm, page 1, a shared prefix
     twin, changes = find_twin(case, lambda c: c.spec.rope != "exact" and not c.spec.qk_norm)
     assert changes == {"rope": "none", "qk_norm": False}
-    for field in ("lengths", "t_max", "page_size", "shared_prefix", "page_shuffle", "nan_garbage", "seed", "dtype"):
+    for field in ("lengths", "t_max", "pages", "nan_garbage", "seed", "dtype"):
         assert getattr(twin, field) == getattr(case, field), field
     assert parse_changes("rope=none,qk_norm=off") == changes
     assert check_twin(case, "rope=none,qk_norm=off", twin) == ""
@@ -95,7 +95,7 @@ def test_a_twin_changes_only_capability_dimensions():
 
 
 def test_a_twin_of_a_head_dim_and_dtype_limited_backend():
-    case = Case("kernel-paged", EXACT, "bfloat16", (37, 21, 14), 40, page_size=7, shared_prefix=14)
+    case = Case.flat("kernel-paged", EXACT, "bfloat16", (37, 21, 14), 40, page_size=7, shared_prefix=14)
     twin, changes = find_twin(case, lambda c: c.spec.head_dim == 64 and c.dtype == "float32")
     assert changes == {"dtype": "float32", "head_dim": 64} and twin.spec.rope == "exact"
     assert apply_changes(case, changes) == twin

@@ -34,7 +34,7 @@ from ..test_helpers.inputs import random_factored_inputs
 pytestmark = pytest.mark.equivalence
 
 SPEC = AttentionSpec.lrkv(4, 16, 5)
-PLAIN_FP8_KERNEL = [c for c in default_grid() if c.level == "kernel" and c.cache_format and not c.fp8_compute]
+PLAIN_FP8_KERNEL = [c for c in default_grid() if c.level == "kernel" and c.cache_fp8 and not c.fp8.compute]
 
 
 def on_grid(x: torch.Tensor, fmt=E4M3) -> bool:
@@ -74,17 +74,17 @@ def test_fp8_compute_is_validated_naming_the_field(kw, needle):
     base = dict(level="kernel", spec=SPEC, dtype="bfloat16", lengths=(9, 17, 4), t_max=20,
                 cache_format="float8_e4m3fn", scale_granularity="per_head")
     with pytest.raises(ValueError, match=needle):
-        Case(**{**base, **kw})
+        Case.flat(**{**base, **kw})
 
 
 def test_fp8_compute_is_part_of_the_id_and_of_the_grid():
-    case = Case("kernel", SPEC, "bfloat16", (9, 17, 4), 20, cache_format="float8_e4m3fn",
+    case = Case.flat("kernel", SPEC, "bfloat16", (9, 17, 4), 20, cache_format="float8_e4m3fn",
                 scale_granularity="per_head", fp8_compute="qp")
-    assert case.id.endswith("+fp8compute.qp") and case.replace(fp8_compute="").id != case.id
+    assert case.id.endswith("+fp8compute.qp") and case.replace(fp8_compute="").id != case.id and case.fp8.compute == "qp"
     assert Case.from_dict(case.to_dict()) == case
-    grid = {c.fp8_compute for c in default_grid() if c.fp8_compute}
+    grid = {c.fp8.compute for c in default_grid() if c.fp8 and c.fp8.compute}
     assert grid == set(FP8_COMPUTE) - {""}  # each rounding once, at the kernel levels
-    assert {c.level for c in default_grid() if c.fp8_compute} == {"kernel", "kernel-paged", "kernel-extend"}
+    assert {c.level for c in default_grid() if c.fp8 and c.fp8.compute} == {"kernel", "kernel-paged", "kernel-extend"}
 
 
 # ----------------------------------------------------------------------------- the roundings
@@ -140,7 +140,7 @@ def test_reference_decode_applies_only_the_roundings_asked_for():
 
 
 # ----------------------------------------------------------------------------- the rule
-@pytest.mark.parametrize("case", PLAIN_FP8_KERNEL[:4], ids=lambda c: c.fp8)
+@pytest.mark.parametrize("case", PLAIN_FP8_KERNEL[:4], ids=lambda c: c.cache_fp8)
 def test_err_base_carries_the_roundings_and_the_oracle_stays_exact(case):
     pol = load_policy()
     plain, rounded = prepare(case, pol), prepare(case.replace(fp8_compute="qp"), pol)
@@ -150,7 +150,7 @@ def test_err_base_carries_the_roundings_and_the_oracle_stays_exact(case):
     assert prepare(case.replace(fp8_compute="p"), pol).base["lse"].max_abs == plain.base["lse"].max_abs
 
 
-@pytest.mark.parametrize("case", PLAIN_FP8_KERNEL, ids=lambda c: c.fp8)
+@pytest.mark.parametrize("case", PLAIN_FP8_KERNEL, ids=lambda c: c.cache_fp8)
 def test_an_fa3_style_decode_passes_where_declared_and_fails_where_not(case):
     backend = AnyFp8Case()
     declared = judged(case.replace(fp8_compute="qp"), backend)
@@ -186,12 +186,12 @@ def test_a_plain_fp8_case_runs_as_its_fp8_compute_twin_and_the_gate_re_derives_i
 def test_the_hunt_draws_each_rounding_at_the_kernel_levels_only():
     from lrkv.verify.hunt import draw_cases
 
-    kernel = draw_cases("kernel-paged", ("bfloat16", "float32"), 30, seed=2, fp8_compute=True)
-    assert all(c.cache_format for c in kernel)
-    assert {c.fp8_compute for c in kernel} == {"p", "q", "qp"}
-    layer = draw_cases("layer", ("bfloat16",), 10, seed=2, fp8_compute=True)
-    assert all(c.cache_format and not c.fp8_compute for c in layer)
-    assert not any(c.fp8_compute for c in draw_cases("kernel", ("bfloat16",), 20, seed=2, fp8=True))
+    kernel = draw_cases("kernel-paged", ("bfloat16", "float32"), 30, seed=2, rounding=True)
+    assert all(c.cache_fp8 for c in kernel)
+    assert {c.fp8.compute for c in kernel} == {"p", "q", "qp"}
+    layer = draw_cases("layer", ("bfloat16",), 10, seed=2, rounding=True)
+    assert all(c.cache_fp8 and not c.fp8.compute for c in layer)
+    assert not any(c.fp8.compute for c in draw_cases("kernel", ("bfloat16",), 20, seed=2, fp8=True))
 
 
 @pytest.mark.parametrize("backend, case_json", HUNT_FALSE_FAILURES, ids=lambda x: x if len(x) < 40 else "")

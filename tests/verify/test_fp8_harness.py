@@ -41,7 +41,7 @@ def fp8_case(level="kernel", fmt="float8_e4m3fn", gran="per_head", dtype="bfloat
     kw.setdefault("page_size", 5 if level != "kernel" else 0)
     if level == "kernel-extend":
         kw.setdefault("n_new", (3, 1, 0))
-    return Case(level, SPEC, dtype, (9, 17, 4), 20, cache_format=fmt, scale_granularity=gran, **kw)
+    return Case.flat(level, SPEC, dtype, (9, 17, 4), 20, cache_format=fmt, scale_granularity=gran, **kw)
 
 
 def _report(cases, backends, selection):
@@ -51,23 +51,23 @@ def _report(cases, backends, selection):
 
 
 def test_the_grid_has_fp8_cases_at_every_kernel_level_for_both_formats_and_every_granularity():
-    fp8 = [c for c in default_grid() if c.cache_format]
+    fp8 = [c for c in default_grid() if c.cache_fp8]
     for level in ("kernel", "kernel-paged", "kernel-extend", "layer"):
         mine = [c for c in fp8 if c.level == level]
-        assert {c.cache_format for c in mine} == set(FP8_FORMATS), level
-        assert {c.scale_granularity for c in mine} == set(FP8_SCALES), level
+        assert {c.fp8.format for c in mine} == set(FP8_FORMATS), level
+        assert {c.fp8.granularity for c in mine} == set(FP8_SCALES), level
     for level in ("kernel", "kernel-paged", "kernel-extend"):  # every format with every granularity
-        pairs = {(c.cache_format, c.scale_granularity) for c in fp8 if c.level == level}
+        pairs = {(c.fp8.format, c.fp8.granularity) for c in fp8 if c.level == level}
         assert pairs == {(f, g) for f in FP8_FORMATS for g in FP8_SCALES}, level
     for level in ("kernel-paged", "kernel-extend"):
         mine = [c for c in fp8 if c.level == level]
-        assert any(c.cache_format == "float8_e4m3fn" and c.dtype == "float32" for c in mine), level
-        per_token = [c for c in mine if c.scale_granularity.startswith("per_token") and c.page_size > 1]
+        assert any(c.fp8.format == "float8_e4m3fn" and c.dtype == "float32" for c in mine), level
+        per_token = [c for c in mine if c.fp8.granularity.startswith("per_token") and c.pages and c.pages.size > 1]
         # per-token scales on pages of several slots, unused slots' scales NaN and finite
         assert {c.nan_garbage for c in per_token} == {True, False}, level
-    assert any(c.outliers for c in fp8) and any(not c.nan_garbage for c in fp8)
-    assert any(c.shared_prefix for c in fp8 if c.level == "kernel-paged")
-    assert {c.page_size > 0 for c in fp8 if c.level == "kernel-extend"} == {True, False}
+    assert any(c.fp8.outliers for c in fp8) and any(not c.nan_garbage for c in fp8)
+    assert any(c.pages.shared_prefix for c in fp8 if c.level == "kernel-paged")
+    assert {c.pages is not None for c in fp8 if c.level == "kernel-extend"} == {True, False}
 
 
 @pytest.mark.parametrize("bad, match", [
@@ -80,9 +80,9 @@ def test_the_grid_has_fp8_cases_at_every_kernel_level_for_both_formats_and_every
 def test_a_bad_fp8_case_is_refused_naming_the_field(bad, match):
     kw = dict(dtype="bfloat16") | bad
     with pytest.raises(ValueError, match=match):
-        Case("kernel", SPEC, kw.pop("dtype"), (3,), 4, **kw)
+        Case.flat("kernel", SPEC, kw.pop("dtype"), (3,), 4, **kw)
     with pytest.raises(ValueError, match="apply to the levels"):
-        Case("layer-model", SPEC, "bfloat16", (3,), 3, cache_format="float8_e4m3fn", scale_granularity="per_tensor")
+        Case.flat("layer-model", SPEC, "bfloat16", (3,), 3, cache_format="float8_e4m3fn", scale_granularity="per_tensor")
 
 
 @pytest.mark.parametrize("level", ["kernel", "kernel-paged", "kernel-extend"])
@@ -139,7 +139,7 @@ def test_a_backend_that_reads_no_fp8_skips_with_the_reason_and_runs_the_twin_at_
                        properties=False)
     assert skip["status"] == "skip" and skip["reason"].startswith("cache float8_e4m3fn/per_head not supported")
     assert twin["twin"]["changes"] == "cache=none" and twin["status"] == "pass", twin["reason"]
-    assert find_twin(case, lambda c: c.fp8 == "float8_e5m2/per_head")[1] == {"cache": "float8_e5m2/per_head"}
+    assert find_twin(case, lambda c: c.cache_fp8 == "float8_e5m2/per_head")[1] == {"cache": "float8_e5m2/per_head"}
 
 
 def test_the_gate_re_asks_an_fp8_skip_and_checks_the_claimed_formats():
@@ -204,7 +204,7 @@ def test_every_fp8_mutant_is_rejected_by_verify_and_the_gate(mutant, tmp_path, c
 def test_the_layer_step_quantizes_the_appended_outlier_token_by_saturating():
     """The layer fp8 cases append a token beyond the static scales' range: the reference
     saturates it (no NaN or inf in the cache), the quantizer mutant does not."""
-    case = next(c for c in default_grid() if c.level == "layer" and c.outliers and c.scale_granularity == "per_tensor")
+    case = next(c for c in default_grid() if c.level == "layer" and c.fp8 and c.fp8.outliers and c.fp8.granularity == "per_tensor")
     recs = run([case], [("eager", get_backend("eager")), ("tiled", get_backend("tiled")),
                         ("cast", FP8_MUTANTS[-1]())], load_policy(), isolation="inprocess", properties=False)
     assert [r["status"] for r in recs] == ["pass", "pass", "fail"], [r["reason"] for r in recs]
@@ -213,7 +213,7 @@ def test_the_layer_step_quantizes_the_appended_outlier_token_by_saturating():
 
 def test_a_rank_0_fp8_case_has_empty_latent_groups_and_still_runs():
     """Found by the fp8 hunt: a dynamic scale over an empty latent (r = 0) took amax of nothing."""
-    case = Case("kernel", AttentionSpec.lrkv(2, 8, 0), "float16", (5, 0), 6, cache_format="float8_e5m2",
+    case = Case.flat("kernel", AttentionSpec.lrkv(2, 8, 0), "float16", (5, 0), 6, cache_format="float8_e5m2",
                 scale_granularity="per_token_head", outliers=True)
     (rec,) = run([case], [("eager", get_backend("eager"))], load_policy(), isolation="inprocess", properties=False)
     assert rec["status"] == "pass", rec["reason"]

@@ -39,18 +39,18 @@ POLICY = load_policy()
 ])
 def test_case_fields_are_validated_by_name(kw, exc, match):
     with pytest.raises(exc, match=match):
-        Case(spec=SPEC, dtype="float64", lengths=kw.pop("lengths", (9, 8)), t_max=12, **kw)
+        Case.flat(spec=SPEC, dtype="float64", lengths=kw.pop("lengths", (9, 8)), t_max=12, **kw)
 
 
 def test_case_json_round_trip():
-    for c in (Case("kernel-paged", SPEC, "float32", (9, 8), 12, page_size=4, shared_prefix=8, page_shuffle=False),
-              Case("kernel-extend", SPEC, "bfloat16", (9, 0), 12, n_new=(3, 0), page_size=5)):
+    for c in (Case.flat("kernel-paged", SPEC, "float32", (9, 8), 12, page_size=4, shared_prefix=8, page_shuffle=False),
+              Case.flat("kernel-extend", SPEC, "bfloat16", (9, 0), 12, n_new=(3, 0), page_size=5)):
         back = Case.from_json(c.to_json())
         assert back == c and back.id == c.id and "+page" in c.id
 
 
 def test_paged_inputs_shuffle_share_and_fill_unused_pages_with_nan():
-    case = Case("kernel-paged", SPEC, "float64", (9, 8, 0), 12, page_size=4, shared_prefix=8)
+    case = Case.flat("kernel-paged", SPEC, "float64", (9, 8, 0), 12, page_size=4, shared_prefix=8)
     inp = make_paged_inputs(case)
     table = inp.page_table
     assert table.dtype == torch.int32 and table.shape == (3, 3)
@@ -64,7 +64,7 @@ def test_paged_inputs_shuffle_share_and_fill_unused_pages_with_nan():
 
 
 def test_extend_inputs_are_ragged_last_tokens():
-    case = Case("kernel-extend", SPEC, "float32", (9, 8, 4), 12, n_new=(3, 0, 4), page_size=5)
+    case = Case.flat("kernel-extend", SPEC, "float32", (9, 8, 4), 12, n_new=(3, 0, 4), page_size=5)
     inp = make_extend_inputs(case)
     assert inp.q.shape == (7, 2, 8) and inp.cu_seqlens_q.tolist() == [0, 3, 3, 7]
     assert inp.page_table is not None and inp.q.dtype == torch.float32
@@ -76,17 +76,17 @@ def test_default_grid_covers_paged_and_extend():
     grid = default_grid()
     paged = [c for c in grid if c.level == "kernel-paged"]
     extend = [c for c in grid if c.level == "kernel-extend"]
-    pages = {c.page_size for c in paged + extend}
-    assert {1, 16} <= pages and any(c.t_max % c.page_size for c in paged + extend if c.page_size)
-    assert any(c.page_shuffle for c in paged) and any(not c.page_shuffle for c in paged)
-    assert any(c.shared_prefix for c in paged) and any(c.shared_prefix for c in extend)
+    sized = [c for c in paged + extend if c.pages and c.pages.size]
+    assert {1, 16} <= {c.pages.size for c in sized} and any(c.t_max % c.pages.size for c in sized)
+    assert any(c.pages.shuffle for c in paged) and any(not c.pages.shuffle for c in paged)
+    assert any(c.pages.shared_prefix for c in paged) and any(c.pages and c.pages.shared_prefix for c in extend)
     assert any(c.nan_garbage for c in paged) and any(not c.nan_garbage for c in paged)
-    assert any(c.page_size == 0 for c in extend) and any(c.page_size for c in extend)
+    assert any(c.pages is None for c in extend) and any(c.pages for c in extend)
     # n_b of 0, 1, 2–8 and a 64+ chunk in ONE ragged batch
-    assert any({0, 1} <= set(c.n_new) and any(2 <= n <= 8 for n in c.n_new) and max(c.n_new) >= 64
+    assert any({0, 1} <= set(c.extend.n_new) and any(2 <= n <= 8 for n in c.extend.n_new) and max(c.extend.n_new) >= 64
                for c in extend)
     # lengths at page boundaries, and at tile boundaries (16, 32 + 1)
-    assert any(n and n % c.page_size == 0 for c in paged + extend if c.page_size for n in c.lengths)
+    assert any(n and n % c.pages.size == 0 for c in sized for n in c.lengths)
     assert any({16, 33} <= set(c.lengths) for c in paged)
     assert {c.spec.rope for c in paged + extend} >= {"none", "exact", "aligned"}
     assert any(c.spec.qk_norm for c in paged) and any(c.spec.qk_norm for c in extend)

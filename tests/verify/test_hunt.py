@@ -28,17 +28,17 @@ def test_default_hunt_reaches_every_kernel_level():
 def _features(level: str) -> dict:
     drawn = draw_cases(level, DTYPES, 300, seed=0)
     assert len(drawn) == 300 and all(c.level == level for c in drawn)
-    paged = [c for c in drawn if c.page_size]
+    paged = [c for c in drawn if c.pages and c.pages.size]
     lengths = [(n, c) for c in drawn for n in c.lengths]
     return {
         "drawn": drawn, "paged": paged,
-        "pages": {c.page_size for c in paged},
-        "not_dividing": any(c.t_max % c.page_size for c in paged),
-        "shuffle": {c.page_shuffle for c in paged},
-        "shared": [c for c in paged if c.shared_prefix],
+        "pages": {c.pages.size for c in paged},
+        "not_dividing": any(c.t_max % c.pages.size for c in paged),
+        "shuffle": {c.pages.shuffle for c in paged},
+        "shared": [c for c in paged if c.pages.shared_prefix],
         "garbage": {c.nan_garbage for c in drawn},
         "lengths": {"0" if n == 0 else "1" if n == 1 else "t_max" if n == c.t_max else
-                    "page" if c.page_size and n % c.page_size == 0 else "other" for n, c in lengths},
+                    "page" if c.pages and c.pages.size and n % c.pages.size == 0 else "other" for n, c in lengths},
         "varlen": any(len(set(c.lengths)) > 1 for c in drawn),
         "batches": {c.batch for c in drawn},
         "ropes": {(c.spec.rope, c.spec.qk_norm) for c in drawn},
@@ -52,7 +52,7 @@ def test_strategies_draw_every_paged_and_extend_feature(level):
     assert 1 in f["pages"] and any(p >= 16 and p & (p - 1) == 0 for p in f["pages"])
     assert f["pages"] & {3, 5, 7} and len({p for p in f["pages"] if p & (p - 1)}) >= 3 and f["not_dividing"]
     assert f["shuffle"] == {True, False} and f["garbage"] == {True, False}
-    assert f["shared"] and all(c.shared_prefix % c.page_size == 0 and c.shared_prefix <= min(c.lengths[:2])
+    assert f["shared"] and all(c.pages.shared_prefix % c.pages.size == 0 and c.pages.shared_prefix <= min(c.lengths[:2])
                                for c in f["shared"])
     assert {"0", "1", "t_max", "page", "other"} <= f["lengths"] and f["varlen"]
     assert 1 in f["batches"] and max(f["batches"]) >= 15
@@ -61,9 +61,9 @@ def test_strategies_draw_every_paged_and_extend_feature(level):
     assert f["dtypes"] == set(DTYPES)
     if level == "kernel-extend":
         extend = f["drawn"]
-        n_new = {n for c in extend for n in c.n_new}
+        n_new = {n for c in extend for n in c.extend.n_new}
         assert {0, 1} <= n_new and n_new & set(range(2, 9)) and max(n_new) > 8
-        assert any({0, 1} <= set(c.n_new) and any(2 <= n for n in c.n_new) for c in extend)  # one ragged batch
+        assert any({0, 1} <= set(c.extend.n_new) and any(2 <= n for n in c.extend.n_new) for c in extend)  # one ragged batch
         assert len(f["paged"]) < len(extend) and f["paged"]  # contiguous and paged caches
         assert all(c.splits == c.tile == 0 for c in extend)
     else:

@@ -106,12 +106,12 @@ def test_cuda_inductor_claims_the_half_precision_grid(fake_cuda):
     (the harness draws on the CPU; the backend moves), so what changes is the dtypes it claims —
     every kernel/layer case at every dtype, where on the CPU the half cases are skips."""
     grid = [c for c in default_grid() if c.level in ("kernel", "layer", "layer-model")]
-    fp8 = [c for c in grid if c.cache_format]  # inductor reads no fp8 cache, on any device
-    grid = [c for c in grid if not c.cache_format]
+    fp8 = [c for c in grid if c.cache_fp8]  # inductor reads no fp8 cache, on any device
+    grid = [c for c in grid if not c.cache_fp8]
     half = [c for c in grid if c.dtype in HALF]
     assert half and fp8
     cuda, cpu = InductorBackend(), InductorBackend(device="cpu")
-    assert all(not_applicable(cuda, c).startswith(f"cache {c.fp8} not supported") for c in fp8)
+    assert all(not_applicable(cuda, c).startswith(f"cache {c.cache_fp8} not supported") for c in fp8)
     assert [c.id for c in grid if not_applicable(cuda, c)] == []
     assert all(not_applicable(cpu, c).startswith(f"dtype {c.dtype} not supported") for c in half)
     assert [c.id for c in grid if c.dtype not in HALF and not_applicable(cpu, c)] == []

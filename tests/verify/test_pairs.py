@@ -92,11 +92,11 @@ def test_the_paged_array_leaves_out_only_pairs_no_case_can_hold():
 
 def test_the_fp8_dimensions_meet_every_dtype_page_and_garbage_at_both_levels():
     for level in ("kernel-paged", "kernel-extend"):
-        cases = [c for c in grids.default_grid() if c.level == level and c.cache_format]
-        seen = {(c.cache_format, c.scale_granularity) for c in cases}
+        cases = [c for c in grids.default_grid() if c.level == level and c.cache_fp8]
+        seen = {(c.fp8.format, c.fp8.granularity) for c in cases}
         assert len(seen) == 8, level
         for fmt in grids.FP8_FORMATS:
-            mine = [c for c in cases if c.cache_format == fmt]
+            mine = [c for c in cases if c.fp8.format == fmt]
             assert {c.dtype for c in mine} == {"float32", "bfloat16", "float16"}, (level, fmt)
             assert {c.nan_garbage for c in mine} == {True, False}, (level, fmt)
 

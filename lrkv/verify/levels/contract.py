@@ -29,7 +29,7 @@ def call_out_lse(entry: str):
 def oracle_path(module, fn_name: str) -> PathFn:
     """An oracle path: `module.fn_name` on the contract's arguments, looked up at call time
     (so a test can plant a bug in the oracle and watch the harness refuse to judge); extra
-    keywords reach it (err_base's fp8_compute roundings)."""
+    keywords reach it (err_base's fp8 compute roundings)."""
     def path(inp, **extra) -> Outputs:
         out, lse = inp.call(getattr(module, fn_name), **extra)
         return {"out": out, "lse": lse}

@@ -2,7 +2,7 @@
 sequence (chunked prefill, speculative verification), ragged and causal.
 
 `extend_attention(q [N, H, d_h], cu_seqlens_q, <cache>, basis_k, basis_v, lengths, *, scale,
-key_scale, rope, page_table)`: sequence b's last `case.n_new[b]` tokens as ragged queries
+key_scale, rope, page_table)`: sequence b's last `case.extend.n_new[b]` tokens as ragged queries
 (each the model's own query at its position), over a contiguous cache, or a paged one (as the
 kernel-paged level draws it) when page_size > 0. Oracle paths: `lrkv.reference.extend`'s
 factored and materialized extends.
@@ -63,15 +63,15 @@ def make_extend_inputs(case: Case, quantize: bool = True) -> ExtendInputs:
         raise ValueError(f"make_extend_inputs needs a kernel-extend case, got level {case.level!r}")
     inp, e = draw_kernel_inputs(case)
     # each new token's query is the model's query at its own position (rotated, normed)
-    rows = [(b, p) for b, (n, L) in enumerate(zip(case.n_new, case.lengths)) for p in range(L - n, L)]
+    rows = [(b, p) for b, (n, L) in enumerate(zip(case.extend.n_new, case.lengths)) for p in range(L - n, L)]
     H, d_h = case.spec.n_heads, case.spec.head_dim
     q = torch.stack([e["q"][b, p] for b, p in rows]) if rows else torch.zeros(0, H, d_h, dtype=torch.float64)
-    cu = torch.tensor([0, *torch.tensor(case.n_new).cumsum(0).tolist()], dtype=torch.int32)
-    if case.cache_format and quantize:  # quantized as a contiguous cache (then paged with its per-token scales)
+    cu = torch.tensor([0, *torch.tensor(case.extend.n_new).cumsum(0).tolist()], dtype=torch.int32)
+    if case.cache_fp8 and quantize:  # quantized as a contiguous cache (then paged with its per-token scales)
         inp = quantized(case, inp.to(case.torch_dtype))
     cache = {n: getattr(inp, n) for n in CACHE} | per_token_scales(inp.cache_scales)
     table = None
-    if case.page_size:
+    if case.pages and case.pages.size:
         cache, table = paginate(case, cache)
     return ExtendInputs(q=q, cu_seqlens_q=cu, basis_k=inp.basis_k, basis_v=inp.basis_v, lengths=inp.lengths,
                         scale=inp.scale, rope=inp.rope, key_scale=cache.get("key_scale"), page_table=table,
@@ -91,10 +91,10 @@ def _position(case: Case, output: str, index: tuple[int, ...]) -> dict[str, int]
     """Row `token` of out/lse is a new token: name its sequence and its index among that
     sequence's new tokens (0-based), then the head (and channel)."""
     token, *rest = index
-    ends = list(itertools.accumulate(case.n_new))
+    ends = list(itertools.accumulate(case.extend.n_new))
     seq = bisect.bisect_right(ends, token)  # sequences with no new token own no row
-    return {"token": token, "sequence": seq, "new_token": token - (ends[seq] - case.n_new[seq]),
-            "new_tokens": case.n_new[seq], **dict(zip(("head", "channel"), rest))}
+    return {"token": token, "sequence": seq, "new_token": token - (ends[seq] - case.extend.n_new[seq]),
+            "new_tokens": case.extend.n_new[seq], **dict(zip(("head", "channel"), rest))}
 
 
 LEVEL = Level(
@@ -102,6 +102,6 @@ LEVEL = Level(
     paths=lambda case: {"factored": oracle_path(ref_extend, "extend_attention"),
                         "materialized": oracle_path(ref_extend, "materialized_extend_attention")},
     consistency=lambda case: [("factored", "materialized")], call=call_out_lse("extend_attention"),
-    outputs=lambda case: out_lse_outputs(sum(case.n_new), case), conditioning=_conditioning,
+    outputs=lambda case: out_lse_outputs(sum(case.extend.n_new), case), conditioning=_conditioning,
     unquantized=lambda case: make_extend_inputs(case, quantize=False), position=_position,
 )

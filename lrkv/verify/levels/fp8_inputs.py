@@ -1,7 +1,7 @@
 """FP8 caches at the kernel levels (DESIGN §4 "FP8 caches"): how a case's cache is shaped
 for fp8, quantized, filled with garbage, and read back for the oracle's bounds.
 
-A case with `cache_format` draws its cache as every kernel case does (float64, real
+A case with an fp8 cache (`case.fp8`) draws its cache as every kernel case does (float64, real
 projections — through weights that give the four parts and the heads ranges 2–16× apart:
 `inputs.fp8_ranges`), then:
 
@@ -63,8 +63,8 @@ def _finite_junk(case: Case, like: torch.Tensor, stream: int) -> torch.Tensor:
 def quantize_parts(case: Case, parts: dict[str, torch.Tensor], lengths: torch.Tensor,
                    ) -> tuple[dict[str, torch.Tensor], CacheScales]:
     """The four parts [B, T_max, ...] at τ as the case's fp8 cache, with its garbage."""
-    fmt = as_dtype(case.cache_format)
-    stored, scales = quantize_cache(parts, lengths, fmt, case.scale_granularity)
+    fmt = as_dtype(case.fp8.format)
+    stored, scales = quantize_cache(parts, lengths, fmt, case.fp8.granularity)
     if case.nan_garbage:
         return stored, scales
     valid = valid_mask(lengths, case.t_max)  # [B, T]

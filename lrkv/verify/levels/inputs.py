@@ -134,10 +134,10 @@ def projected_sequence(case: Case) -> tuple[LRKVWeights, torch.Tensor, dict[str,
     case's weights with their parts' ranges apart: `fp8_ranges`)."""
     spec, B, T = case.spec, case.batch, case.t_max
     weights = init_lrkv_weights(spec, seed=case.seed)
-    if case.cache_format:
+    if case.cache_fp8:
         weights = fp8_ranges(weights)
     x = torch.randn(B, T, spec.d_model, generator=generator(case, 1), dtype=torch.float64)
-    if case.shared_prefix:  # a common prompt: the same tokens give the same cache entries
-        x[1, :case.shared_prefix] = x[0, :case.shared_prefix]
+    if case.pages and case.pages.shared_prefix:  # a common prompt: the same tokens give the same cache entries
+        x[1, :case.pages.shared_prefix] = x[0, :case.pages.shared_prefix]
     entries = project_token(weights, x, torch.arange(T)[None, :].expand(B, T))
     return weights, x, entries

@@ -95,7 +95,7 @@ def draw_kernel_inputs(case: Case) -> tuple[KernelInputs, dict[str, torch.Tensor
     cached = {"shared_k": shared_k, "shared_v": e["shared_v"], "latent_k": latent_k, "latent_v": e["latent_v"]}
     if case.spec.qk_norm:
         cached["key_scale"] = e["key_scale"]
-    if case.outliers:
+    if case.fp8 and case.fp8.outliers:
         cached = add_outliers(case, cached)
     cached = {name: fill_garbage(t, valid, case, 10 + i) for i, (name, t) in enumerate(cached.items())}
     inputs = KernelInputs(q=q, basis_k=weights.basis_k, basis_v=weights.basis_v, lengths=lengths,
@@ -110,7 +110,7 @@ def make_kernel_inputs(case: Case, quantize: bool = True) -> KernelInputs:
         raise ValueError(f"make_kernel_inputs needs a kernel case, got level {case.level!r}")
     inputs, _ = draw_kernel_inputs(case)
     inputs = inputs.to(case.torch_dtype)
-    if case.cache_format and quantize:
+    if case.cache_fp8 and quantize:
         inputs = quantized(case, inputs)
     return strided_layout(inputs) if case.layout == "strided" else inputs
 

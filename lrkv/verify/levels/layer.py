@@ -72,10 +72,10 @@ def make_layer_inputs(case: Case, quantize: bool = True) -> LayerInputs:
         setattr(cache, name, fill_garbage(e[name], valid, case, 20 + i))
     cache.lengths = positions.to(torch.int32)
     x_t = x[torch.arange(B), positions]  # [B, d]
-    if case.outliers:
+    if case.fp8 and case.fp8.outliers:
         x_t = x_t * LAYER_OUTLIER_GAIN
     inp = LayerInputs(weights, x_t, cache, positions).to(case.torch_dtype)
-    if case.cache_format and quantize:
+    if case.cache_fp8 and quantize:
         c = inp.cache
         stored, c.scales = quantize_parts(case, {p: getattr(c, p) for p in PARTS}, c.lengths)
         for p in PARTS:

@@ -3,7 +3,7 @@ convention), same math as decode (Eqs. 6–7).
 
 `paged_decode_attention(q, <cache pages>, basis_k, basis_v, lengths, page_table, *, scale,
 key_scale, rope)` on the kernel case's contiguous cache scattered into pages of
-`case.page_size` slots: physical pages shuffled (page_shuffle), two spare pages nobody owns,
+`case.pages.size` slots: physical pages shuffled (`shuffle`), two spare pages nobody owns,
 sequence 1 reading sequence 0's pages for their common prefix (shared_prefix); every slot no
 sequence reads is garbage (NaN by default). Oracle paths: `lrkv.reference.paged`'s factored
 and materialized decodes, which gather the pages back and run the contiguous math.
@@ -75,15 +75,15 @@ def paginate(case: Case, cache: dict[str, torch.Tensor]) -> tuple[dict[str, torc
     slots past each length, hold garbage (NaN, or large finite values — and, beside an fp8
     cache, per-token scales as NaN or as finite scales of a plausible size).
     """
-    page = case.page_size
+    page = case.pages.size
     B, T = case.batch, case.t_max
     max_pages = -(-T // page)
     n_pages = B * max_pages + SPARE_PAGES
-    order = (torch.randperm(n_pages, generator=generator(case, 40)) if case.page_shuffle
+    order = (torch.randperm(n_pages, generator=generator(case, 40)) if case.pages.shuffle
              else torch.arange(n_pages))
     table = order[: B * max_pages].reshape(B, max_pages).to(torch.int32)
-    if case.shared_prefix:
-        table[1, : case.shared_prefix // page] = table[0, : case.shared_prefix // page]
+    if case.pages.shared_prefix:
+        table[1, : case.pages.shared_prefix // page] = table[0, : case.pages.shared_prefix // page]
     pages = {}
     for i, (name, t) in enumerate(cache.items()):
         if t is None:
@@ -107,7 +107,7 @@ def make_paged_inputs(case: Case, quantize: bool = True) -> PagedInputs:
     if case.level != "kernel-paged":
         raise ValueError(f"make_paged_inputs needs a kernel-paged case, got level {case.level!r}")
     inp, _ = draw_kernel_inputs(case)
-    if case.cache_format and quantize:  # quantized as a contiguous cache, then paged with its per-token scales
+    if case.cache_fp8 and quantize:  # quantized as a contiguous cache, then paged with its per-token scales
         inp = quantized(case, inp.to(case.torch_dtype))
     pages, table = paginate(case, {n: getattr(inp, n) for n in CACHE} | per_token_scales(inp.cache_scales))
     return PagedInputs(q=inp.q, basis_k=inp.basis_k, basis_v=inp.basis_v, lengths=inp.lengths, page_table=table,

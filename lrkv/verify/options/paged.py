@@ -1,0 +1,70 @@
+"""A paged cache (levels kernel-paged and kernel-extend): slots per page, page order, shared prefix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...checks import check_bool, check_int
+
+LEVELS = ("kernel-paged", "kernel-extend")
+MAX_PAGE_SIZE = 1 << 16
+KEYS = {"page_size": "size", "page_shuffle": "shuffle", "shared_prefix": "shared_prefix"}
+
+
+@dataclass(frozen=True)
+class Paged:
+    size: int = 0  # slots per page (>= 1 at kernel-paged; 0 at kernel-extend: a contiguous cache)
+    shuffle: bool = True  # physical pages in a random order (False: sequence-major order)
+    shared_prefix: int = 0  # sequences 0 and 1 share their first shared_prefix tokens' pages (whole pages)
+
+    def check(self, case) -> None:
+        from ..case import MAX_T
+
+        check_int("page_size", self.size, minimum=0, maximum=MAX_PAGE_SIZE)
+        check_bool("page_shuffle", self.shuffle)
+        check_int("shared_prefix", self.shared_prefix, minimum=0, maximum=MAX_T)
+        if case.level not in LEVELS:
+            raise ValueError("page_size, page_shuffle and shared_prefix apply to levels kernel-paged and "
+                             "kernel-extend only")
+        if self.shared_prefix:
+            if self.size < 1 or case.batch < 2:
+                raise ValueError("shared_prefix needs page_size >= 1 and at least two sequences")
+            if self.shared_prefix % self.size:
+                raise ValueError(f"shared_prefix ({self.shared_prefix}) must be a whole number of pages "
+                                 f"(page_size {self.size})")
+            if self.shared_prefix > min(case.lengths[:2]):
+                raise ValueError(f"shared_prefix ({self.shared_prefix}) must not exceed the lengths of "
+                                 f"sequences 0 and 1 ({list(case.lengths[:2])})")
+
+    def flags(self) -> str:
+        return "".join((f"+page{self.size}" if self.size else "", "" if self.shuffle else "+inorder",
+                        f"+prefix{self.shared_prefix}" if self.shared_prefix else ""))
+
+    def shapes(self) -> dict:
+        return {"page_size": self.size} if self.size else {}
+
+
+def features() -> list:
+    """The paged features (lrkv.verify.features): page sizes, order, sharing, boundaries."""
+    from ..features import Feature
+
+    def page(c) -> Paged:
+        return c.pages or Paged()
+
+    return [
+        Feature("page=1", LEVELS, lambda c: page(c).size == 1, "one slot per page"),
+        Feature("page non-power-of-two", LEVELS, lambda c: page(c).size & (page(c).size - 1) > 0,
+                "page and row computed with a shift and a mask are wrong"),
+        Feature("page>=16", LEVELS, lambda c: page(c).size >= 16, "pages spanning a whole tile"),
+        Feature("page not dividing t_max", LEVELS, lambda c: page(c).size > 0 and c.t_max % page(c).size != 0,
+                "a last page only partly used"),
+        Feature("pages shared", LEVELS, lambda c: page(c).shared_prefix > 0,
+                "a physical page in two sequences' page tables (a shared prefix)"),
+        Feature("pages shuffled", LEVELS, lambda c: page(c).size > 0 and page(c).shuffle,
+                "physical pages out of order"),
+        Feature("pages in order", LEVELS, lambda c: page(c).size > 0 and not page(c).shuffle,
+                "physical pages in sequence order"),
+        Feature("length at page boundary", LEVELS,
+                lambda c: page(c).size > 0 and any(n > 0 and n % page(c).size == 0 for n in c.lengths),
+                "a length that ends exactly on a page"),
+    ]
