@@ -279,7 +279,7 @@ def run_factored_decode(q, cache: FactoredCache, basis_k, basis_v, *, scale, rop
             DOT_MODES[cfg.dot], mutant_code(mutant), cfg.private == "wide", cu_seqlens_q, *fp8_args,
         )
 
-    parts = dict(zip(PARTS, cache.contract_args()))
+    parts = dict(zip(PARTS, cache.parts))
     wrapper = mutant_wrapper(mutant)
     return launch(**parts) if wrapper is None else wrapper(launch, parts)
 
@@ -319,10 +319,10 @@ def attend(q: torch.Tensor, cache: FactoredCache, basis_k: torch.Tensor, basis_v
     Eqs. 6–7 over a FactoredCache. Validates the contract (`check`), then the launch; an fp8
     cache's scales are checked either way. Fallback mode runs the float64 reference `attend`
     on the float inputs upcast, cast back to the contract's dtypes."""
-    check_fp8_cache(dict(zip(PARTS, cache.contract_args())), cache.scales)
+    check_fp8_cache(dict(zip(PARTS, cache.parts)), cache.scales)
     if check:
         validate_cache_inputs(q, cache, basis_k, basis_v, scale=scale, rope=rope, cu_seqlens_q=cu_seqlens_q)
-        check_launch(q, dict(cu_seqlens_q=cu_seqlens_q, **dict(zip(PARTS, cache.contract_args())), basis_k=basis_k,
+        check_launch(q, dict(cu_seqlens_q=cu_seqlens_q, **dict(zip(PARTS, cache.parts)), basis_k=basis_k,
                              basis_v=basis_v, lengths=cache.lengths, page_table=cache.page_table,
                              key_scale=cache.key_scale, **scale_tensors(cache.scales)),
                      num_splits=num_splits, group_size=group_size, block_t=block_t, num_warps=num_warps, dot=dot,

@@ -16,8 +16,8 @@ that format's NaN bit pattern, and carries their float32 scales in `scales`
 (`lrkv.reference.fp8_cache.CacheScales`; per-token scales paged like the parts); key_scale
 stays in the compute dtype. `dequantize` gives the cache at a compute dtype.
 
-The kernel contracts (DESIGN §4) take the tensors, not this object; `contract_args` and
-`contract_kwargs` unpack it at that boundary.
+The kernel contracts (DESIGN §4) take the tensors, not this object; `parts` and
+`contract_kwargs` unpack it at that boundary (the contract validators check its shapes).
 """
 
 from __future__ import annotations
@@ -91,10 +91,6 @@ class FactoredCache:
         return sum(t.numel() * t.element_size() for t in self.tensors().values()) + scales
 
     # ------------------------------------------------------------------ the contract boundary
-    def contract_args(self) -> tuple[torch.Tensor, ...]:
-        """The four parts, as the kernel contracts take them positionally (DESIGN §4)."""
-        return self.parts
-
     def contract_kwargs(self, *, page_table: bool = False) -> dict:
         """key_scale, cache_scales (only for an fp8 cache: a backend without fp8 support keeps
         its signature) and, with `page_table=True` (extend's keyword), the page table."""
@@ -104,34 +100,12 @@ class FactoredCache:
         return kw if self.scales is None else {**kw, "cache_scales": self.scales}
 
     # ------------------------------------------------------------------ operations
-    def check(self) -> FactoredCache:
-        """Shapes of the parts against each other, once; a ValueError naming the field. Returns self."""
-        form = "[P, page" if self.paged else "[B, T_max"
-        if self.shared_k.dim() != 3:
-            raise ValueError(f"shared_k must be {form}, d_h], got shape {list(self.shared_k.shape)}")
-        if self.latent_k.dim() != 4:
-            raise ValueError(f"latent_k must be {form}, H, r], got shape {list(self.latent_k.shape)}")
-        rows, slots, d_h = self.shared_k.shape
-        H, r = self.latent_k.shape[2:]
-        expected = {"shared_v": (rows, slots, d_h), "latent_k": (rows, slots, H, r),
-                    "latent_v": (rows, slots, H, r), "key_scale": (rows, slots, H)}
-        for name, shape in expected.items():
-            t = getattr(self, name)
-            if t is not None and tuple(t.shape) != shape:
-                raise ValueError(f"{name} must have shape {list(shape)} (as shared_k and latent_k say), "
-                                 f"got {list(t.shape)}")
-        if self.paged and self.page_table.dim() != 2:
-            raise ValueError(f"page_table must be [B, max_pages], got shape {list(self.page_table.shape)}")
-        if tuple(self.lengths.shape) != (self.batch,):
-            raise ValueError(f"lengths must have shape [{self.batch}], got {list(self.lengths.shape)}")
-        return self
-
     def dequantize(self, dtype: torch.dtype) -> FactoredCache:
         """An fp8 cache's parts as `dtype` (stored × scale: exact for float64, rounded once
         otherwise), scales dropped; any other cache unchanged. Contiguous or paged alike."""
         if self.scales is None:
             return self
-        parts = dequantize_cache(self.scales, dtype, *self.contract_args())
+        parts = dequantize_cache(self.scales, dtype, *self.parts)
         return replace(self, scales=None, **dict(zip(PARTS, parts)))
 
     def gather(self) -> FactoredCache:

@@ -236,7 +236,7 @@ def check_finite_cache(named: dict, lengths: torch.Tensor, page_table=None, *, c
 
 def _named(q, cache, basis_k, basis_v, **more) -> dict:
     """Every tensor of a call by the contract's name (key_scale only when given), each checked a tensor."""
-    named = dict(q=q, **dict(zip(PARTS, cache.contract_args())), basis_k=basis_k, basis_v=basis_v,
+    named = dict(q=q, **dict(zip(PARTS, cache.parts)), basis_k=basis_k, basis_v=basis_v,
                  lengths=cache.lengths, **more)
     if cache.key_scale is not None:
         named["key_scale"] = cache.key_scale

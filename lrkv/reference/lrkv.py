@@ -334,7 +334,7 @@ def layer_step(
         raise ValueError("x_t contains NaN or Inf")
     entries = project_token(weights, x_t, positions)
     append(cache, entries, positions)
-    out, _ = decode(entries["q"], *cache.contract_args(), weights.basis_k, weights.basis_v, cache.lengths,
+    out, _ = decode(entries["q"], *cache.parts, weights.basis_k, weights.basis_v, cache.lengths,
                     scale=spec.head_dim**-0.5, rope=decode_rope(spec), **cache.contract_kwargs())
     return torch.einsum("bhd,hde->be", out, weights.w_o), cache
 

@@ -52,7 +52,7 @@ def decode_attention_mp(
     if B * T * H * (d_h + r) > MAX_ELEMENTS:
         raise ValueError(f"shape too large for the mpmath oracle: B={B}, T={T}, H={H}, d_h={d_h}, r={r}")
     with mpmath.workdps(dps):
-        Q, SK, SV, LK, LV, BK, BV = (_mp(t.double()) for t in (q, *cache.contract_args(), basis_k, basis_v))
+        Q, SK, SV, LK, LV, BK, BV = (_mp(t.double()) for t in (q, *cache.parts, basis_k, basis_v))
         KS = _mp(key_scale.double()) if key_scale is not None else None
         sc = mpmath.mpf(scale)
         outs, lses = [], []

@@ -190,7 +190,7 @@ def compiled_decode(q, cache: FactoredCache, basis_k, basis_v, *, scale: float, 
     fn = _compile(key, _kernel_builder(float(scale), rope), device, mode)
     # contiguous copies: a strided view would otherwise cost a recompile (strides are guarded)
     args = [None if t is None else t.contiguous() for t in
-            (q, *cache.contract_args(), basis_k, basis_v, cache.lengths, cache.key_scale)]
+            (q, *cache.parts, basis_k, basis_v, cache.lengths, cache.key_scale)]
     _mark_length_dynamic(args[1:5] + args[8:])
     return _run(fn, *args, mode=mode)
 

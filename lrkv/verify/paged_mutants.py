@@ -53,7 +53,7 @@ class PagedMutant(BaseBackend):
         P, page, capacity, table = cache.num_pages, cache.page_size, cache.t_max, cache.page_table
         rows = self.rows(table, cache.lengths, page, capacity) % (P * page)  # [B, T], inside the pool
         pool = lambda t: None if t is None else t.reshape(P * page, *t.shape[2:])[rows]  # noqa: E731
-        read = FactoredCache(*map(pool, cache.contract_args()), self.read_lengths(cache.lengths, page, capacity, table),
+        read = FactoredCache(*map(pool, cache.parts), self.read_lengths(cache.lengths, page, capacity, table),
                              pool(cache.key_scale))
         return attend(q, read, basis_k, basis_v, scale=scale, rope=rope)
 

@@ -4,7 +4,8 @@ A backend is an object with a name, the levels it implements (the kernel contrac
 layer step, the model, `tp`), the dtypes it supports, and `available() -> (bool, reason)`.
 Kernel level is the decode contract of `lrkv.reference.contract`; layer level is
 `layer_step(weights, x_t, cache, positions) -> (y, cache)`. `BaseBackend` is a convenience
-base (its kernel entry points pack the tensors into a `FactoredCache` for `attend`); `normalize_backend` checks any object against the protocol before the harness uses it.
+base (its kernel entry points pack the tensors into a `FactoredCache` for `attend`);
+`normalize_backend` checks any object against the protocol before the harness uses it.
 Where backends come from (names, `package.module:attribute`) is `backend_registry`.
 """
 

@@ -33,7 +33,7 @@ class PointerCache(TiledBackend):
         self._cache: dict[tuple, tuple] = {}
 
     def attend(self, q, cache, *args, **kw):
-        key = tuple(t.data_ptr() for t in (q, *cache.contract_args(), cache.lengths))
+        key = tuple(t.data_ptr() for t in (q, *cache.parts, cache.lengths))
         if key not in self._cache:  # the graph-replay bug: same pointers, so "same inputs"
             out, lse = super().attend(q, cache, *args, **kw)
             self._cache[key] = (out.clone(), lse.clone())

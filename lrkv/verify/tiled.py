@@ -75,7 +75,7 @@ class TiledDecoder:
         B, T, H, d_h, r = validate_cache_inputs(q, cache, basis_k, basis_v, scale=scale, rope=rope)
         out_dtype = q.dtype
         cd = accumulation_dtype(q.dtype)  # accumulate wide: float32 for half inputs, as kernels do
-        parts = cache.contract_args()
+        parts = cache.parts
         if cache.scales is not None:  # dequantize on load, at the accumulation dtype
             parts = self.dequantize(cache.scales, cd, parts)
         key_scale = None if cache.key_scale is None else cache.key_scale.to(cd)
