@@ -69,8 +69,8 @@ _MAKE = {"kernel": make_kernel_inputs, "kernel-paged": make_paged_inputs, "kerne
 def on_device(inp, device: torch.device | None = None):
     """The input bundle with every tensor on `device` (the kernel device by default)."""
     device = kernel_device() if device is None else device
-    return replace(inp, **{f.name: getattr(inp, f.name).to(device) for f in fields(inp)
-                           if isinstance(getattr(inp, f.name), torch.Tensor)})
+    return replace(inp, cache=inp.cache.to(device), **{f.name: getattr(inp, f.name).to(device) for f in fields(inp)
+                                                        if isinstance(getattr(inp, f.name), torch.Tensor)})
 
 
 def kernel_inputs(case: Case):

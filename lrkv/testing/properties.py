@@ -133,7 +133,7 @@ class _Ctx:
 def oracle_bounds(case: Case, inp64: KernelInputs, c: float) -> dict[str, float]:
     """float64 rounding bounds of out and lse (lrkv.verify.bounds via the runner; lse = m + log l
     adds the rounding of a log over T_max terms)."""
-    return float64_bounds(case, kernel_conditioning(inp64.q, inp64.factored(), inp64.basis_k, inp64.basis_v,
+    return float64_bounds(case, kernel_conditioning(inp64.q, inp64.cache, inp64.basis_k, inp64.basis_v,
                                                      scale=inp64.scale), ("out", "lse"), c)
 
 
@@ -181,17 +181,19 @@ def split_tile_invariance(backend: Any, case: Case, *, policy=None, backend_ref:
 
 def _permute(inp: KernelInputs, batch: torch.Tensor | None, heads: torch.Tensor | None) -> KernelInputs:
     p = inp.clone()
+    c = p.cache
     if batch is not None:
-        for name in ("q", "shared_k", "shared_v", "latent_k", "latent_v", "key_scale", "lengths"):
-            t = getattr(p, name)
+        p.q = p.q[batch]
+        for name in ("shared_k", "shared_v", "latent_k", "latent_v", "key_scale", "lengths"):
+            t = getattr(c, name)
             if t is not None:
-                setattr(p, name, t[batch])
+                setattr(c, name, t[batch])
     if heads is not None:
         p.q = p.q[:, heads]  # [B, H, d_h]
-        p.latent_k, p.latent_v = p.latent_k[:, :, heads], p.latent_v[:, :, heads]  # [B, T, H, r]
+        c.latent_k, c.latent_v = c.latent_k[:, :, heads], c.latent_v[:, :, heads]  # [B, T, H, r]
         p.basis_k, p.basis_v = p.basis_k[heads], p.basis_v[heads]  # [H, d_h, r]
-        if p.key_scale is not None:
-            p.key_scale = p.key_scale[:, :, heads]  # [B, T, H]
+        if c.key_scale is not None:
+            c.key_scale = c.key_scale[:, :, heads]  # [B, T, H]
     return p
 
 
@@ -229,7 +231,7 @@ def _shifted(inp: KernelInputs, dtype: torch.dtype) -> tuple[KernelInputs, torch
     x = inp.to(torch.float64)
     q0 = x.q[:, 0]  # [B, d_h]
     w = SHIFT * q0 / (x.scale * q0.pow(2).sum(-1, keepdim=True).clamp_min(1e-30))  # [B, d_h]
-    x.shared_k = x.shared_k + w[:, None, :]
+    x.cache.shared_k = x.cache.shared_k + w[:, None, :]
     return x.to(dtype), torch.einsum("bhd,bd->bh", x.q, w) * x.scale
 
 

@@ -117,9 +117,9 @@ def oracle_decode():
 
 def oracle_reference(inputs) -> torch.Tensor | None:
     """The oracle's float64 output for tiny float64 kernel inputs; None when not applicable."""
-    B, T, H, r = inputs.latent_k.shape
+    B, T, H, r = inputs.cache.latent_k.shape
     if inputs.q.dtype != torch.float64 or B * T * H * (inputs.q.shape[-1] + r) > ORACLE_MAX_ELEMENTS:
         return None
     fn = oracle_decode()
-    return None if fn is None else fn(inputs.q, inputs.factored(), inputs.basis_k, inputs.basis_v,
+    return None if fn is None else fn(inputs.q, inputs.cache, inputs.basis_k, inputs.basis_v,
                                       scale=inputs.scale, rope=inputs.rope)[0]

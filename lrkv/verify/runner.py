@@ -30,7 +30,7 @@ import time
 import warnings
 import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 import torch
 
@@ -46,7 +46,7 @@ from .coverage import declined
 from .twins import changes_text, find_twin, forced_changes, twin_id
 from .isolation import Calls, Timeout, WorkerDied, default_mode, unusable
 from .server_properties import required as prop_required
-from .server_properties import declarations, plan, second_draws, selected
+from .server_properties import declarations, named_tensors, plan, second_draws, selected
 from .isolation import call_in_thread
 
 REASON_CHARS = 600  # keep reasons readable in a PR comment
@@ -312,8 +312,8 @@ def run_case(prep: Prepared, backend, label: str, tol: Tolerance, calls: Calls |
 
 def _same_shapes(a, b) -> bool:
     """Whether two input bundles' tensors have the same shapes (a second draw fits the buffers)."""
-    return all(not isinstance(getattr(a, f.name), torch.Tensor) or getattr(a, f.name).shape == getattr(b, f.name).shape
-               for f in fields(a))
+    ta, tb = named_tensors(a), named_tensors(b)
+    return ta.keys() == tb.keys() and all(t.shape == tb[n].shape for n, t in ta.items())
 
 
 def check_properties(prep: Prepared, backend, label: str, tol: Tolerance, calls: Calls, wanted: list[str],

@@ -155,23 +155,26 @@ def table(records: list[dict]) -> dict:
 
 
 # ----------------------------------------------------------------------------- in the worker
-def _tensors(inp) -> dict[str, torch.Tensor]:
+def named_tensors(inp) -> dict[str, torch.Tensor]:
     """Every tensor of an input bundle by name, an fp8 cache's scales included (named_tensors)."""
     if hasattr(inp, "named_tensors"):
         return inp.named_tensors()
     return {f.name: getattr(inp, f.name) for f in fields(inp) if isinstance(getattr(inp, f.name), torch.Tensor)}
 
 
-def _select_scales(inp, ix: torch.Tensor) -> dict:
-    """{'cache_scales': …} with the per-token scales of a contiguous cache at rows ix (none else)."""
-    scales = getattr(inp, "cache_scales", None)
-    if scales is None:
-        return {}
-    from ..reference.fp8_cache import CacheScales
-    from ..reference.fp8 import DYNAMIC_GRANULARITIES, PARTS
+def _select_cache(c, ix: torch.Tensor):
+    """The cache of sequences ix: a paged one keeps its pages (its lengths and page table
+    selected); a contiguous one's slots, key scales and per-token fp8 scales are selected."""
+    if c.paged:
+        return replace(c, lengths=c.lengths[ix], page_table=c.page_table[ix])
+    scales = c.scales
+    if scales is not None:
+        from ..reference.fp8_cache import CacheScales
+        from ..reference.fp8 import DYNAMIC_GRANULARITIES, PARTS
 
-    return {"cache_scales": CacheScales(scales.format, scales.granularity, **{
-        p: scales.of(p)[ix] if scales.granularity_of(p) in DYNAMIC_GRANULARITIES else scales.of(p) for p in PARTS})}
+        scales = CacheScales(scales.format, scales.granularity, **{
+            p: scales.of(p)[ix] if scales.granularity_of(p) in DYNAMIC_GRANULARITIES else scales.of(p) for p in PARTS})
+    return replace(c, lengths=c.lengths[ix], scales=scales, **{n: t[ix] for n, t in c.tensors().items()})
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -186,7 +189,7 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 def _storage_snapshot(inp) -> dict[str, torch.Tensor]:
     """A copy of every input tensor's whole storage (a strided view's padding included), as bytes."""
     return {name: torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage()).clone()
-            for name, t in _tensors(inp).items()}
+            for name, t in named_tensors(inp).items()}
 
 
 @contextlib.contextmanager
@@ -219,23 +222,14 @@ def _unwritten(plain: dict, poisoned: dict) -> str:
 def _select(level: str, inp, idx: list[int]):
     """The input bundle of sequences idx (in that order): a smaller or reordered batch."""
     ix = torch.tensor(idx, dtype=torch.long)
-    if level == "kernel":
-        batched = ("q", "shared_k", "shared_v", "latent_k", "latent_v", "lengths", "key_scale")
-        return replace(inp, **{n: getattr(inp, n)[ix] for n in batched if getattr(inp, n) is not None},
-                       **_select_scales(inp, ix))
-    if level == "kernel-paged":
-        return replace(inp, q=inp.q[ix], lengths=inp.lengths[ix], page_table=inp.page_table[ix])
-    cu = inp.cu_seqlens_q.tolist()  # kernel-extend: the query rows of each sequence, in order
+    cache = _select_cache(inp.cache, ix)
+    if level != "kernel-extend":
+        return replace(inp, q=inp.q[ix], cache=cache)
+    cu = inp.cu_seqlens_q.tolist()  # the query rows of each sequence, in order
     rows = torch.cat([torch.arange(cu[i], cu[i + 1]) for i in idx]) if idx else torch.zeros(0, dtype=torch.long)
     counts = torch.tensor([cu[i + 1] - cu[i] for i in idx], dtype=inp.cu_seqlens_q.dtype)
     new_cu = torch.cat([torch.zeros(1, dtype=counts.dtype), counts.cumsum(0).to(counts.dtype)])
-    change = {"q": inp.q[rows], "cu_seqlens_q": new_cu, "lengths": inp.lengths[ix]}
-    if inp.page_table is not None:
-        change["page_table"] = inp.page_table[ix]
-    else:
-        change.update({n: getattr(inp, n)[ix] for n in ("shared_k", "shared_v", "latent_k", "latent_v", "key_scale")
-                       if getattr(inp, n) is not None}, **_select_scales(inp, ix))
-    return replace(inp, **change)
+    return replace(inp, q=inp.q[rows], cu_seqlens_q=new_cu, cache=cache)
 
 
 def _rows(level: str, inp, outs: dict, b: int) -> dict:
@@ -250,9 +244,9 @@ def _modified(level: str, inp, lengths=None, drop_first_query: int | None = None
     """The whole batch with one neighbour changed: `lengths` new (a shorter sequence — its last
     slot becomes garbage that holds data), or sequence `drop_first_query`'s first new token
     dropped (kernel-extend: the remaining queries keep their positions)."""
-    out = _select(level, inp, list(range(int(inp.lengths.shape[0]))))
+    out = _select(level, inp, list(range(int(inp.cache.lengths.shape[0]))))
     if lengths is not None:
-        return replace(out, lengths=torch.tensor(lengths, dtype=inp.lengths.dtype))
+        return replace(out, cache=replace(out.cache, lengths=torch.tensor(lengths, dtype=inp.cache.lengths.dtype)))
     cu = inp.cu_seqlens_q.tolist()
     keep = torch.ones(cu[-1], dtype=torch.bool)
     keep[cu[drop_first_query]] = False
@@ -270,8 +264,8 @@ def batch_variants(level: str, inp, seed: int) -> list[tuple[str, list[int], int
     token shorter (the total and the longest length move by one; FA3's scheduler changed a
     decode row when an unrelated prefill grew from 9 to 10 tokens), and at the extend level a
     neighbour with one new token fewer. docs/harness.md says which split-count rules this meets."""
-    B = int(inp.lengths.shape[0])
-    lengths = inp.lengths.tolist()
+    B = int(inp.cache.lengths.shape[0])
+    lengths = inp.cache.lengths.tolist()
     rng = random.Random(seed)
 
     def shuffled(idx: list[int]) -> list[int]:
@@ -366,8 +360,8 @@ def run_properties(backend, case, inputs, second, wanted: list[str], every_varia
             return ("fail", f"torch.compile(fullgraph=True) failed: {type(e).__name__}: {str(e)[:300]}")
 
     def same_buffers():  # last: it overwrites the buffers
-        dst = _tensors(buffers)
-        for name, t in _tensors(second).items():
+        dst = named_tensors(buffers)
+        for name, t in named_tensors(second).items():
             if dst[name].shape != t.shape:
                 raise ValueError(f"second draw: {name} has shape {list(t.shape)}, the buffers {list(dst[name].shape)}")
             dst[name].copy_(t)  # same storage, same pointers, new data

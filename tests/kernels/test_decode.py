@@ -22,7 +22,6 @@ pytestmark = pytest.mark.equivalence
 
 LOW = (torch.bfloat16, torch.float16)
 TIGHT = (torch.float64, torch.float32)
-CACHE = ("shared_k", "shared_v", "latent_k", "latent_v", "key_scale")
 
 
 @pytest.mark.parametrize("dtype", TIGHT, ids=str)
@@ -86,10 +85,10 @@ def test_near_cancelling_keys(dtype):
 def _garbage(inp, value: float):
     """The inputs with `value` in every cache slot past each length (the Case's garbage is NaN
     or large finite noise; inf and -1e30 are this test's own)."""
-    T = inp.shared_k.shape[1]
-    past = torch.arange(T, device=inp.lengths.device)[None, :] >= inp.lengths[:, None]  # [B, T]
+    T = inp.cache.shared_k.shape[1]
+    past = torch.arange(T, device=inp.cache.lengths.device)[None, :] >= inp.cache.lengths[:, None]  # [B, T]
     fill = lambda t: t.masked_fill(past.reshape(*past.shape, *([1] * (t.dim() - 2))), value)  # noqa: E731
-    return replace(inp, **{n: fill(getattr(inp, n)) for n in CACHE if getattr(inp, n) is not None})
+    return replace(inp, cache=replace(inp.cache, **{n: fill(t) for n, t in inp.cache.tensors().items()}))
 
 
 @pytest.mark.parametrize("garbage", [float("nan"), float("inf"), -1e30], ids=["nan", "inf", "huge"])
@@ -106,7 +105,7 @@ def test_empty_and_length_one_sequences():
     out, lse = check(decode_attention, case, inputs=inp, num_splits=3)
     assert torch.all(out[[0, 2]] == 0) and torch.all(lse[[0, 2]] == float("-inf"))
     # one token: softmax weight 1, out = v_0 of that head exactly (to rounding)
-    v0 = inp.shared_v[1, 0] + (inp.basis_v @ inp.latent_v[1, 0, :, :, None]).squeeze(-1)  # [H, d_h]
+    v0 = inp.cache.shared_v[1, 0] + (inp.basis_v @ inp.cache.latent_v[1, 0, :, :, None]).squeeze(-1)  # [H, d_h]
     torch.testing.assert_close(out[1], v0, rtol=0, atol=1e-14)
 
 
@@ -133,7 +132,7 @@ def test_strided_inputs():
     inp = kernel_inputs(case)
     t_mem = lambda t: t.transpose(1, 2).contiguous().transpose(1, 2)  # noqa: E731
     inp = replace(inp, q=t_mem(inp.q), basis_k=t_mem(inp.basis_k))
-    assert not inp.q.is_contiguous() and not inp.latent_k.is_contiguous() and not inp.shared_v.is_contiguous()
+    assert not inp.q.is_contiguous() and not inp.cache.latent_k.is_contiguous() and not inp.cache.shared_v.is_contiguous()
     check(decode_attention, case, inputs=inp, num_splits=2)
 
 

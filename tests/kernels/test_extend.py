@@ -92,7 +92,7 @@ def test_causal_first_query_sees_one_slot_and_groups_agree():
     case = extend_case([17], H=3, d_h=16, r=4, lengths=[17], seed=33)
     inp = kernel_inputs(case)
     out = inp.call(extend_attention, group_size=3, block_t=16)[0]
-    v0 = inp.shared_v[0, 0] + torch.einsum("hdr,hr->hd", inp.basis_v, inp.latent_v[0, 0])
+    v0 = inp.cache.shared_v[0, 0] + torch.einsum("hdr,hr->hd", inp.basis_v, inp.cache.latent_v[0, 0])
     torch.testing.assert_close(out[0], v0, rtol=0, atol=1e-14)
     last4 = replace(inp, q=inp.q[-4:], cu_seqlens_q=torch.tensor([0, 4], dtype=torch.int32, device=inp.q.device))
     torch.testing.assert_close(last4.call(extend_attention, group_size=2, block_t=16)[0], out[-4:], rtol=0,

@@ -27,7 +27,7 @@ def fp8_kernel_args(fmt, paged=False):
     case = kernel_case(H=3, d_h=16, r=4, lengths=[8, 3], seed=30,
                        **(dict(level="kernel-paged", page_size=4) if paged else {}))
     inp = kernel_inputs(case)
-    named = {p: getattr(inp, p) for p in ("q", *PARTS, "basis_k", "basis_v", "lengths")}
+    named = {p: inp.named_tensors()[p] for p in ("q", *PARTS, "basis_k", "basis_v", "lengths")}
     if not paged:  # contiguous: quantize properly (the refusal must not depend on the values)
         stored, _ = quantize_cache({p: named[p] for p in PARTS}, named["lengths"], fmt, PER_TOKEN_HEAD)
         named.update(stored)
@@ -54,7 +54,7 @@ def test_paged_decode_refuses_fp8_without_scales():
     d, inp = fp8_kernel_args(E4M3, paged=True)
     args = [d[k] for k in ("q", *PARTS, "basis_k", "basis_v", "lengths")]
     with pytest.raises(TypeError, match=REFUSED):
-        paged_decode_attention(*args, inp.page_table, scale=0.25)
+        paged_decode_attention(*args, inp.cache.page_table, scale=0.25)
 
 
 def test_appends_refuse_fp8_caches_without_scales():

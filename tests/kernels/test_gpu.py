@@ -165,17 +165,17 @@ def test_page_pool_past_int32_with_pages_at_its_end():
                        dtype=torch.bfloat16, seed=59)
     small = kernel_inputs(case)
     want = check(paged_decode_attention, case, small)
-    p_small = small.shared_k.shape[0]
-    p_big = -(-POOL_ELEMENTS // small.shared_k[0].numel()) + p_small
+    p_small = small.cache.shared_k.shape[0]
+    p_big = -(-POOL_ELEMENTS // small.cache.shared_k[0].numel()) + p_small
     big = {}
     for name in ("shared_k", "shared_v", "latent_k", "latent_v"):
-        t = getattr(small, name)
+        t = getattr(small.cache, name)
         pool = torch.full((p_big, *t.shape[1:]), float("nan"), dtype=t.dtype, device=t.device)
         pool[p_big - p_small:] = t  # the small pool's pages, moved to the end
         big[name] = pool
     assert big["shared_k"].numel() > 2**31 and big["latent_k"].numel() > 2**31
-    moved = replace(small, page_table=small.page_table + (p_big - p_small), **big)
-    assert int(moved.page_table.max()) * big["shared_k"][0].numel() > 2**31 - 1
+    moved = replace(small, cache=replace(small.cache, page_table=small.cache.page_table + (p_big - p_small), **big))
+    assert int(moved.cache.page_table.max()) * big["shared_k"][0].numel() > 2**31 - 1
     got = moved.call(paged_decode_attention)
     del big, moved
     for name, g, w in zip(("out", "lse"), got, want):

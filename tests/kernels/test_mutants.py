@@ -78,7 +78,7 @@ def test_read_past_length_stays_in_bounds_when_paged():
     # (NaN garbage, or a valid-looking but foreign slot), never a crash.
     case = kernel_case(level="kernel-paged", page_size=16, H=2, d_h=16, r=4, lengths=[32, 16], seed=41)
     p = kernel_inputs(case)
-    p.page_table[1, 1] = -1  # sequence 1 (length 16) owns only page 0: slot 16 has no page (a server's table)
+    p.cache.page_table[1, 1] = -1  # sequence 1 (length 16) owns only page 0: slot 16 has no page (a server's table)
     good, _ = p.call(paged_decode_attention)
     bad, _ = p.call(paged_decode_attention, mutant="read_past_length")
     assert torch.isfinite(good).all()

@@ -20,10 +20,11 @@ pytestmark = pytest.mark.equivalence
 def drop_unused(p):
     """Point the pages past each length nowhere (-1), as a server would (the Case's table
     lists every page of the allocation)."""
-    page = p.shared_k.shape[1]
-    needed = -(-p.lengths.long() // page)  # [B]
-    cols = torch.arange(p.page_table.shape[1], device=needed.device)[None, :]
-    return replace(p, page_table=torch.where(cols < needed[:, None], p.page_table, -1).to(torch.int32))
+    page = p.cache.shared_k.shape[1]
+    needed = -(-p.cache.lengths.long() // page)  # [B]
+    cols = torch.arange(p.cache.page_table.shape[1], device=needed.device)[None, :]
+    return replace(p, cache=replace(p.cache, page_table=torch.where(cols < needed[:, None], p.cache.page_table, -1)
+                                                  .to(torch.int32)))
 
 
 @pytest.mark.parametrize("page_size", [1, 16])
@@ -57,7 +58,7 @@ def test_shared_prefix_pages():
     case = kernel_case(level="kernel-paged", page_size=16, shared_prefix=32, H=2, d_h=16, r=4, lengths=[32, 32],
                        seed=23)
     p = kernel_inputs(case)
-    assert torch.equal(p.page_table[0], p.page_table[1])
+    assert torch.equal(p.cache.page_table[0], p.cache.page_table[1])
     check(paged_decode_attention, case, inputs=p)
 
 
@@ -65,12 +66,12 @@ def test_to_contiguous_roundtrip_keeps_nan_garbage():
     # FactoredCache.paginate (the bench's and paged_append's paging) and its gather through
     # the page table are inverses on every slot inside a length
     inp = kernel_inputs(kernel_case(H=2, d_h=16, r=3, lengths=[20, 5], seed=24))
-    paged = FactoredCache(inp.shared_k, inp.shared_v, inp.latent_k, inp.latent_v, inp.lengths).paginate(
+    paged = inp.cache.paginate(
         4, generator=torch.Generator().manual_seed(0))
     back = paged.gather()
     sk, lv = back.shared_k, back.latent_v
-    assert torch.equal(sk.isnan(), inp.shared_k.isnan())
-    torch.testing.assert_close(lv, inp.latent_v, equal_nan=True, rtol=0, atol=0)
+    assert torch.equal(sk.isnan(), inp.cache.shared_k.isnan())
+    torch.testing.assert_close(lv, inp.cache.latent_v, equal_nan=True, rtol=0, atol=0)
     # pages owned by nobody are NaN
     owned = torch.zeros(paged.num_pages, dtype=torch.bool)
     owned[paged.page_table.flatten().long().cpu()] = True

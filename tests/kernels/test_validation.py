@@ -3,7 +3,7 @@ problem (an out-of-bounds access must be impossible), and the CPU fallback says 
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 
 import pytest
 import torch
@@ -26,7 +26,7 @@ def case():
 def inputs(case) -> dict:
     """The case's decode arguments by name (q, ..., lengths, scale, key_scale, rope)."""
     inp = kernel_inputs(case)
-    return {f.name: getattr(inp, f.name) for f in fields(inp)}
+    return dict(zip(NAMES, inp.args()), key_scale=inp.cache.key_scale, scale=inp.scale, rope=inp.rope)
 
 
 def call(case, **over):
@@ -103,22 +103,22 @@ def test_wrong_device_refused(case):
 def test_page_table_checked_before_launch():
     case = kernel_case(level="kernel-paged", page_size=4, H=3, d_h=16, r=4, lengths=[8, 3], seed=30)
     p = kernel_inputs(case)
-    n_pages = p.shared_k.shape[0]
-    bad = p.page_table.clone()
+    n_pages = p.cache.shared_k.shape[0]
+    bad = p.cache.page_table.clone()
     bad[1, 0] = n_pages  # sequence 1 (length 3) reads page 0 of its table
     with pytest.raises(ValueError, match=rf"page_table\[1, 0\] = {n_pages} is outside"):
-        replace(p, page_table=bad).call(paged_decode_attention)
+        replace(p, cache=replace(p.cache, page_table=bad)).call(paged_decode_attention)
     with pytest.raises(TypeError, match="page_table must be int32"):
-        replace(p, page_table=p.page_table.long()).call(paged_decode_attention)
+        replace(p, cache=replace(p.cache, page_table=p.cache.page_table.long())).call(paged_decode_attention)
     with pytest.raises(ValueError, match=r"lengths must lie in \[0, max_pages\*page_size=8\]"):
-        replace(p, lengths=p.lengths + 1).call(paged_decode_attention)
-    twice = p.page_table.clone()
+        replace(p, cache=replace(p.cache, lengths=p.cache.lengths + 1)).call(paged_decode_attention)
+    twice = p.cache.page_table.clone()
     twice[0, 1] = twice[0, 0]  # sequence 0 (length 8) would read one page for slots 0..3 and 4..7
     with pytest.raises(ValueError, match=r"page_table\[0, 1\] = \d+ repeats page_table\[0, 0\]"):
-        replace(p, page_table=twice).call(paged_decode_attention)
-    unused = p.page_table.clone()
+        replace(p, cache=replace(p.cache, page_table=twice)).call(paged_decode_attention)
+    unused = p.cache.page_table.clone()
     unused[1, 1] = -1  # page 1 of sequence 1 covers slots 4..7, past its length: never read
-    out, lse = replace(p, page_table=unused).call(paged_decode_attention)
+    out, lse = replace(p, cache=replace(p.cache, page_table=unused)).call(paged_decode_attention)
     assert_passes(case, out=out, lse=lse)
 
 

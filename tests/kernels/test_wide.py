@@ -47,8 +47,9 @@ def test_wide_matches_oracle_and_per_head(layout, dtype, rope, key_scale):
     skip_float64_wide_natively(dtype)
     case = kernel_case(H=5, d_h=32, r=7, lengths=[40, 17, 0], dtype=dtype, key_scale=key_scale, rope=rope, seed=21)
     inp = kernel_inputs(case)
-    inp = replace(inp, latent_k=LAYOUTS[layout](inp.latent_k), latent_v=LAYOUTS[layout](inp.latent_v))
-    assert hr_contiguous(inp.latent_k, inp.latent_v) == (layout == "contiguous")
+    c = inp.cache
+    inp = replace(inp, cache=replace(c, latent_k=LAYOUTS[layout](c.latent_k), latent_v=LAYOUTS[layout](c.latent_v)))
+    assert hr_contiguous(inp.cache.latent_k, inp.cache.latent_v) == (layout == "contiguous")
     wide = check(decode_attention, case, inputs=inp, private="wide", num_splits=2)
     per_head = check(decode_attention, case, inputs=inp, private="per_head", num_splits=2)
     for a, b in zip(wide, per_head):  # two orders of the same sums: agree to rounding
@@ -82,7 +83,7 @@ def test_wide_paged_matches_contiguous():
                        key_scale=True, rope="exact", dtype=dtype)
     p = kernel_inputs(case)
     out, lse = check(paged_decode_attention, case, inputs=p, private="wide")
-    ref_out, ref_lse = attend(p.q, p.factored().gather(), p.basis_k, p.basis_v, scale=p.scale, rope=p.rope,
+    ref_out, ref_lse = attend(p.q, p.cache.gather(), p.basis_k, p.basis_v, scale=p.scale, rope=p.rope,
                               private="per_head")  # the pages gathered back
     torch.testing.assert_close(out, ref_out, rtol=0, atol=AGREE_ATOL[dtype])
     torch.testing.assert_close(lse, ref_lse, rtol=0, atol=AGREE_ATOL[dtype])
@@ -101,11 +102,11 @@ def test_paged_tiles_inside_one_page(page_size, num_splits, whole_tiles, private
     case = kernel_case(level="kernel-paged", page_size=page_size, H=5, d_h=16, r=6, lengths=[96, 37, 0], seed=28,
                        key_scale=True, dtype=dtype)
     p = kernel_inputs(case)
-    p.page_table[1, -(-37 // page_size):] = -1  # never read: past sequence 1's length (a server's table)
+    p.cache.page_table[1, -(-37 // page_size):] = -1  # never read: past sequence 1's length (a server's table)
     split_size = None if num_splits is None else -(-T // num_splits)
     assert tile_in_page(page_size, 16, split_size) == whole_tiles
     out, lse = check(paged_decode_attention, case, inputs=p, block_t=16, num_splits=num_splits, private=private)
-    ref_out, ref_lse = attend(p.q, p.factored().gather(), p.basis_k, p.basis_v, scale=p.scale, rope=p.rope,
+    ref_out, ref_lse = attend(p.q, p.cache.gather(), p.basis_k, p.basis_v, scale=p.scale, rope=p.rope,
                               private="per_head", block_t=16)
     torch.testing.assert_close(out, ref_out, rtol=0, atol=AGREE_ATOL[dtype])
     torch.testing.assert_close(lse, ref_lse, rtol=0, atol=AGREE_ATOL[dtype])
@@ -122,8 +123,9 @@ def test_wide_nan_garbage_in_neighbouring_heads_not_read():
         big[:, :, :4] = t
         return big[:, :, :4]
 
-    inp = replace(inp, latent_k=fifth_head_nan(inp.latent_k), latent_v=fifth_head_nan(inp.latent_v))
-    assert hr_contiguous(inp.latent_k, inp.latent_v)
+    c = inp.cache
+    inp = replace(inp, cache=replace(c, latent_k=fifth_head_nan(c.latent_k), latent_v=fifth_head_nan(c.latent_v)))
+    assert hr_contiguous(inp.cache.latent_k, inp.cache.latent_v)
     for g in (1, 2, 3, 4):
         out, _ = check(decode_attention, case, inputs=inp, private="wide", group_size=g)
         assert torch.isfinite(out).all()

@@ -21,10 +21,10 @@ def random_factored_inputs(
     case = Case("kernel", AttentionSpec.lrkv(H, d_h, r, qk_norm=key_scale), dtype_name(dtype),
                 tuple(lengths if lengths is not None else [T] * B), T, seed=seed)
     inp = make_kernel_inputs(case)
-    out = {k: getattr(inp, k) for k in ("q", "shared_k", "shared_v", "latent_k", "latent_v", "basis_k", "basis_v",
-                                         "lengths")}
+    out = {k: inp._get(k) for k in ("q", "shared_k", "shared_v", "latent_k", "latent_v", "basis_k", "basis_v",
+                                     "lengths")}
     if key_scale:
-        out["key_scale"] = inp.key_scale
+        out["key_scale"] = inp.cache.key_scale
     return out
 
 

@@ -90,17 +90,17 @@ def test_a_bad_fp8_case_is_refused_naming_the_field(bad, match):
 def test_an_fp8_case_hands_the_backend_an_fp8_cache_with_its_scales(level, gran):
     case = fp8_case(level, "float8_e5m2", gran, outliers=True)
     inp = make_inputs(case)
-    assert {inp.shared_k.dtype, inp.latent_v.dtype} == {torch.float8_e5m2} and inp.q.dtype == torch.bfloat16
+    assert {inp.cache.shared_k.dtype, inp.cache.latent_v.dtype} == {torch.float8_e5m2} and inp.q.dtype == torch.bfloat16
     assert inp.kwargs()["cache_scales"].granularity == gran
     # the parts have their own ranges: every scale differs from the others
-    s = inp.cache_scales
+    s = inp.cache.scales
     if gran == "per_tensor":
         assert len({float(s.of(p)) for p in ("shared_k", "shared_v", "latent_k", "latent_v")}) == 4
     # unused slots hold the format's NaN pattern
-    assert torch.isnan(inp.shared_k.to(torch.float32)).any()
+    assert torch.isnan(inp.cache.shared_k.to(torch.float32)).any()
     # without fp8 nothing new reaches the backend's call
     plain = make_inputs(case.replace(cache_format="", scale_granularity=""))
-    assert "cache_scales" not in plain.kwargs() and plain.shared_k.dtype == torch.bfloat16
+    assert "cache_scales" not in plain.kwargs() and plain.cache.shared_k.dtype == torch.bfloat16
 
 
 def test_err_base_is_dequantize_then_attend_at_tau_so_eager_passes_and_the_kernel_is_not_excused():
@@ -217,7 +217,7 @@ def test_a_rank_0_fp8_case_has_empty_latent_groups_and_still_runs():
                 scale_granularity="per_token_head", outliers=True)
     (rec,) = run([case], [("eager", get_backend("eager"))], load_policy(), isolation="inprocess", properties=False)
     assert rec["status"] == "pass", rec["reason"]
-    assert (make_inputs(case).cache_scales.latent_k[0, :5] == 1.0).all()  # an empty group's scale is 1
+    assert (make_inputs(case).cache.scales.latent_k[0, :5] == 1.0).all()  # an empty group's scale is 1
 
 
 def test_the_plugin_suite_draws_fp8_cases_and_says_no_to_a_mutant():

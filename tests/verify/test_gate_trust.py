@@ -886,8 +886,8 @@ def test_the_grid_exercises_rope_theta_and_strided_layouts():
     strided = [c for c in grid if c.layout == "strided"]
     assert strided
     inp = make_kernel_inputs(strided[0])
-    assert not inp.latent_v.is_contiguous() and not inp.shared_k.is_contiguous()
-    assert inp.clone().latent_v.stride() == inp.latent_v.stride()  # the backend gets the layout as drawn
+    assert not inp.cache.latent_v.is_contiguous() and not inp.cache.shared_k.is_contiguous()
+    assert inp.clone().cache.latent_v.stride() == inp.cache.latent_v.stride()  # the backend gets the layout as drawn
 
 
 @pytest.mark.parametrize("mutant", ["IgnoresRopeTheta", "AssumesContiguousLatents"])

@@ -201,8 +201,8 @@ def test_inputs_are_rounded_and_garbage_is_nan():
     case = Case("kernel", AttentionSpec.lrkv(2, 8, 3, qk_norm=True), "bfloat16", (2, 5), 6)
     inp = make_kernel_inputs(case)
     assert all(t.dtype == torch.bfloat16 for t in inp.args() if t.is_floating_point())
-    assert inp.shared_k[0, 2:].isnan().all() and inp.shared_k[0, :2].isfinite().all()
-    assert inp.key_scale[1, 5:].isnan().all()
+    assert inp.cache.shared_k[0, 2:].isnan().all() and inp.cache.shared_k[0, :2].isfinite().all()
+    assert inp.cache.key_scale[1, 5:].isnan().all()
     layer = make_layer_inputs(Case("layer", AttentionSpec.lrkv(2, 8, 3), "float32", (2, 5), 6))
     assert layer.cache.lengths.tolist() == [1, 4] and layer.positions.tolist() == [1, 4]
     assert layer.cache.latent_k[0, 1:].isnan().all()

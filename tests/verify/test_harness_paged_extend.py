@@ -52,14 +52,14 @@ def test_case_json_round_trip():
 def test_paged_inputs_shuffle_share_and_fill_unused_pages_with_nan():
     case = Case.flat("kernel-paged", SPEC, "float64", (9, 8, 0), 12, page_size=4, shared_prefix=8)
     inp = make_paged_inputs(case)
-    table = inp.page_table
+    table = inp.cache.page_table
     assert table.dtype == torch.int32 and table.shape == (3, 3)
     assert torch.equal(table[0, :2], table[1, :2])  # the common prefix: the same physical pages
     read = {int(table[b, i]) for b, n in enumerate(case.lengths) for i in range(-(-n // 4))}
-    unused = [p for p in range(inp.shared_k.shape[0]) if p not in read]
+    unused = [p for p in range(inp.cache.shared_k.shape[0]) if p not in read]
     assert len(unused) >= 2 + 2 + 3  # spare pages, sequence 1's own prefix copies, the empty sequence's
-    assert inp.shared_k[unused].isnan().all() and inp.latent_v[unused].isnan().all()
-    in_order = make_paged_inputs(case.replace(page_shuffle=False, shared_prefix=0)).page_table
+    assert inp.cache.shared_k[unused].isnan().all() and inp.cache.latent_v[unused].isnan().all()
+    in_order = make_paged_inputs(case.replace(page_shuffle=False, shared_prefix=0)).cache.page_table
     assert in_order.flatten().tolist() == list(range(9)) and not torch.equal(table, in_order)
 
 
@@ -67,9 +67,9 @@ def test_extend_inputs_are_ragged_last_tokens():
     case = Case.flat("kernel-extend", SPEC, "float32", (9, 8, 4), 12, n_new=(3, 0, 4), page_size=5)
     inp = make_extend_inputs(case)
     assert inp.q.shape == (7, 2, 8) and inp.cu_seqlens_q.tolist() == [0, 3, 3, 7]
-    assert inp.page_table is not None and inp.q.dtype == torch.float32
+    assert inp.cache.page_table is not None and inp.q.dtype == torch.float32
     contiguous = make_extend_inputs(case.replace(page_size=0))
-    assert contiguous.page_table is None and torch.equal(contiguous.q, inp.q)
+    assert contiguous.cache.page_table is None and torch.equal(contiguous.q, inp.q)
 
 
 def test_default_grid_covers_paged_and_extend():

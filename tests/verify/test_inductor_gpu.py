@@ -78,7 +78,7 @@ def test_inputs_already_on_the_gpu_stay_there(mode):
     inp = make_kernel_inputs(case)
     on_cpu = inp.call(b.decode_attention)
     cuda = inp.map(lambda t: t.cuda())
-    cuda.lengths = inp.lengths.cuda()
+    cuda.cache.lengths = inp.cache.lengths.cuda()
     out, lse = cuda.call(b.decode_attention)
     assert out.device.type == "cuda" and lse.device.type == "cuda"
     assert torch.equal(out.cpu(), on_cpu[0]) and torch.equal(lse.cpu(), on_cpu[1])  # the same graph ran

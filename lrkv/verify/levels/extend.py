@@ -18,43 +18,32 @@ import torch
 
 from ...reference import extend as ref_extend
 from ...reference.extend import query_positions
-from ...reference.fp8_cache import CacheScales
+from ...reference.cache import FactoredCache
+from ...reference.fp8 import PARTS
 from ...reference.rope import ExactRope
 from ..bounds import kernel_conditioning
 from ..case import Case
 from . import Level
 from .contract import call_out_lse, oracle_path, out_lse_outputs
 from .inputs import ContractInputs
-from .fp8_inputs import dequantized, per_token_scales, with_scales
+from .fp8_inputs import dequantized
 from .kernel import draw_kernel_inputs, quantized
-from .paged import CACHE, paginate
+from .paged import paged_cache
 
 @dataclass
 class ExtendInputs(ContractInputs):
-    """The arguments of the extend contract (DESIGN §4); page_table None: contiguous cache."""
+    """The arguments of the extend contract (DESIGN §4); the cache contiguous, or paged (its
+    page table a keyword); its lengths include the new tokens."""
 
     q: torch.Tensor  # [N, H, d_h]
     cu_seqlens_q: torch.Tensor  # [B+1] int32
-    shared_k: torch.Tensor  # [B, T_max, d_h] or pages [P, page, d_h]
-    shared_v: torch.Tensor
-    latent_k: torch.Tensor  # [B, T_max, H, r] or pages [P, page, H, r]
-    latent_v: torch.Tensor
+    cache: FactoredCache
     basis_k: torch.Tensor  # [H, d_h, r]
     basis_v: torch.Tensor
-    lengths: torch.Tensor  # [B] int32, the new tokens included
     scale: float
-    key_scale: torch.Tensor | None = None
     rope: ExactRope | None = None
-    page_table: torch.Tensor | None = None  # [B, max_pages] int32
-    cache_scales: CacheScales | None = None  # an fp8 cache's scales (per-token ones paged with the cache)
-
-    def args(self) -> tuple:
-        return (self.q, self.cu_seqlens_q, self.shared_k, self.shared_v, self.latent_k, self.latent_v,
-                self.basis_k, self.basis_v, self.lengths)
-
-    def kwargs(self) -> dict:
-        return {"scale": self.scale, "key_scale": self.key_scale, "rope": self.rope, "page_table": self.page_table,
-                **self.fp8_kwargs()}
+    ARGS = ("q", "cu_seqlens_q", *PARTS, "basis_k", "basis_v", "lengths")
+    PAGE_TABLE_KW = True
 
 
 def make_extend_inputs(case: Case, quantize: bool = True) -> ExtendInputs:
@@ -69,20 +58,15 @@ def make_extend_inputs(case: Case, quantize: bool = True) -> ExtendInputs:
     cu = torch.tensor([0, *torch.tensor(case.extend.n_new).cumsum(0).tolist()], dtype=torch.int32)
     if case.cache_fp8 and quantize:  # quantized as a contiguous cache (then paged with its per-token scales)
         inp = quantized(case, inp.to(case.torch_dtype))
-    cache = {n: getattr(inp, n) for n in CACHE} | per_token_scales(inp.cache_scales)
-    table = None
-    if case.pages and case.pages.size:
-        cache, table = paginate(case, cache)
-    return ExtendInputs(q=q, cu_seqlens_q=cu, basis_k=inp.basis_k, basis_v=inp.basis_v, lengths=inp.lengths,
-                        scale=inp.scale, rope=inp.rope, key_scale=cache.get("key_scale"), page_table=table,
-                        cache_scales=inp.cache_scales and with_scales(inp.cache_scales, cache),
-                        **{n: cache[n] for n in CACHE[:4]}).to(case.torch_dtype)
+    cache = paged_cache(case, inp.cache) if case.pages and case.pages.size else inp.cache
+    return ExtendInputs(q=q, cu_seqlens_q=cu, cache=cache, basis_k=inp.basis_k, basis_v=inp.basis_v,
+                        scale=inp.scale, rope=inp.rope).to(case.torch_dtype)
 
 
 def _conditioning(inp: ExtendInputs, case: Case):
     """Each query is a decode over its sequence's first p + 1 slots: condition that decode."""
-    c = dequantized(inp.factored()).gather()
-    seq, pos = query_positions(inp.cu_seqlens_q, inp.lengths)
+    c = dequantized(inp.cache).gather()
+    seq, pos = query_positions(inp.cu_seqlens_q, c.lengths)
     per_query = replace(c, lengths=pos + 1, **{n: t[seq] for n, t in c.tensors().items()})  # [N, T, ...]
     return kernel_conditioning(inp.q, per_query, inp.basis_k, inp.basis_v, scale=inp.scale)
 

@@ -13,8 +13,7 @@ from dataclasses import fields, replace
 import torch
 
 from ...reference.cache import FactoredCache
-from ...reference.fp8 import PARTS, is_fp8
-from ...reference.fp8_cache import dequantize_cache
+from ...reference.fp8 import is_fp8
 from ...reference.lrkv import project_token
 from ...reference.weights import LRKVWeights, init_lrkv_weights
 from ..case import Case
@@ -23,9 +22,22 @@ FINITE_GARBAGE = 1.0e4  # scale of finite garbage (nan_garbage=False): reading i
 
 
 class ContractInputs:
-    """What every contract's argument bundle (decode, paged decode, extend; DESIGN §4) does
-    with its fields: call a backend entry point, map the float tensors, copy. A subclass is
-    a dataclass that defines args() and kwargs()."""
+    """What every contract's argument bundle (decode, paged decode, extend; DESIGN §4) does:
+    a dataclass with a `cache: FactoredCache` field whose ARGS name its positional arguments
+    (its own fields or the cache's) and whose PAGE_TABLE_KW says whether the page table
+    travels as a keyword (extend)."""
+
+    ARGS: tuple[str, ...] = ()
+    PAGE_TABLE_KW = False
+
+    def _get(self, name: str):
+        return getattr(self, name) if name in self.__dataclass_fields__ else getattr(self.cache, name)
+
+    def args(self) -> tuple:
+        return tuple(self._get(n) for n in self.ARGS)
+
+    def kwargs(self) -> dict:
+        return {"scale": self.scale, "rope": self.rope, **self.cache.contract_kwargs(page_table=self.PAGE_TABLE_KW)}
 
     def call(self, fn, **extra):
         """fn(*contract args, **contract kwargs, **extra)."""
@@ -34,49 +46,35 @@ class ContractInputs:
     def map(self, f):
         """Apply f to every float tensor at compute precision (lengths, page tables, cu_seqlens,
         an fp8 cache's parts and its float32 scales untouched: they are stored, not computed)."""
-        return replace(self, **{fl.name: f(v) for fl in fields(self)
-                                if isinstance(v := getattr(self, fl.name), torch.Tensor) and v.is_floating_point()
-                                and not is_fp8(v.dtype)})
+        def mapped(obj, names):
+            return {n: f(v) for n in names if isinstance(v := getattr(obj, n), torch.Tensor)
+                    and v.is_floating_point() and not is_fp8(v.dtype)}
+        return replace(self, cache=replace(self.cache, **mapped(self.cache, self.cache.tensors())),
+                       **mapped(self, [fl.name for fl in fields(self)]))
 
     def to(self, dtype: torch.dtype):
         return self.map(lambda t: t.to(dtype))
 
     def clone(self):
         """A copy with the SAME strides (a strided layout must reach the backend as drawn)."""
-        copies = {fl.name: clone_strided(v) for fl in fields(self) if isinstance(v := getattr(self, fl.name), torch.Tensor)}
-        scales = getattr(self, "cache_scales", None)
-        if scales is not None:
-            copies["cache_scales"] = scales.clone()
-        return replace(self, **copies)
+        c = self.cache
+        cache = replace(c, scales=c.scales and c.scales.clone(),
+                        **{f.name: clone_strided(v) for f in fields(c) if isinstance(v := getattr(c, f.name), torch.Tensor)})
+        return replace(self, cache=cache, **{f.name: clone_strided(v) for f in fields(self)
+                                             if isinstance(v := getattr(self, f.name), torch.Tensor)})
 
     def named_tensors(self) -> dict[str, torch.Tensor]:
-        """Every tensor the backend is handed, by name — an fp8 cache's scales as
+        """Every tensor the backend is handed, by its contract name — an fp8 cache's scales as
         'cache_scales.<part>' (what the server properties snapshot and overwrite)."""
-        out = {fl.name: v for fl in fields(self) if isinstance(v := getattr(self, fl.name), torch.Tensor)}
-        scales = getattr(self, "cache_scales", None)
-        if scales is not None:
-            out.update({f"cache_scales.{p}": t for p, t in scales.tensors().items()})
+        out = {n: v for n in (*self.ARGS, "key_scale", "page_table") if isinstance(v := self._get(n), torch.Tensor)}
+        if self.cache.scales is not None:
+            out.update({f"cache_scales.{p}": t for p, t in self.cache.scales.tensors().items()})
         return out
 
     def dequantize_to(self, dtype: torch.dtype):
         """The bundle with an fp8 cache dequantized to dtype (stored × scale, rounded once) and
         no scales: what a dequantize-then-attend path at dtype reads. Unchanged without fp8."""
-        scales = getattr(self, "cache_scales", None)
-        if scales is None:
-            return self
-        parts = dequantize_cache(scales, dtype, *(getattr(self, p) for p in PARTS))
-        return replace(self, cache_scales=None, **dict(zip(PARTS, parts)))
-
-    def factored(self) -> FactoredCache:
-        """The bundle's cache tensors as one FactoredCache (paged when it has a page table)."""
-        return FactoredCache(*(getattr(self, p) for p in PARTS), self.lengths, self.key_scale, self.cache_scales,
-                             getattr(self, "page_table", None))
-
-    def fp8_kwargs(self) -> dict:
-        """{'cache_scales': …} for an fp8 cache, else nothing: a backend written before fp8
-        caches existed is never handed an argument it does not know."""
-        scales = getattr(self, "cache_scales", None)
-        return {} if scales is None else {"cache_scales": scales}
+        return replace(self, cache=self.cache.dequantize(dtype))
 
 
 def clone_strided(t: torch.Tensor) -> torch.Tensor:

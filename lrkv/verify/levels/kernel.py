@@ -17,7 +17,7 @@ import torch
 
 from ...reference import lrkv as ref
 from ...reference.fp8 import PARTS
-from ...reference.fp8_cache import CacheScales
+from ...reference.cache import FactoredCache
 from ...reference.lrkv import decode_rope
 from ...reference.masking import valid_mask
 from ...reference.rope import ExactRope, apply_rope, rope_freqs
@@ -37,33 +37,22 @@ class KernelInputs(ContractInputs):
     """The arguments of the decode contract (DESIGN §4), all float tensors at one dtype."""
 
     q: torch.Tensor  # [B, H, d_h]
-    shared_k: torch.Tensor  # [B, T_max, d_h]
-    shared_v: torch.Tensor  # [B, T_max, d_h]
-    latent_k: torch.Tensor  # [B, T_max, H, r]
-    latent_v: torch.Tensor  # [B, T_max, H, r]
+    cache: FactoredCache  # contiguous [B, T_max, ...]; an fp8 one with its scales
     basis_k: torch.Tensor  # [H, d_h, r]
     basis_v: torch.Tensor  # [H, d_h, r]
-    lengths: torch.Tensor  # [B] int32
     scale: float  # 1/sqrt(d_h)
-    key_scale: torch.Tensor | None = None  # [B, T_max, H] (qk_norm)
     rope: ExactRope | None = None
-    cache_scales: CacheScales | None = None  # an fp8 cache's scales ([] / [H] / [B, T_max] / [B, T_max, H])
-
-    def args(self) -> tuple[torch.Tensor, ...]:
-        return (self.q, self.shared_k, self.shared_v, self.latent_k, self.latent_v,
-                self.basis_k, self.basis_v, self.lengths)
-
-    def kwargs(self) -> dict:
-        return {"scale": self.scale, "key_scale": self.key_scale, "rope": self.rope, **self.fp8_kwargs()}
+    ARGS = ("q", *PARTS, "basis_k", "basis_v", "lengths")
 
 
 def strided_layout(inp: KernelInputs) -> KernelInputs:
     """The same values in the layouts real servers use: shared K and V packed side by side in
     one [B, T, 2, d_h] tensor, latents stored head-major [B, H, T, r] (views, not contiguous)."""
-    kv = torch.stack((inp.shared_k, inp.shared_v), dim=2)  # [B, T, 2, d_h]
+    c = inp.cache
+    kv = torch.stack((c.shared_k, c.shared_v), dim=2)  # [B, T, 2, d_h]
     head_major = lambda t: t.permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3)  # noqa: E731
-    return replace(inp, shared_k=kv[:, :, 0], shared_v=kv[:, :, 1], latent_k=head_major(inp.latent_k),
-                   latent_v=head_major(inp.latent_v))
+    return replace(inp, cache=replace(c, shared_k=kv[:, :, 0], shared_v=kv[:, :, 1],
+                                      latent_k=head_major(c.latent_k), latent_v=head_major(c.latent_v)))
 
 
 def near_cancel(case: Case, shared_k, latent_k, basis_k):
@@ -98,8 +87,9 @@ def draw_kernel_inputs(case: Case) -> tuple[KernelInputs, dict[str, torch.Tensor
     if case.fp8 and case.fp8.outliers:
         cached = add_outliers(case, cached)
     cached = {name: fill_garbage(t, valid, case, 10 + i) for i, (name, t) in enumerate(cached.items())}
-    inputs = KernelInputs(q=q, basis_k=weights.basis_k, basis_v=weights.basis_v, lengths=lengths,
-                          scale=case.spec.head_dim ** -0.5, rope=decode_rope(case.spec), **cached)
+    cache = FactoredCache(*(cached[p] for p in PARTS), lengths, cached.get("key_scale"))
+    inputs = KernelInputs(q=q, cache=cache, basis_k=weights.basis_k, basis_v=weights.basis_v,
+                          scale=case.spec.head_dim ** -0.5, rope=decode_rope(case.spec))
     return inputs, dict(e, q=e["q"] * case.q_scale)
 
 
@@ -117,8 +107,9 @@ def make_kernel_inputs(case: Case, quantize: bool = True) -> KernelInputs:
 
 def quantized(case: Case, inp: KernelInputs) -> KernelInputs:
     """The contiguous bundle at τ with its cache stored in the case's fp8 format (fp8_inputs.py)."""
-    stored, scales = quantize_parts(case, {p: getattr(inp, p) for p in PARTS}, inp.lengths)
-    return replace(inp, cache_scales=scales, **stored)
+    c = inp.cache
+    stored, scales = quantize_parts(case, dict(zip(PARTS, c.parts)), c.lengths)
+    return replace(inp, cache=replace(c, scales=scales, **stored))
 
 
 LEVEL = Level(
@@ -127,7 +118,7 @@ LEVEL = Level(
                         "materialized": oracle_path(ref, "materialized_decode_attention")},
     consistency=lambda case: [("factored", "materialized")], call=call_out_lse("decode_attention"),
     outputs=lambda case: out_lse_outputs(case.batch, case),
-    conditioning=lambda inp, case: kernel_conditioning(inp.q, inp.factored(), inp.basis_k, inp.basis_v,
+    conditioning=lambda inp, case: kernel_conditioning(inp.q, inp.cache, inp.basis_k, inp.basis_v,
                                                        scale=inp.scale),
     unquantized=lambda case: make_kernel_inputs(case, quantize=False),
     position=OUT_LSE_AXES,

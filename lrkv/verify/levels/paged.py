@@ -11,13 +11,13 @@ and materialized decodes, which gather the pages back and run the contiguous mat
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from ...reference import paged as ref_paged
-from ...reference.fp8 import is_fp8
-from ...reference.fp8_cache import CacheScales
+from ...reference.cache import FactoredCache
+from ...reference.fp8 import PARTS, is_fp8
 from ...reference.rope import ExactRope
 from ..bounds import kernel_conditioning
 from ..case import Case
@@ -33,28 +33,16 @@ CACHE = ("shared_k", "shared_v", "latent_k", "latent_v", "key_scale")
 
 @dataclass
 class PagedInputs(ContractInputs):
-    """The arguments of the paged decode contract (DESIGN §4)."""
+    """The arguments of the paged decode contract (DESIGN §4): the cache paged ([P, page, ...],
+    per-token fp8 scales paged with it), its page table [B, max_pages] int32."""
 
     q: torch.Tensor  # [B, H, d_h]
-    shared_k: torch.Tensor  # [P, page, d_h]
-    shared_v: torch.Tensor  # [P, page, d_h]
-    latent_k: torch.Tensor  # [P, page, H, r]
-    latent_v: torch.Tensor  # [P, page, H, r]
+    cache: FactoredCache
     basis_k: torch.Tensor  # [H, d_h, r]
     basis_v: torch.Tensor  # [H, d_h, r]
-    lengths: torch.Tensor  # [B] int32
-    page_table: torch.Tensor  # [B, max_pages] int32
     scale: float
-    key_scale: torch.Tensor | None = None  # [P, page, H]
     rope: ExactRope | None = None
-    cache_scales: CacheScales | None = None  # an fp8 cache's scales, per-token ones paged: [P, page(, H)]
-
-    def args(self) -> tuple:
-        return (self.q, self.shared_k, self.shared_v, self.latent_k, self.latent_v, self.basis_k, self.basis_v,
-                self.lengths, self.page_table)
-
-    def kwargs(self) -> dict:
-        return {"scale": self.scale, "key_scale": self.key_scale, "rope": self.rope, **self.fp8_kwargs()}
+    ARGS = ("q", *PARTS, "basis_k", "basis_v", "lengths", "page_table")
 
 
 def plausible_scales(scales: torch.Tensor, shape: tuple[int, ...], gen: torch.Generator) -> torch.Tensor:
@@ -109,15 +97,19 @@ def make_paged_inputs(case: Case, quantize: bool = True) -> PagedInputs:
     inp, _ = draw_kernel_inputs(case)
     if case.cache_fp8 and quantize:  # quantized as a contiguous cache, then paged with its per-token scales
         inp = quantized(case, inp.to(case.torch_dtype))
-    pages, table = paginate(case, {n: getattr(inp, n) for n in CACHE} | per_token_scales(inp.cache_scales))
-    return PagedInputs(q=inp.q, basis_k=inp.basis_k, basis_v=inp.basis_v, lengths=inp.lengths, page_table=table,
-                       scale=inp.scale, rope=inp.rope, key_scale=pages.get("key_scale"),
-                       cache_scales=inp.cache_scales and with_scales(inp.cache_scales, pages),
-                       **{n: pages[n] for n in CACHE[:4]}).to(case.torch_dtype)
+    return PagedInputs(q=inp.q, cache=paged_cache(case, inp.cache), basis_k=inp.basis_k, basis_v=inp.basis_v,
+                       scale=inp.scale, rope=inp.rope).to(case.torch_dtype)
+
+
+def paged_cache(case: Case, c: FactoredCache) -> FactoredCache:
+    """The contiguous cache scattered into pages (`paginate`), its per-token fp8 scales with it."""
+    pages, table = paginate(case, {n: getattr(c, n) for n in CACHE} | per_token_scales(c.scales))
+    return replace(c, page_table=table, key_scale=pages.get("key_scale"),
+                   scales=c.scales and with_scales(c.scales, pages), **{n: pages[n] for n in PARTS})
 
 
 def _conditioning(inp: PagedInputs, case: Case):
-    return kernel_conditioning(inp.q, dequantized(inp.factored()).gather(), inp.basis_k, inp.basis_v,
+    return kernel_conditioning(inp.q, dequantized(inp.cache).gather(), inp.basis_k, inp.basis_v,
                                scale=inp.scale)
 
 
