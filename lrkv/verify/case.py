@@ -34,6 +34,7 @@ import torch
 from ..checks import check_bool, check_choice, check_float, check_int, parse_json
 from ..spec import AttentionSpec, as_dtype, dtype_name
 from . import options
+from .options import MAX_T
 from .options.extend import Extend
 from .options.fp8 import CACHE_FORMATS, KERNEL_LEVELS, Fp8  # noqa: F401  (CACHE_FORMATS: protocol.py's)
 from .options.fp8 import LEVELS as FP8_LEVELS
@@ -45,7 +46,6 @@ CASE_LEVELS = ("kernel", "layer", "layer-model", "tp", "kernel-paged", "kernel-e
 EXPECTATIONS = ("match", "differ")
 DTYPES = ("float64", "float32", "bfloat16", "float16")
 LAYOUTS = ("contiguous", "strided")  # strided: shared K/V packed in one tensor, latents stored head-major
-MAX_T = 1 << 20  # t_max limit: a case is drawn in float64 on the CPU
 MAX_SEED = 2**32 - 1  # seeds feed torch.Generator streams (seed·1_000_003 + stream must fit in 64 bits)
 MAX_Q_SCALE = 1.0e6
 MAX_TP = 64  # ranks of a tp case: each is a process on this machine

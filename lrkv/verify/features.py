@@ -22,11 +22,9 @@ the records' cases and never trusts a coverage table it is given.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 from . import options
 from .case import FP8_LEVELS, KERNEL_LEVELS, Case
+from .options import Feature  # noqa: F401  (the record type every level's features are listed in)
 
 PAPER_RANKS = frozenset({46, 51, 55, 54})  # Table 7: 128M, 1.2B, 2.5B, 6.3B
 LONG_T = 4096  # a context at least this long is "long" (split-K and RoPE angles change regime)
@@ -34,16 +32,6 @@ BIG_BATCH, HUGE_BATCH = 16, 64  # kernels switch split counts on batch size (ker
 WIDE_HEAD = 128  # head_dim above this: register tiling changes (Triton kernels often require <= 128)
 # the capability dimensions a twin may change, in its order of preference (twins.py)
 CAPABILITY_DIMS = ("layout", "rope", "qk_norm", "dtype", *options.fp8.DIMS, "head_dim", "rank", "n_heads")
-
-
-@dataclass(frozen=True)
-class Feature:
-    name: str
-    levels: tuple[str, ...]
-    test: Callable[[Case], bool]
-    why: str  # what a kernel gets wrong without it
-    dim: str = ""  # a capability dimension (CAPABILITY_DIMS); '' for a feature
-    needs: tuple[str, ...] = ()  # capability features it needs: excused when none of them can be covered
 
 
 ALL_KERNEL = KERNEL_LEVELS

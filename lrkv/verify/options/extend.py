@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import Feature
 from ...checks import check_int
 
 KEYS = {"n_new": "n_new"}
@@ -41,7 +42,6 @@ class Extend:
 
 def features() -> list:
     """The extend features (lrkv.verify.features): idle, decode, speculative, chunk and prefill rows."""
-    from ..features import Feature
 
     ext, new = ("kernel-extend",), lambda c: c.extend.n_new if c.extend else ()  # noqa: E731
     return [

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from . import Feature
 from ...checks import check_bool, check_choice
 
 KERNEL_LEVELS = ("kernel", "kernel-paged", "kernel-extend")  # the kernel contracts of DESIGN §4
@@ -110,7 +111,6 @@ def twin_apply(me: Fp8 | None, changes: dict) -> Fp8:
 def capabilities() -> list:
     """The fp8 capability features (lrkv.verify.features): a kernel may read no fp8 cache, or some."""
     from ...spec.fp8_scales import GRANULARITIES
-    from ..features import Feature
 
     def fp8(c) -> Fp8:
         return c.fp8 or Fp8()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...checks import check_bool, check_int
+from . import MAX_T, Feature
 
 LEVELS = ("kernel-paged", "kernel-extend")
 MAX_PAGE_SIZE = 1 << 16
@@ -18,8 +19,6 @@ class Paged:
     shared_prefix: int = 0  # sequences 0 and 1 share their first shared_prefix tokens' pages (whole pages)
 
     def check(self, case) -> None:
-        from ..case import MAX_T
-
         check_int("page_size", self.size, minimum=0, maximum=MAX_PAGE_SIZE)
         check_bool("page_shuffle", self.shuffle)
         check_int("shared_prefix", self.shared_prefix, minimum=0, maximum=MAX_T)
@@ -46,7 +45,6 @@ class Paged:
 
 def features() -> list:
     """The paged features (lrkv.verify.features): page sizes, order, sharing, boundaries."""
-    from ..features import Feature
 
     def page(c) -> Paged:
         return c.pages or Paged()
