@@ -61,6 +61,9 @@ def register(subparsers) -> None:
     g.add_argument("--drop-coverage", action="store_true",
                    help="with --update-baseline: accept a baseline that covers fewer features than the old one "
                         "(the dropped features are listed); refused without it")
+    g.add_argument("--keep-worst", action="store_true",
+                   help="with --update-baseline: keep, per error, the larger of the old baseline's value and the "
+                        "report's (accept a second machine's rounding noise; growth beyond both still regresses)")
     g.add_argument("--markdown", metavar="PATH", type=arg_out_file(), help="also write the gate summary as Markdown")
     g.add_argument("--subset", action="store_true",
                    help="only judge baseline entries of backends that appear in the report")
@@ -129,7 +132,7 @@ def cmd_gate(args) -> int:
     from pathlib import Path
 
     from .gate import (BLOCKING, EXIT_NOTHING as GATE_NOTHING, baseline_from_report, classify, counts, exit_code,
-                       load_baseline, render_markdown, write_baseline)
+                       keep_worst, load_baseline, render_markdown, write_baseline)
     from .tolerance_report import load_report
 
     from .console import annotate_entries
@@ -149,6 +152,9 @@ def cmd_gate(args) -> int:
         return EXIT_USAGE
     from .ledger import live_backends
 
+    if args.keep_worst and not args.update_baseline:
+        print("lrkv gate: --keep-worst needs --update-baseline", file=sys.stderr)
+        return EXIT_USAGE
     if args.replay_seed is not None and not args.replay:
         print("lrkv gate: --replay-seed needs --replay N", file=sys.stderr)
         return EXIT_USAGE
@@ -181,6 +187,8 @@ def cmd_gate(args) -> int:
                   file=sys.stderr)
             return EXIT_BLOCKED
         new = baseline_from_report(report)
+        if args.keep_worst and baseline.get("entries"):
+            new = keep_worst(baseline, new)
         if not any(e["status"] == "pass" for e in new["entries"].values()):
             print(f"lrkv gate: refusing to write an empty baseline to {baseline_path}: the report verified "
                   "nothing", file=sys.stderr)

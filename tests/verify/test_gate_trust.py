@@ -930,3 +930,51 @@ def test_a_grid_beside_tp_or_case_is_refused_not_ignored(argv, words, tmp_path, 
     err = capsys.readouterr().err
     assert code == 2 and words in err, err
     assert not (tmp_path / "o" / "report.json").exists()
+
+
+def _grown(report: dict, key: str, value: float) -> dict:
+    """The report with one record's max error set to `value` (its evidence, re-judged by the gate)."""
+    rep = copy.deepcopy(report)
+    rec = next(r for r in rep["records"] if r["key"] == key)
+    name = next(iter(rec["outputs"]))
+    rec["outputs"][name]["metrics"]["max_abs"] = value
+    if name in ("out", "y"):
+        rec["metrics"]["max_abs"] = value
+    return rep
+
+
+def test_keep_worst_holds_on_both_machines_and_still_regresses_beyond_both(tmp_path, good_report):
+    # machine B's rounding noise is 0.3 of the bound where machine A's is far below it
+    rec = next(r for r in good_report["records"] if r["status"] == "pass" and r["backend"] == "eager"
+               and 0 < r["outputs"][next(iter(r["outputs"]))]["metrics"]["max_abs"]
+               < 0.05 * r["outputs"][next(iter(r["outputs"]))]["bound"]["max_abs"])
+    bound = rec["outputs"][next(iter(rec["outputs"]))]["bound"]["max_abs"]
+    machine_b = _grown(good_report, rec["key"], 0.3 * bound)
+    base = tmp_path / "baseline.json"
+    gate.write_baseline(gate.baseline_from_report(good_report), base)
+    assert gate_cli(tmp_path, machine_b, base) == 1  # B's noise against A's baseline: REGRESSED
+    # accepted on B first, then on A with --keep-worst: the baseline keeps B's larger error
+    gate.write_baseline(gate.baseline_from_report(machine_b), base)
+    assert gate_cli(tmp_path, good_report, base, "--update-baseline", "--keep-worst") == 0
+    kept = json.loads(base.read_text())
+    assert kept["entries"][rec["key"]]["errors"]["max_abs"]["value"] == pytest.approx(0.3 * bound, rel=1e-3)
+    assert len(kept["source"]["devices"]) >= 1
+    assert gate_cli(tmp_path, machine_b, base) == 0
+    assert gate_cli(tmp_path, good_report, base) == 0
+    # growth beyond the worst accepted machine still says no
+    assert gate_cli(tmp_path, _grown(good_report, rec["key"], 0.75 * bound), base) == 1
+    # without --keep-worst the update takes A's error, and B regresses again
+    assert gate_cli(tmp_path, good_report, base, "--update-baseline") == 0
+    assert gate_cli(tmp_path, machine_b, base) == 1
+
+
+def test_keep_worst_keeps_only_properties_held_on_both_and_needs_update_baseline(tmp_path, good_report):
+    old = {"entries": {}, "properties": {"x": ["deterministic", "same_buffers"]}, "source": {"device": "cpu: A"}}
+    new = {"entries": {}, "properties": {"x": ["batch_invariant", "same_buffers"], "y": ["deterministic"]},
+           "source": {"device": "cpu: B"}}
+    merged = gate.keep_worst(old, new)
+    assert merged["properties"] == {"x": ["same_buffers"], "y": ["deterministic"]}  # y: a backend new to it
+    assert merged["source"]["devices"] == ["cpu: A", "cpu: B"]
+    base = tmp_path / "b.json"
+    gate.write_baseline(gate.baseline_from_report(good_report), base)
+    assert gate_cli(tmp_path, good_report, base, "--keep-worst") == 2
