@@ -3,7 +3,7 @@
 Each mutant carries one bug a real implementation could have; `lrkv verify` and `lrkv gate`
 must reject every one, which is how the tests show the rule and the gate are not vacuous.
 None of them ships in the verified path: this package sits above lrkv.verify,
-lrkv.distributed and lrkv.kernels (it imports them; they never import it), and each mutant is
+lrkv.distributed and lrkv.kernels (it may import them; they never import it), and each mutant is
 named by its import path, e.g. `lrkv verify --backend lrkv.mutants.decode:NoPrivateRescale`.
 
 One module per level or topic:
