@@ -1,0 +1,1 @@
+"""lrkv.mutants — deliberately broken backends, each a bug the harness must reject."""
