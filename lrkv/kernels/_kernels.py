@@ -624,12 +624,13 @@ def _attend_split(Q, SK, SV, LK, LV, BK, KS, ROPE, SCALE, WS, CS_SK, CS_SV, CS_L
     # ---- loop over the split's tiles
     for t0 in range(split_lo, split_hi, BLOCK_T):
         # where the tile's slots live: contiguous rows, or pages through the page table;
-        # slot [BLOCK_T] is the flat (row, slot) index, srow / lrow the element offsets of the
-        # shared / latent cache rows (dense past their first axis)
+        # slot [BLOCK_T] is the flat (row, slot) index of the fp8 scales (int32: the wrapper
+        # refuses a scale of 2^31 elements; int64 costs the fp8 wide tile a spill), srow / lrow
+        # the element offsets of the shared / latent cache rows (dense past their first axis)
         offs_t = t0 + tl.arange(0, BLOCK_T)  # logical slots (= positions)
         tmask, row0, row1 = _slot_rows(offs_t, offs_t < split_hi, b64, PT, PAGE_SIZE, NUM_PAGES, max_pages,
                                        t0, BLOCK_T, TILE_IN_PAGE)
-        slot = row0 * slots + row1
+        slot = (row0 * slots + row1).to(tl.int32)
         srow = row0 * s_sb + row1 * D
         lrow = row0 * s_lb + row1 * (H * R)
 

@@ -129,11 +129,16 @@ def check_fp8_cache(parts: dict[str, torch.Tensor], cache_scales) -> None:
     """Before any launch, with check=False too: the reference's `check_cache_scales` (an fp8
     part needs cache_scales, scales need an fp8 cache; one format; float32 scales of the
     granularity's shape — rows, slots = the parts' first two axes, B, T_max or P, page — on
-    the cache's device). Malformed parts are left to the contract's own checks."""
+    the cache's device), and fewer than 2^31 elements in each scale (the kernels index them
+    with int32). Malformed parts are left to the contract's own checks."""
     if not all(isinstance(t, torch.Tensor) for t in parts.values()) or parts["latent_k"].dim() != 4:
         return  # the contract check names the malformed part
     rows, slots = parts["shared_k"].shape[:2]
     check_cache_scales(parts, cache_scales, rows=rows, slots=slots, heads=parts["latent_k"].shape[2])
+    for p in PARTS if cache_scales is not None else ():
+        if (n := cache_scales.of(p).numel()) >= 2 ** 31:
+            raise ValueError(f"cache_scales.{p} has {n} elements: the kernels index the scales with int32, "
+                             f"so at most 2^31 - 1")
 
 
 def scale_tensors(cache_scales: CacheScales | None) -> dict[str, torch.Tensor]:
