@@ -697,7 +697,11 @@ def _attend_split(Q, SK, SV, LK, LV, BK, KS, ROPE, SCALE, WS, CS_SK, CS_SV, CS_L
 # Every tensor is contiguous past its first axis (the wrapper copies one that is not, once per
 # call): q [rows, H, d_h] and the bases [H, d_h, r] wholly; a cache part [rows, slots, ...]
 # with one stride for its first axis (s_sb: shared_k and shared_v, s_lb: latent_k and
-# latent_v, s_ksb: key_scale); the scratch WS [rows, H, splits, W].
+# latent_v, s_ksb: key_scale); the scratch WS in its four regions (`_scratch`).
+# Counts that change from call to call (split size, slot limit, pages) are not specialised on
+# (== 1, % 16): that would only multiply compiles. H, d_h and r are: the strides folded from
+# them (a slot's row at row1 · d_h, row1 · H·r) need Triton's divisibility-by-16 facts to
+# vectorise the loads, as the stride arguments they replace had them.
 @triton.jit(do_not_specialize=["SPLIT_SIZE", "SLOT_LIMIT"])
 def decode_split_kernel(
     Q, SK, SV, LK, LV, BK, KS, ROPE, LENGTHS, SCALE, WS,  # q [B, H, d_h]; cache [B, T, d_h], [B, T, H, r]
