@@ -355,10 +355,12 @@ def _warn_if_busy(console, device: str, threads: int | None) -> None:
 
 def _emit(result, args, console) -> int:
     from .plot import plot_result
+    from .prediction import add_predictions
     from .render import footnotes, headline, markdown_table, rich_tables, targets_markdown
     from .roofline import render
     from .sweep import sweep_markdown
 
+    add_predictions(result)  # GPU Triton rows, fresh or read back: the traffic model's time beside the measured
     for table in rich_tables(result):
         console.print(table)
     for line in footnotes(result):
