@@ -283,7 +283,7 @@ def _traffic(args, console) -> int:
 
     from ..kernels import runtime
     from ..spec import PAPER_SCALES
-    from .traffic import measure_grid, traffic_markdown, traffic_table
+    from .traffic import measure_grid, traffic_markdown, traffic_matrix_markdown, traffic_table
 
     unknown = [s for s in args.scales or () if s not in PAPER_SCALES]
     if unknown:
@@ -307,7 +307,7 @@ def _traffic(args, console) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "traffic.json").write_text(json.dumps(doc, indent=1) + "\n")
-    (out / "traffic.md").write_text(traffic_markdown(rows) + "\n")
+    (out / "traffic.md").write_text(traffic_matrix_markdown(rows) + "\n\n" + traffic_markdown(rows) + "\n")
     over = [r for r in rows if r.loads > 1.05 * r.predicted["loads"]]
     if args.json:
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")

@@ -445,6 +445,24 @@ def traffic_markdown(rows: list[TrafficRow]) -> str:
     return "\n".join(lines)
 
 
+def traffic_matrix_markdown(rows: list[TrafficRow]) -> str:
+    """The same rows folded: one line per (scale, T, call), one column per (path, cache), each
+    cell "measured loads / payload (measured / predicted)"; the last two the largest unique /
+    payload of the line without and with exact RoPE (whose cos/sin tables are not payload)."""
+    cols = list(dict.fromkeys((r.path, r.cache) for r in rows))
+    lines = ["| scale | T | call | " + " | ".join(f"{p} {c}" for p, c in cols) + " | unique | unique, RoPE |",
+             "|---|---:|---|" + "---:|" * (len(cols) + 2)]
+    for key in dict.fromkeys((r.scale, r.seq_len, r.variant) for r in rows):
+        got = {(r.path, r.cache): r for r in rows if (r.scale, r.seq_len, r.variant) == key}
+        cells = [f"{got[c].loads / got[c].payload:.3f} ({got[c].loads / got[c].predicted['loads']:.3f})"
+                 if c in got else "" for c in cols]
+        unique = [max((r.measured["total"]["unique"] / r.payload for r in got.values() if (r.path == "rope") == rope),
+                      default=None) for rope in (False, True)]
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cells) + " | "
+                     + " | ".join("" if u is None else f"{u:.3f}" for u in unique) + " |")
+    return "\n".join(lines)
+
+
 def traffic_table(rows: list[TrafficRow]):
     from rich.table import Table
 
