@@ -128,11 +128,13 @@ def registers_of(variant, report: Path | None = REPORT) -> tuple[int | None, str
     return _COMPILED[key]
 
 
-def predict_row(row, copy_bandwidth: float, *, n_sms: int = H200_SMS, registers=registers_of) -> dict:
+def predict_row(row, copy_bandwidth: float, *, n_sms: int = H200_SMS, registers=None) -> dict:
     """The prediction of one Triton row (predict_time's terms, plus the registers' source);
-    {'why': ...} when there is none."""
+    {'why': ...} when there is none. registers: Variant -> (registers, source); default
+    `registers_of`."""
     from .traffic import predict
 
+    registers = registers or registers_of
     if row.backend not in VARIANT_OF_BACKEND or not row.launch:
         return {"why": "not a Triton row with a launch shape"}
     if not copy_bandwidth:
