@@ -313,8 +313,8 @@ def _traffic(args, console) -> int:
         sys.stdout.write(json.dumps(doc, indent=1) + "\n")
     else:
         console.print(traffic_table(rows))
-        console.print(f"B={B}, lengths T and 3/4 T; launch: {args.traffic_launch}; ratios of the payload (cache bytes of "
-                      "the valid tokens + the bases + q, out, lse); meas/pred: measured / predicted loads",
+        console.print(f"B={B}, lengths T and 3/4 T; launch: {args.traffic_launch}; ratios of the payload (cache "
+                      "bytes of the valid tokens + the bases + q, out, lse); meas/pred: measured / predicted loads",
                       highlight=False)
         console.print(f"{len(rows) - len(over)}/{len(rows)} launches load at most their prediction + 5 %; "
                       f"JSON: {out / 'traffic.json'}", highlight=False)

@@ -391,7 +391,8 @@ def measure(scale: str, variant: str, path: str, cache: str, *, B: int = 2, T: i
         seconds = time.perf_counter() - t0
     row_slots = tuple(L - N_NEW + i + 1 for L in lengths for i in range(N_NEW)) if extend else tuple(lengths)
     shape = Shape(H, d_h, r, row_slots, tuple(lengths), cache_bytes=1 if cache == "fp8" else 2,
-                  rope_exact=rope is not None, paged=fc.paged, fp8_granularity=FP8_GRANULARITY if cache == "fp8" else "")
+                  rope_exact=rope is not None, paged=fc.paged,
+                  fp8_granularity=FP8_GRANULARITY if cache == "fp8" else "")
     known = dict(q=q, basis_k=bk, basis_v=bv, lengths=fc.lengths, page_table=fc.page_table, cu_seqlens_q=cu,
                  **dict(zip(("shared_k", "shared_v", "latent_k", "latent_v"), fc.parts)))
     if fc.scales is not None:
