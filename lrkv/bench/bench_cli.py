@@ -10,6 +10,9 @@
     lrkv bench --device cuda --sweep   the Triton kernel's launch-shape sweep at one shape
                                    (default 2.5B, B=8, T=32K; --scales/--batch/--seq-lens pick it)
     lrkv bench --from-json FILE    re-render a saved result (table, Markdown, plot) without timing
+    lrkv bench --traffic           bytes each Triton launch loads and stores, counted in the
+                                   interpreter at the GPU's launch, against the predicted bytes
+                                   and the contract's payload (lrkv.bench.traffic; no GPU needed)
 
 Writes OUT/bench.json, OUT/bench.md and OUT/bench.png (the plot needs matplotlib).
 """
@@ -108,6 +111,14 @@ def register(subparsers) -> None:
     p.add_argument("--check-targets", action="store_true", help="exit 1 when a performance target is missed")
     p.add_argument("--budget-s", type=arg_float(minimum=0.0), metavar="S",
                    help="start no new shape (sweep: no new point) after S seconds; the rest become skipped rows")
+    p.add_argument("--traffic", action="store_true",
+                   help="count the Triton kernels' memory traffic in the interpreter (decode, paged, extend; "
+                        "wide, per-head, exact RoPE; bf16 and fp8 caches) against its prediction; "
+                        "--scales/--seq-lens/--batch pick the shapes (default 2.5B,6.3B; 256,1024; 2)")
+    p.add_argument("--traffic-launch", choices=("gpu", "interpreter"), default="gpu",
+                   help="with --traffic: the launch the GPU picks (the launch table's sm_90 row, forced; default) "
+                        "or the interpreter's own")
+    p.add_argument("--json", action="store_true", help="with --traffic: print the rows as JSON instead of the table")
     p.add_argument("--sweep", action="store_true",
                    help="time the Triton kernel's launch shapes at one shape instead of the grid")
     p.add_argument("--sweep-knob", action="append", metavar="NAME=V1,V2",
@@ -158,6 +169,11 @@ def _bench(args) -> int:
         return 2
     if args.roofline:
         return _roofline(args, console)
+    if args.json and not args.traffic:
+        console.print("[red]--json: only with --traffic[/red]")
+        return 2
+    if args.traffic:
+        return _traffic(args, Console(width=max(console.width, 140)) if not console.is_terminal else console)
     if args.sweep and not args.from_json:
         result = _sweep(args, console)
         if isinstance(result, int):
@@ -258,6 +274,53 @@ def _sweep(args, console):
                        grid=dict(name="sweep", device=device, dtype=dtype_name(dtype), backends=["triton"]))
 
 
+def _traffic(args, console) -> int:
+    """`--traffic`: the interpreter's byte count of every launch beside its prediction
+    (lrkv.bench.traffic); writes OUT/traffic.json and OUT/traffic.md. Exit 1 when a launch
+    loads more than its prediction + 5 %."""
+    import json
+    import sys
+
+    from ..kernels import runtime
+    from ..spec import PAPER_SCALES
+    from .traffic import measure_grid, traffic_markdown, traffic_matrix_markdown, traffic_table
+
+    unknown = [s for s in args.scales or () if s not in PAPER_SCALES]
+    if unknown:
+        console.print(f"[red]--scales: unknown {unknown}; known: {', '.join(PAPER_SCALES)}[/red]")
+        return 2
+    if runtime.interpreter_problem() is not None or runtime.triton_version() is None:
+        console.print(f"[red]--traffic counts in Triton's interpreter: {runtime.interpreter_problem() or 'no triton'}"
+                      "[/red]", highlight=False)
+        return 3
+    scales = args.scales or ("2.5B", "6.3B")
+    seq_lens = args.seq_lens or (256, 1024)
+    B = (args.batch or (2,))[0]
+
+    def progress(row):
+        if not args.no_progress and not args.json:
+            console.print(f"  {row.scale} T={row.seq_len} {row.variant}/{row.path}/{row.cache}: "
+                          f"{row.loads / row.payload:.3f}x payload ({row.seconds:.1f} s)", highlight=False)
+
+    rows = measure_grid(scales, seq_lens, B=B, launch_from=args.traffic_launch, progress=progress)
+    doc = {"schema": "lrkv.traffic/1", "batch": B, "launch": args.traffic_launch, "rows": [r.to_dict() for r in rows]}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "traffic.json").write_text(json.dumps(doc, indent=1) + "\n")
+    (out / "traffic.md").write_text(traffic_matrix_markdown(rows) + "\n\n" + traffic_markdown(rows) + "\n")
+    over = [r for r in rows if r.loads > 1.05 * r.predicted["loads"]]
+    if args.json:
+        sys.stdout.write(json.dumps(doc, indent=1) + "\n")
+    else:
+        console.print(traffic_table(rows))
+        console.print(f"B={B}, lengths T and 3/4 T; launch: {args.traffic_launch}; ratios of the payload (cache "
+                      "bytes of the valid tokens + the bases + q, out, lse); meas/pred: measured / predicted loads",
+                      highlight=False)
+        console.print(f"{len(rows) - len(over)}/{len(rows)} launches load at most their prediction + 5 %; "
+                      f"JSON: {out / 'traffic.json'}", highlight=False)
+    return 1 if over else 0
+
+
 PARTIAL = "bench.partial.json"  # the rows so far, rewritten after every shape; removed once bench.json is written
 
 
@@ -292,10 +355,12 @@ def _warn_if_busy(console, device: str, threads: int | None) -> None:
 
 def _emit(result, args, console) -> int:
     from .plot import plot_result
+    from .prediction import add_predictions
     from .render import footnotes, headline, markdown_table, rich_tables, targets_markdown
     from .roofline import render
     from .sweep import sweep_markdown
 
+    add_predictions(result)  # GPU Triton rows, fresh or read back: the traffic model's time beside the measured
     for table in rich_tables(result):
         console.print(table)
     for line in footnotes(result):

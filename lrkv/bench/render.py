@@ -2,6 +2,7 @@
 
 One table per paper scale; columns (one row per family x backend at each B, T):
   time        median ms per decode step (one layer), over interleaved rounds
+  pred ms     GPU Triton rows: the time the traffic model predicts (lrkv.bench.prediction)
   MB read     bytes the step must read: cache payload + weights (spec accounting)
   GB/s        MB read / time;  %copy: of the copy bandwidth measured in the run
   x MHA       time / MHA's time, the per-round median — the measured headline
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 from .result import BenchResult, BenchRow
 
-HEADERS = ("family", "B", "T", "ms", "MB read", "GB/s", "%copy", "x MHA", "payload", "target")
+HEADERS = ("family", "B", "T", "ms", "pred ms", "MB read", "GB/s", "%copy", "x MHA", "payload", "target")
+XMHA = HEADERS.index("x MHA")  # the bold cell of an lrkv row
 WARM = "*"  # marks a T whose bytes fit in the last-level cache: timed warm, not from memory
 
 
@@ -38,9 +40,10 @@ def cells(row: BenchRow, *, show_backend: bool = False) -> list[str]:
     if row.status != "ok":
         # a skipped reason is printed whole under the table (footnotes): a short cell keeps the columns readable
         width = 40 if row.status == "skipped" else 70
-        return head + [f"{row.status}: {row.reason}"[:width], "", "", "", "", _f(row.payload_ratio, ".3f"), ""]
+        return head + [f"{row.status}: {row.reason}"[:width], "", "", "", "", "", _f(row.payload_ratio, ".3f"), ""]
     return head + [
-        _f(row.time_s * 1e3, ".3f"), _f(row.bytes_total / 1e6, ".1f"), _f(row.bandwidth / 1e9, ".1f"),
+        _f(row.time_s * 1e3, ".3f"), _f(row.predicted_s * 1e3 if row.predicted_s else None, ".3f"),
+        _f(row.bytes_total / 1e6, ".1f"), _f(row.bandwidth / 1e9, ".1f"),
         _f(row.bandwidth_frac * 100 if row.bandwidth_frac is not None else None, ".0f"),
         _f(row.vs_mha, ".3f"), _f(row.payload_ratio, ".3f"), row.target or "",
     ]
@@ -81,7 +84,7 @@ def rich_tables(result: BenchResult) -> list:
             last = row.key
             c = cells(row, show_backend=show_backend)
             if row.family == "lrkv" and row.status == "ok":
-                c[0], c[7] = f"[bold]{c[0]}[/bold]", f"[bold]{c[7]}[/bold]"
+                c[0], c[XMHA] = f"[bold]{c[0]}[/bold]", f"[bold]{c[XMHA]}[/bold]"
             style = {"PASS": "green", "MISS": "bold red"}.get(row.target or "")
             if style:
                 c[-1] = f"[{style}]{c[-1]}[/{style}]"
@@ -109,6 +112,16 @@ def footnotes(result: BenchResult) -> list[str]:
         if r.status == "skipped" and f"{r.family} / {r.backend}" not in skipped.setdefault(r.reason, []):
             skipped[r.reason].append(f"{r.family} / {r.backend}")
     notes += [f"skipped ({', '.join(rows)}): {reason}" for reason, rows in skipped.items()]
+    predicted = [r for r in result.rows if r.prediction]
+    if predicted:
+        notes.append("pred ms: the traffic model's bytes / the copy bandwidth, at the occupancy of the compile "
+                     "report's registers, in whole waves (docs/kernels.md, Memory traffic): "
+                     + "; ".join(f"{r.backend} B={r.batch} T={_k(r.seq_len)}: " + (
+                         r.prediction["why"] if "why" in r.prediction else
+                         f"{r.prediction['bytes'] / 1e6:.0f} MB, {r.prediction['registers']} registers "
+                         f"({r.prediction['registers_from']}), {r.prediction['blocks_per_sm']} x "
+                         f"{r.prediction['num_warps']} warps/SM, {r.prediction['waves']} wave(s) of "
+                         f"{r.prediction['programs']} programs") for r in predicted))
     graph = {r.note.split(";")[0] for r in result.rows if r.device == "cuda" and r.note}
     if graph:
         notes.append("GPU rows: " + ", ".join(sorted(graph)))
@@ -128,7 +141,7 @@ def markdown_table(result: BenchResult, *, families: tuple[str, ...] | None = No
             c = cells(row, show_backend=show_backend)
             c[2] = c[2].replace(WARM, "\\" + WARM)  # a lone * must not start emphasis
             if row.family == "lrkv" and row.status == "ok":
-                c[0], c[7] = f"**{c[0]}**", f"**{c[7]}**"
+                c[0], c[XMHA] = f"**{c[0]}**", f"**{c[XMHA]}**"
             lines.append("| " + " | ".join(c) + " |")
         lines.append("")
     return "\n".join(lines + [f"- {n}" for n in footnotes(result)])

@@ -50,6 +50,8 @@ class BenchRow:
     target_rule: str = ""  # each rule that applies, with the measured value and its verdict
     checks: list[dict] = field(default_factory=list)  # the same per rule: rule, text, value, bound, verdict
     launch: dict | None = None  # Triton rows: the launch shape the kernel picked (LaunchConfig)
+    predicted_s: float | None = None  # GPU Triton rows: the traffic model's time (lrkv.bench.prediction)
+    prediction: dict | None = None  # its terms (bytes, registers, occupancy, waves, ...), or {'why': ...}
 
     @property
     def key(self) -> tuple:

@@ -1,0 +1,481 @@
+"""Memory traffic of the Triton decode kernels, counted in the interpreter, beside its prediction.
+
+    with count_traffic() as counter:        # under TRITON_INTERPRET (lrkv.kernels.runtime.interpreter())
+        attend(q, cache, basis_k, basis_v, scale=...)
+    counter.summary(known)                  # bytes loaded / stored per buffer, unique bytes loaded
+
+Triton's interpreter runs every `tl.load` / `tl.store` as a masked load or store of the
+builder (`triton.runtime.interpreter.InterpreterBuilder.create_masked_load/_store`; the
+unmasked ones go through them too). `count_traffic` wraps both on the interpreter's one
+builder and adds, per launch, the element bytes of the lanes whose mask is true (a masked-off
+lane moves nothing) to the buffer its address falls in, and keeps the addresses, so the bytes
+of distinct elements read are counted too. Buffers are the tensor arguments of each launch
+(`GridExecutor.__call__` is wrapped to see them, never the kernels' parameter names): the
+caller names the ones it passed (q, the cache parts, the bases, ...); the rest are the
+wrappers' own allocations, sorted by use — written by one launch and read by a later one is
+**scratch** (the split-K partials), written only is **output** (out, lse), read only is a
+**table** (RoPE cos/sin, the scale scalar). So the count survives a rewrite of the kernels
+that keeps their public entry points.
+
+`predict` is the byte count written down from the kernel's design (docs/kernels.md, "Memory
+traffic"), for a launch shape (`lrkv.kernels.launch.LaunchConfig`): per row of the grid and
+valid slot the shared K/V once per head group, the latents once, the bases and q once per
+(row, split) program, the partials written by the split kernel and read by the combine, and
+B_h^V once per (row, head) there; exact RoPE re-reads B_h^K per tile and the cos/sin rows per
+group. `payload` is what the contract itself must move: the cache bytes of the valid tokens
+(fp8: with their scales), the bases, q, out and lse.
+
+`gpu_launch` is the launch a 132-SM sm_90 GPU picks (`lrkv.kernels.launch.pick_launch`'s GPU
+row: group, splits, tile, private path); `measure` runs the kernel through its public wrapper
+(`lrkv.kernels.decode.attend`) with that launch forced, in the interpreter, and counts.
+`lrkv bench --traffic` prints the table (`traffic_table`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from unittest import mock
+
+import numpy as np
+import torch
+
+H200_SMS = 132  # the GPU the launch table's sm_90 row is for
+PAGE_SIZE = 16  # the paged rows' page (the bench's triton-paged row, and the GPU target's)
+N_NEW = 4  # extend rows: new tokens per sequence
+VARIANTS = ("decode", "paged", "extend")
+PATHS = ("wide", "per_head", "rope")  # rope: exact RoPE on the path the GPU row picks for it
+CACHES = ("bf16", "fp8")
+FP8_FORMAT, FP8_GRANULARITY = "float8_e4m3fn", "per_head"  # as the bench's triton-fp8 row
+ACC_BYTES = 4  # the partials, out and lse: float32 for 16-bit inputs
+
+
+# ----------------------------------------------------------------------------- counting
+@dataclass
+class BufferTraffic:
+    loads: int = 0  # bytes of unmasked lanes loaded
+    stores: int = 0  # bytes of unmasked lanes stored
+    unique: int = 0  # bytes of distinct elements loaded (over the whole count)
+
+
+@dataclass
+class Launch:
+    kernel: str
+    grid: tuple[int, ...]
+    buffers: dict[int, tuple[int, int]] = field(default_factory=dict)  # storage start -> (end, launch-local id)
+
+
+class TrafficCounter:
+    """What `count_traffic` collects: per launch and buffer, bytes loaded and stored."""
+
+    def __init__(self) -> None:
+        self.launches: list[Launch] = []
+        self._per: list[dict[int, BufferTraffic]] = []  # per launch: storage start -> traffic
+        self._addrs: dict[int, list[np.ndarray]] = {}  # storage start -> addresses loaded (all launches)
+        self._elsize: dict[int, int] = {}
+        self._starts = np.zeros(0, dtype=np.uint64)
+        self._ends = np.zeros(0, dtype=np.uint64)
+        self._keys: list[int] = []
+
+    # the hooks ----------------------------------------------------------------------------
+    def _begin(self, kernel: str, grid, tensors: list) -> None:
+        spans = {}
+        for t in tensors:
+            st = t.untyped_storage()
+            start = st.data_ptr()
+            spans[start] = max(spans.get(start, start), start + st.nbytes())
+        self.launches.append(Launch(kernel, tuple(grid), {s: (e, i) for i, (s, e) in enumerate(sorted(spans.items()))}))
+        self._per.append({})
+        keys = sorted(spans)
+        self._keys = keys
+        self._starts = np.array(keys, dtype=np.uint64)
+        self._ends = np.array([spans[k] for k in keys], dtype=np.uint64)
+
+    def _count(self, ptrs, mask, *, store: bool) -> None:
+        from triton.runtime.interpreter import _get_np_dtype
+
+        addrs = np.asarray(ptrs.data, dtype=np.uint64)
+        m = np.broadcast_to(np.asarray(mask.data, dtype=bool), addrs.shape)
+        addrs = addrs[m]
+        if addrs.size == 0 or not self.launches:
+            return
+        size = _get_np_dtype(ptrs.get_element_ty()).itemsize
+        idx = np.searchsorted(self._starts, addrs, side="right") - 1
+        inside = (idx >= 0) & (addrs < self._ends[np.clip(idx, 0, None)])
+        per = self._per[-1]
+        for i in np.unique(idx[inside]):
+            key = self._keys[int(i)]
+            sel = addrs[idx == i]
+            b = per.setdefault(key, BufferTraffic())
+            if store:
+                b.stores += int(sel.size) * size
+            else:
+                b.loads += int(sel.size) * size
+                self._addrs.setdefault(key, []).append(sel)
+                self._elsize[key] = size
+        if not inside.all():  # an address in no argument's storage: named, never dropped
+            b = per.setdefault(-1, BufferTraffic())
+            n = int((~inside).sum()) * size
+            b.stores, b.loads = (b.stores + n, b.loads) if store else (b.stores, b.loads + n)
+
+    # the result -----------------------------------------------------------------------------
+    def summary(self, known: dict[str, torch.Tensor | None]) -> dict[str, dict[str, int]]:
+        """Bytes per named buffer over all launches: {name: {loads, stores, unique}}. `known`
+        names the tensors the caller passed; the others are scratch, output or table by use."""
+        names = {t.untyped_storage().data_ptr(): n for n, t in known.items() if t is not None}
+        written_at: dict[int, int] = {}
+        read_after_write: set[int] = set()
+        for i, per in enumerate(self._per):
+            for key, b in per.items():
+                if b.loads and key in written_at and written_at[key] < i:
+                    read_after_write.add(key)
+            for key, b in per.items():
+                if b.stores:
+                    written_at.setdefault(key, i)
+        out: dict[str, dict[str, int]] = {}
+        for per in self._per:
+            for key, b in per.items():
+                if key in names:
+                    name = names[key]
+                elif key == -1:
+                    name = "outside every argument"
+                elif key in read_after_write:
+                    name = "scratch"
+                elif key in written_at:
+                    name = "output"
+                else:
+                    name = "table"
+                o = out.setdefault(name, dict(loads=0, stores=0, unique=0))
+                o["loads"] += b.loads
+                o["stores"] += b.stores
+        for key, chunks in self._addrs.items():
+            name = names.get(key) or ("scratch" if key in read_after_write else "table")
+            out.setdefault(name, dict(loads=0, stores=0, unique=0))["unique"] += (
+                int(np.unique(np.concatenate(chunks)).size) * self._elsize[key])
+        return out
+
+    def programs(self) -> list[tuple[str, int]]:
+        """(kernel, programs) per launch."""
+        return [(la.kernel, math.prod(la.grid)) for la in self.launches]
+
+
+@contextlib.contextmanager
+def count_traffic() -> Iterator[TrafficCounter]:
+    """Count the bytes every interpreted launch in the block loads and stores (module doc)."""
+    from triton.runtime import interpreter as itp
+
+    counter = TrafficCounter()
+    builder = itp.interpreter_builder
+    orig_load, orig_store = builder.create_masked_load, builder.create_masked_store
+    orig_call = itp.GridExecutor.__call__
+
+    def masked_load(ptrs, mask, other, cache_policy, is_volatile):
+        counter._count(ptrs, mask, store=False)
+        return orig_load(ptrs, mask, other, cache_policy, is_volatile)
+
+    def masked_store(ptrs, value, mask, cache_policy):
+        counter._count(ptrs, mask, store=True)
+        return orig_store(ptrs, value, mask, cache_policy)
+
+    def call(self, *args, **kwargs):
+        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+        grid = self.grid if not callable(self.grid) else (0,)
+        counter._begin(getattr(self.fn, "__name__", "kernel"), grid, tensors)
+        return orig_call(self, *args, **kwargs)
+
+    builder.create_masked_load, builder.create_masked_store = masked_load, masked_store
+    itp.GridExecutor.__call__ = call
+    try:
+        yield counter
+    finally:
+        builder.create_masked_load, builder.create_masked_store = orig_load, orig_store
+        del builder.create_masked_load, builder.create_masked_store  # back to the class's methods
+        itp.GridExecutor.__call__ = orig_call
+
+
+# ----------------------------------------------------------------------------- the launch
+def gpu_launch(*, rows: int, H: int, d_h: int, r: int, slots: int, dtype: torch.dtype, rope_exact: bool = False,
+               paged: bool = False, extend: bool = False, fp8: bool = False, private: str | None = None,
+               n_sms: int = H200_SMS):
+    """`pick_launch` as it runs on a 132-SM sm_90 GPU (the launch table's GPU row), from here:
+    the chooser reads the runtime's mode and the device's SM count, so both are answered as a
+    GPU would answer them for the duration of the call."""
+    from ..kernels import launch, runtime
+
+    with mock.patch.object(runtime, "is_interpreted", lambda: False), \
+            mock.patch.object(launch, "num_sms", lambda device: n_sms):
+        return launch.pick_launch(B=rows, H=H, d_h=d_h, r=r, slots=slots, dtype=dtype, device=torch.device("cuda"),
+                                  rope_exact=rope_exact, paged=paged, extend=extend, fp8=fp8, private=private)
+
+
+def launch_overrides(cfg) -> dict:
+    """A LaunchConfig as the public wrappers' keyword overrides (dot stays the runtime's)."""
+    return dict(num_splits=cfg.num_splits, group_size=cfg.group_size, block_t=cfg.block_t,
+                num_warps=cfg.num_warps, private=cfg.private, programs_per_sm=cfg.programs_per_sm)
+
+
+# ----------------------------------------------------------------------------- the prediction
+@dataclass(frozen=True)
+class Shape:
+    """One call's sizes: per grid row, the slots it attends (decode: its length; extend: its
+    position + 1) and, for the payload, every sequence's length."""
+
+    H: int
+    d_h: int
+    r: int
+    row_slots: tuple[int, ...]  # per grid row (decode: per sequence; extend: per query token)
+    lengths: tuple[int, ...]  # per sequence: the valid tokens (the payload's cache bytes)
+    cache_bytes: int = 2  # bytes per cache element (1: fp8)
+    q_bytes: int = 2  # q, the bases and out at the compute dtype
+    rope_exact: bool = False
+    paged: bool = False
+    page_size: int = PAGE_SIZE
+    fp8_granularity: str = ""  # "" for a 16-bit cache
+
+    @property
+    def rows(self) -> int:
+        return len(self.row_slots)
+
+
+def _tiles(n: int, split_size: int, block_t: int) -> int:
+    """Tiles a row of n valid slots runs over, split into splits of split_size."""
+    full, last = divmod(n, split_size)
+    return full * -(-split_size // block_t) + -(-last // block_t)
+
+
+def predict(shape: Shape, cfg) -> dict[str, int]:
+    """The bytes a launch (`cfg`: a LaunchConfig) loads and stores, by what they are (module
+    doc). Keys: shared, latent, basis_k, basis_v, q, rope_tables, page_table (loads);
+    partials_w (stores), partials_r (loads), out (stores); loads, stores, moved (sums)."""
+    H, d_h, r, e, eq = shape.H, shape.d_h, shape.r, shape.cache_bytes, shape.q_bytes
+    R, S, NG = shape.rows, cfg.num_splits, cfg.n_groups
+    valid = sum(shape.row_slots)  # slots attended, over the rows
+    tiles = sum(_tiles(n, cfg.split_size, cfg.block_t) for n in shape.row_slots)
+    p = dict(
+        shared=NG * valid * 2 * d_h * e,  # S_K, S_V: once per head group
+        latent=valid * 2 * H * r * e,  # R^K, R^V: once
+        # per (row, split) program, its group's heads, twice (the count showed it: the shared
+        # logits and the projected query each load q); exact RoPE: once, then twice per tile
+        q=((R * S + 2 * tiles) if shape.rope_exact else 2 * R * S) * H * d_h * eq,
+        basis_k=(tiles if shape.rope_exact else R * S) * H * d_h * r * eq,  # per program; exact RoPE: per tile
+        basis_v=R * H * d_h * r * eq,  # the combine, once per (row, head)
+        rope_tables=NG * valid * 2 * d_h * ACC_BYTES if shape.rope_exact else 0,  # cos, sin rows per group
+        page_table=0,
+        partials_w=R * H * S * (2 + d_h + r) * ACC_BYTES,  # m, l, the d_h- and r-wide accumulators
+        out=R * H * (d_h + 1) * ACC_BYTES,  # out (float32; the cast to q's dtype is torch's), lse
+    )
+    if shape.paged:  # one entry per slot lane and group (inside one page the lanes share an address)
+        p["page_table"] = NG * valid * 4
+    p["partials_r"] = p["partials_w"]
+    p["loads"] = sum(p[k] for k in ("shared", "latent", "q", "basis_k", "basis_v", "rope_tables", "page_table",
+                                    "partials_r"))
+    p["stores"] = p["partials_w"] + p["out"]
+    p["moved"] = p["loads"] + p["stores"]
+    return p
+
+
+def payload(shape: Shape, spec=None) -> int:
+    """What the contract moves: cache bytes of the valid tokens (fp8: and their scales), the
+    bases, q, out (q's dtype) and lse (float32)."""
+    H, d_h, r = shape.H, shape.d_h, shape.r
+    tokens = sum(shape.lengths)
+    cache = tokens * (2 * d_h + 2 * H * r) * shape.cache_bytes
+    if shape.fp8_granularity:
+        from ..spec import AttentionSpec, fp8_scale_bytes
+
+        cache += fp8_scale_bytes(spec or AttentionSpec.lrkv(H, d_h, r), shape.fp8_granularity, tokens=tokens)
+    return cache + 2 * H * d_h * r * shape.q_bytes + shape.rows * H * (2 * d_h * shape.q_bytes + ACC_BYTES)
+
+
+def group_overhead(H: int, d_h: int, r: int, group: int) -> float:
+    """The shared stream re-read by each head group beyond the first, as a share of the cache
+    bytes: 2·d_h·(H/G − 1) / (2·d_h + 2·H·r) (H = 18 in two groups of 9: +11 %)."""
+    return 2 * d_h * (math.ceil(H / group) - 1) / (2 * d_h + 2 * H * r)
+
+
+# ----------------------------------------------------------------------------- measuring
+@dataclass
+class TrafficRow:
+    scale: str
+    variant: str  # decode | paged | extend
+    path: str  # wide | per_head | rope (exact RoPE)
+    cache: str  # bf16 | fp8
+    batch: int
+    seq_len: int
+    launch: dict  # the LaunchConfig the row ran with (asdict)
+    launch_from: str  # "gpu": the launch table's sm_90 row, forced; "interpreter": the runtime's own
+    payload: int
+    predicted: dict  # predict(): bytes by kind, loads/stores/moved
+    measured: dict  # by buffer: {loads, stores, unique}; and "total": the sums
+    programs: list = field(default_factory=list)  # (kernel, programs) per launch
+    seconds: float = 0.0
+
+    @property
+    def loads(self) -> int:
+        return self.measured["total"]["loads"]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _spec(scale: str):
+    from ..spec import preset
+
+    return preset(scale).spec("lrkv")
+
+
+def _inputs(spec, B: int, T: int, cache: str, variant: str, seed: int = 0):
+    """(q, FactoredCache, basis_k, basis_v, cu_seqlens_q, lengths): full-width cache of T slots,
+    ragged lengths (T and about 3/4 of it), bf16; fp8 quantized as the bench's fp8 row."""
+    from ..reference.cache import FactoredCache
+    from .families import make_inputs
+
+    lengths = [T - (b % 2) * (T // 4 + 3) for b in range(B)]
+    inp = make_inputs(spec, B, T, dtype=torch.bfloat16, seed=seed, lengths=lengths)
+    parts = {p: inp[p] for p in ("shared_k", "shared_v", "latent_k", "latent_v")}
+    scales = None
+    if cache == "fp8":
+        from ..reference.fp8_cache import quantize_cache
+        from ..spec import as_dtype
+
+        parts, scales = quantize_cache(parts, inp["lengths"], as_dtype(FP8_FORMAT), FP8_GRANULARITY)
+    fc = FactoredCache(parts["shared_k"], parts["shared_v"], parts["latent_k"], parts["latent_v"], inp["lengths"],
+                       None, scales)
+    if variant == "paged":
+        fc = fc.paginate(PAGE_SIZE, generator=torch.Generator().manual_seed(seed), extra_pages=0)
+    q, cu = inp["q"], None
+    if variant == "extend":
+        g = torch.Generator().manual_seed(seed + 1)
+        q = torch.randn(B * N_NEW, spec.n_heads, spec.head_dim, generator=g).to(torch.bfloat16)
+        cu = torch.arange(0, B * N_NEW + 1, N_NEW, dtype=torch.int32)
+    return q, fc, inp["basis_k"], inp["basis_v"], cu, lengths
+
+
+def measure(scale: str, variant: str, path: str, cache: str, *, B: int = 2, T: int = 256,
+            launch_from: str = "gpu") -> TrafficRow:
+    """Run one call through `lrkv.kernels.decode.attend` in the interpreter, count its traffic
+    and predict it. path: 'wide' | 'per_head' (no RoPE) or 'rope' (exact RoPE, the private
+    path the launch picks for it). launch_from 'gpu' forces the GPU's launch (gpu_launch);
+    'interpreter' leaves every choice to the runtime."""
+    import time
+
+    from ..kernels import runtime
+    from ..kernels.decode import attend
+    from ..kernels.launch import pick_launch
+    from ..reference.rope import ExactRope
+
+    if variant not in VARIANTS or path not in PATHS or cache not in CACHES:
+        raise ValueError(f"variant in {VARIANTS}, path in {PATHS}, cache in {CACHES}; got {variant, path, cache}")
+    spec = _spec(scale)
+    H, d_h, r = spec.n_heads, spec.head_dim, spec.rank
+    q, fc, bk, bv, cu, lengths = _inputs(spec, B, T, cache, variant)
+    rope = ExactRope() if path == "rope" else None
+    private = None if path == "rope" else path
+    extend = variant == "extend"
+    rows = q.shape[0]
+    choose = dict(rows=rows, H=H, d_h=d_h, r=r, slots=fc.t_max, dtype=q.dtype, rope_exact=rope is not None,
+                  paged=fc.paged, extend=extend, fp8=cache == "fp8", private=private)
+    with runtime.interpreter():
+        if launch_from == "gpu":
+            cfg = gpu_launch(**choose)
+            overrides = launch_overrides(cfg)
+        else:
+            choose["B"] = choose.pop("rows")
+            cfg = pick_launch(**choose, device=q.device)
+            overrides = dict(private=private)
+        t0 = time.perf_counter()
+        with count_traffic() as counter:
+            attend(q, fc, bk, bv, scale=spec.scale, rope=rope, cu_seqlens_q=cu, **overrides)
+        seconds = time.perf_counter() - t0
+    row_slots = tuple(L - N_NEW + i + 1 for L in lengths for i in range(N_NEW)) if extend else tuple(lengths)
+    shape = Shape(H, d_h, r, row_slots, tuple(lengths), cache_bytes=1 if cache == "fp8" else 2,
+                  rope_exact=rope is not None, paged=fc.paged,
+                  fp8_granularity=FP8_GRANULARITY if cache == "fp8" else "")
+    known = dict(q=q, basis_k=bk, basis_v=bv, lengths=fc.lengths, page_table=fc.page_table, cu_seqlens_q=cu,
+                 **dict(zip(("shared_k", "shared_v", "latent_k", "latent_v"), fc.parts)))
+    if fc.scales is not None:
+        known.update({f"scale.{p}": fc.scales.of(p) for p in ("shared_k", "shared_v", "latent_k", "latent_v")})
+    by = counter.summary(known)
+    by["total"] = {k: sum(v[k] for v in by.values()) for k in ("loads", "stores", "unique")}
+    return TrafficRow(scale, variant, path, cache, B, T, asdict(cfg), launch_from, payload(shape, spec),
+                      predict(shape, cfg), by, counter.programs(), round(seconds, 2))
+
+
+def measure_grid(scales=("2.5B", "6.3B"), seq_lens=(256, 1024), variants=VARIANTS, paths=PATHS, caches=CACHES,
+                 *, B: int = 2, launch_from: str = "gpu", progress=None) -> list[TrafficRow]:
+    rows = []
+    for scale in scales:
+        for T in seq_lens:
+            for variant in variants:
+                for path in paths:
+                    for cache in caches:
+                        row = measure(scale, variant, path, cache, B=B, T=T, launch_from=launch_from)
+                        rows.append(row)
+                        if progress:
+                            progress(row)
+    return rows
+
+
+# ----------------------------------------------------------------------------- rendering
+TABLE_HEADERS = ("scale", "T", "call", "path", "cache", "G x groups, splits, tile", "pred", "meas", "meas/pred",
+                 "moved", "unique", "shared x")
+
+
+def _launch_cell(row: TrafficRow) -> str:
+    c = row.launch
+    return f"{c['group_size']} x {c['n_groups']}, {c['num_splits']}, {c['block_t']}"
+
+
+def table_cells(row: TrafficRow) -> list[str]:
+    """One row of the table; ratios are of the contract's payload (module doc)."""
+    pay, pred, tot = row.payload, row.predicted, row.measured["total"]
+    shared = sum(row.measured.get(p, {}).get("loads", 0) for p in ("shared_k", "shared_v"))
+    shared_unique = sum(row.measured.get(p, {}).get("unique", 0) for p in ("shared_k", "shared_v"))
+    return [row.scale, str(row.seq_len), row.variant, row.path, row.cache, _launch_cell(row),
+            f"{pred['loads'] / pay:.3f}", f"{tot['loads'] / pay:.3f}", f"{tot['loads'] / pred['loads']:.3f}",
+            f"{(tot['loads'] + tot['stores']) / pay:.3f}", f"{tot['unique'] / pay:.3f}",
+            f"{shared / shared_unique:.2f}" if shared_unique else ""]
+
+
+def traffic_markdown(rows: list[TrafficRow]) -> str:
+    lines = ["| " + " | ".join(TABLE_HEADERS) + " |", "|" + "|".join("---" if i < 6 else "---:"
+                                                                     for i in range(len(TABLE_HEADERS))) + "|"]
+    lines += ["| " + " | ".join(table_cells(r)) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def traffic_matrix_markdown(rows: list[TrafficRow]) -> str:
+    """The same rows folded: one line per (scale, T, call), one column per (path, cache), each
+    cell "measured loads / payload (measured / predicted)"; the last two the largest unique /
+    payload of the line without and with exact RoPE (whose cos/sin tables are not payload)."""
+    cols = list(dict.fromkeys((r.path, r.cache) for r in rows))
+    lines = ["| scale | T | call | " + " | ".join(f"{p} {c}" for p, c in cols) + " | unique | unique, RoPE |",
+             "|---|---:|---|" + "---:|" * (len(cols) + 2)]
+    for key in dict.fromkeys((r.scale, r.seq_len, r.variant) for r in rows):
+        got = {(r.path, r.cache): r for r in rows if (r.scale, r.seq_len, r.variant) == key}
+        cells = [f"{got[c].loads / got[c].payload:.3f} ({got[c].loads / got[c].predicted['loads']:.3f})"
+                 if c in got else "" for c in cols]
+        unique = [max((r.measured["total"]["unique"] / r.payload for r in got.values() if (r.path == "rope") == rope),
+                      default=None) for rope in (False, True)]
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | " + " | ".join(cells) + " | "
+                     + " | ".join("" if u is None else f"{u:.3f}" for u in unique) + " |")
+    return "\n".join(lines)
+
+
+def traffic_table(rows: list[TrafficRow]):
+    from rich.table import Table
+
+    table = Table(title="Triton decode traffic counted in the interpreter, x the contract's payload: pred/meas "
+                        "loads, moved = loads + stores, unique = distinct bytes loaded; shared x: shared K/V "
+                        "loads / distinct")
+    for i, h in enumerate(TABLE_HEADERS):
+        table.add_column(h, justify="left" if i < 6 else "right", no_wrap=True)
+    for r in rows:
+        c = table_cells(r)
+        over = r.loads > 1.05 * r.predicted["loads"]
+        if over:
+            c[8] = f"[bold red]{c[8]}[/bold red]"
+        table.add_row(*c)
+    return table

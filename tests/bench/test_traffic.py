@@ -1,0 +1,236 @@
+"""Memory traffic of the Triton kernels (lrkv.bench.traffic) and the GPU time predicted from it
+(lrkv.bench.prediction), on the CPU.
+
+What is pinned down:
+  * the count: masked-off lanes move nothing — a ragged batch's latents are loaded exactly once
+    per valid token, garbage slots never — and the wrappers' buffers are told apart by use;
+  * a traffic regression: every default launch (the GPU's, forced, and the interpreter's own)
+    of decode, paged decode and extend loads at most its predicted bytes + 5 %, and at least
+    every valid cache byte once;
+  * the documented `lrkv bench --traffic` command runs as written (on a one-launch grid) and
+    its committed log says every launch held its prediction;
+  * the predicted time: blocks per SM from registers and warps, whole waves, seconds from bytes
+    and bytes/s, and a bench row's prediction in the rendered table.
+Runs in the interpreter at T = 64: ~15 s on two idle cores.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import shlex
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from lrkv.bench import prediction
+from lrkv.bench.prediction import blocks_per_sm, predict_time, waves
+from lrkv.bench.traffic import N_NEW, gpu_launch, group_overhead, measure, traffic_matrix_markdown
+
+ROOT = Path(__file__).resolve().parents[2]
+SLACK = 1.05  # a launch may load 5 % more than predicted (the small loads the model leaves out)
+
+triton_interpreter = pytest.mark.skipif(
+    __import__("importlib").util.find_spec("triton") is None
+    or __import__("lrkv.kernels.runtime", fromlist=["x"]).interpreter_problem() is not None,
+    reason="needs Triton's interpreter")
+
+
+@functools.lru_cache(maxsize=None)
+def _measure(variant: str, path: str, cache: str, launch_from: str = "gpu"):
+    return measure("2.5B", variant, path, cache, B=2, T=64, launch_from=launch_from)
+
+
+def _payload_cache(row) -> int:
+    """Bytes of every valid token's cache, read once."""
+    return sum(row.measured.get(p, {}).get("unique", 0) for p in ("shared_k", "shared_v", "latent_k", "latent_v"))
+
+
+@triton_interpreter
+def test_masked_lanes_count_zero_and_each_valid_latent_is_read_once():
+    row = _measure("decode", "wide", "bf16")
+    H, r = 18, 55
+    valid = 64 + (64 - 64 // 4 - 3)  # lengths T and 3/4 T - 3; the slots past them hold NaN garbage
+    for part in ("latent_k", "latent_v"):  # bf16: 2 bytes
+        assert row.measured[part] == dict(loads=valid * H * r * 2, stores=0, unique=valid * H * r * 2)
+    groups = row.launch["n_groups"]
+    assert row.measured["shared_k"]["loads"] == groups * valid * 128 * 2  # once per head group
+    assert row.measured["shared_k"]["unique"] == valid * 128 * 2
+    # the wrappers' own buffers: partials written by the split kernel and read by the combine,
+    # out and lse written only; nothing outside the launches' arguments
+    assert row.measured["scratch"]["loads"] == row.measured["scratch"]["stores"] > 0
+    assert row.measured["output"]["stores"] == 2 * H * (128 + 1) * 4 and row.measured["output"]["loads"] == 0
+    assert "outside every argument" not in row.measured
+    assert [k for k, _ in row.programs] == ["decode_split_kernel", "decode_combine_kernel"]
+    md = traffic_matrix_markdown([row])
+    assert f"| 2.5B | 64 | decode | {row.loads / row.payload:.3f} ({row.loads / row.predicted['loads']:.3f}) |" in md
+
+
+@pytest.mark.parametrize("argv,needle", [(["--json"], "--json: only with --traffic"),
+                                         (["--traffic", "--scales", "9B"], "--scales: unknown")])
+def test_cli_bad_traffic_options_exit_2(argv, needle, tmp_path, capsys):
+    from lrkv.cli import main
+
+    assert main(["bench", *argv, "--out", str(tmp_path)]) == 2
+    assert needle in capsys.readouterr().out and not list(tmp_path.iterdir())
+
+
+CASES = [  # (call, path, cache, launch): every call, path and cache; the GPU's launch and the interpreter's
+    ("decode", "wide", "bf16", "gpu"), ("decode", "per_head", "fp8", "gpu"), ("decode", "rope", "bf16", "gpu"),
+    ("paged", "wide", "fp8", "gpu"), ("paged", "rope", "fp8", "gpu"), ("extend", "wide", "bf16", "gpu"),
+    ("decode", "wide", "fp8", "interpreter"), ("extend", "per_head", "bf16", "interpreter"),
+]
+
+
+@triton_interpreter
+@pytest.mark.parametrize("variant,path,cache,launch_from", CASES)
+def test_a_default_launch_loads_at_most_its_predicted_bytes(variant, path, cache, launch_from):
+    row = _measure(variant, path, cache, launch_from)
+    pred = row.predicted["loads"]
+    assert row.loads <= SLACK * pred, (
+        f"{variant}/{path}/{cache} ({launch_from} launch {row.launch}): loads {row.loads} B > predicted {pred} B "
+        f"+ 5 % ({row.loads / pred:.3f}x); by buffer: { {k: v['loads'] for k, v in row.measured.items()} }")
+    assert row.loads >= _payload_cache(row) > 0  # every valid cache byte at least once
+    assert row.measured["total"]["stores"] <= SLACK * row.predicted["stores"]
+
+
+def test_the_gpu_launch_is_the_launch_tables_sm90_row():
+    cfg = gpu_launch(rows=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16)
+    assert (cfg.private, cfg.group_size, cfg.n_groups, cfg.block_t, cfg.num_warps) == ("wide", 9, 2, 16, 8)
+    assert cfg.num_splits == 16  # 2 x 132 programs over 8 rows x 2 groups, rounded down to whole waves
+    rope = gpu_launch(rows=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16, rope_exact=True)
+    assert (rope.private, rope.block_t, rope.num_warps) == ("per_head", 32, 8)
+    fp8 = gpu_launch(rows=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16, fp8=True)
+    assert (fp8.group_size, fp8.n_groups) == (4, 5)
+    ext = gpu_launch(rows=2 * N_NEW, H=18, d_h=128, r=55, slots=1024, dtype=torch.bfloat16, extend=True)
+    assert ext.block_t == 16 and ext.num_splits == 4  # the GPU's tile, not the interpreter's larger one
+
+
+def test_the_shared_stream_reread_by_each_group():
+    assert group_overhead(18, 128, 55, 9) == pytest.approx(256 / 2236)  # +11.4 % of the cache bytes
+    assert group_overhead(18, 128, 55, 18) == 0
+    assert group_overhead(32, 128, 54, 8) == pytest.approx(3 * 256 / (256 + 64 * 54))
+
+
+def _docs_command() -> list[str]:
+    """The `lrkv bench --traffic` line of docs/kernels.md's Memory traffic section, as argv."""
+    from tests.test_helpers.doc_blocks import blocks
+
+    lines = [ln for b in blocks(ROOT / "docs" / "kernels.md", "Memory traffic", "bash") for ln in b.splitlines()
+             if ln.startswith("lrkv bench --traffic")]
+    assert len(lines) == 1, lines
+    return shlex.split(lines[0].split("|")[0], comments=True)[1:]
+
+
+def test_the_documented_command_parses_and_its_log_is_committed():
+    from lrkv.cli import build_parser
+
+    args = build_parser("bench").parse_args(_docs_command())
+    assert args.traffic and args.traffic_launch == "gpu"
+    logs = sorted((ROOT / "ci" / "logs").glob("traffic-*.log"))
+    assert logs, "ci/logs/traffic-<sha>.log: run the documented command"
+    text = logs[-1].read_text()
+    assert re.search(r"(\d+)/\1 launches load at most their prediction \+ 5 %", text), text[-400:]
+
+
+@triton_interpreter
+def test_the_documented_command_runs_verbatim_on_a_smaller_grid(tmp_path, monkeypatch, capsys):
+    """The documented argv as written, its grid cut to one launch (the whole grid, both scales
+    at T 256 and 1024, takes ~35 min on two cores: its run is the committed log)."""
+    import json
+
+    from lrkv.bench import traffic
+    from lrkv.cli import main
+
+    full = traffic.measure_grid
+    monkeypatch.setattr(traffic, "measure_grid", lambda scales, seq_lens, **kw: full(
+        scales[:1], (64,), variants=("decode",), paths=("wide",), caches=("bf16",), **kw))
+    monkeypatch.chdir(tmp_path)  # --out is relative: write under tmp
+    assert main(_docs_command()) == 0
+    doc = json.loads(next(tmp_path.glob("reports/*/traffic.json")).read_text())
+    assert doc["launch"] == "gpu" and [(r["scale"], r["variant"]) for r in doc["rows"]] == [("2.5B", "decode")]
+    assert "1/1 launches load at most their prediction + 5 %" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- predicted time
+def test_blocks_per_sm_from_registers_and_warps():
+    assert blocks_per_sm(187, 8) == 1  # 192 x 32 x 8 = 49152 of 65536 registers
+    assert blocks_per_sm(255, 4) == 2  # 256 x 32 x 4 = 32768: two fit
+    assert blocks_per_sm(128, 16) == 1
+    assert blocks_per_sm(64, 4) == 8  # 8192 registers a block: 8 fit, 32 of 64 warps
+    assert blocks_per_sm(32, 1) == 32  # the block limit
+    assert blocks_per_sm(255, 16) == 0  # does not fit
+
+
+def test_waves_round_up_to_whole_waves():
+    assert waves(272, 132, 1) == 3  # the 2026-12-04 profile: 2.06 waves run as three
+    assert waves(264, 132, 1) == 2 and waves(264, 132, 2) == 1 and waves(1, 132, 1) == 1
+
+
+def test_predicted_seconds_are_bytes_over_bytes_per_second_in_whole_waves():
+    # one full wave at full occupancy: bytes / bandwidth (4.2 GB at 4.2 TB/s = 1 ms)
+    full = predict_time(4_200_000_000, 4.2e12, programs=132 * 8, registers=64, num_warps=4)  # 8 blocks/SM
+    assert full["occupancy"] == 0.5 and full["waves"] == 1 and full["seconds"] == pytest.approx(1e-3)
+    # one program more: a second wave, costing as much as a whole one
+    tail = predict_time(4_200_000_000, 4.2e12, programs=132 * 8 + 1, registers=64, num_warps=4)
+    assert tail["waves"] == 2 and tail["seconds"] == pytest.approx(2e-3 * 1056 / 1057)
+    # half a wave takes a whole wave's time: each resident program streams at its share
+    half = predict_time(4_200_000_000, 4.2e12, programs=132 * 4, registers=64, num_warps=4)
+    assert half["waves"] == 1 and half["seconds"] == pytest.approx(2e-3)
+    # 12.5 % occupancy (one 8-warp block per SM) sees a quarter of the bandwidth
+    low = predict_time(4_200_000_000, 4.2e12, programs=132, registers=187, num_warps=8)
+    assert low["occupancy"] == 0.125 and low["seconds"] == pytest.approx(4e-3)
+    with pytest.raises(ValueError):
+        predict_time(1, 4.2e12, programs=1, registers=255, num_warps=16)
+
+
+def test_a_bench_rows_prediction_is_in_the_table(monkeypatch):
+    from lrkv.bench.machine import Machine
+    from lrkv.bench.render import HEADERS, cells, markdown_table
+    from lrkv.bench.result import BenchResult, BenchRow
+
+    from dataclasses import asdict
+
+    launch = asdict(gpu_launch(rows=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16))
+    row = BenchRow(scale="2.5B", family="lrkv", backend="triton", device="cuda", dtype="bfloat16", batch=8,
+                   seq_len=32768, spec="lrkv", time_s=2e-3, bytes_total=10**9, bandwidth=5e11, launch=launch)
+    machine = Machine("cuda", "H200", 16, 16, "", None, None, "2", "3.9", "3.11", "linux", copy_bandwidth=4.2e12)
+    result = BenchResult(machine=machine, grid={}, rows=[row])
+    seen = []
+    monkeypatch.setattr(prediction, "registers_of", lambda v: (seen.append(v) or 187, "stub"))
+    prediction.add_predictions(result, n_sms=132)
+    assert seen[0].private == "wide" and (seen[0].group, seen[0].block_t, seen[0].num_warps) == (9, 16, 8)
+    p = row.prediction
+    assert (p["programs"], p["blocks_per_sm"], p["waves"]) == (8 * 2 * 16, 1, 2)
+    # the model's bytes: the payload and the shared stream re-read by the second group, and more
+    assert p["bytes"] > 8 * 32768 * (2 * 128 + 2 * 18 * 55) * 2 * (1 + group_overhead(18, 128, 55, 9))
+    assert row.predicted_s == pytest.approx(2 * (p["bytes"] / 256) / (4.2e12 / 4 / 132))
+    assert cells(row)[HEADERS.index("pred ms")] == f"{row.predicted_s * 1e3:.3f}"
+    assert "pred ms" in markdown_table(result) and "187 registers (stub)" in markdown_table(result)
+    cpu = BenchRow(**{**row.to_dict(), "device": "cpu", "predicted_s": None, "prediction": None})
+    prediction.add_predictions(BenchResult(machine=machine, grid={}, rows=[cpu]))
+    assert cpu.predicted_s is None  # a CPU row (the interpreter) predicts no GPU time
+
+
+def test_registers_come_from_the_committed_report_for_its_triton():
+    import json
+
+    from lrkv.kernels.compile_check import Variant
+
+    report = json.loads(prediction.REPORT.read_text())
+    entry = next(e for e in report if e["kernel"] == "decode_split_kernel" and e["variant"]["private"] == "wide")
+    v = Variant(**{k: val for k, val in entry["variant"].items() if k != "dot"})
+    monkey = SimpleNamespace(__version__=entry["triton"])
+    import sys
+
+    real = sys.modules.get("triton")
+    sys.modules["triton"] = monkey  # the report's Triton, whatever is installed
+    try:
+        assert prediction.registers_of(v) == (entry["reg"], f"compile-check-sm90.json (Triton {entry['triton']})")
+    finally:
+        if real is not None:
+            sys.modules["triton"] = real
+        else:
+            del sys.modules["triton"]
