@@ -37,7 +37,6 @@ import contextlib
 import math
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from unittest import mock
 
 import numpy as np
 import torch
@@ -199,15 +198,11 @@ def count_traffic() -> Iterator[TrafficCounter]:
 def gpu_launch(*, rows: int, H: int, d_h: int, r: int, slots: int, dtype: torch.dtype, rope_exact: bool = False,
                paged: bool = False, extend: bool = False, fp8: bool = False, private: str | None = None,
                n_sms: int = H200_SMS):
-    """`pick_launch` as it runs on a 132-SM sm_90 GPU (the launch table's GPU row), from here:
-    the chooser reads the runtime's mode and the device's SM count, so both are answered as a
-    GPU would answer them for the duration of the call."""
-    from ..kernels import launch, runtime
+    """`pick_launch` as it runs on a 132-SM sm_90 GPU (the launch table's GPU row), from here."""
+    from ..kernels.launch import pick_launch
 
-    with mock.patch.object(runtime, "is_interpreted", lambda: False), \
-            mock.patch.object(launch, "num_sms", lambda device: n_sms):
-        return launch.pick_launch(B=rows, H=H, d_h=d_h, r=r, slots=slots, dtype=dtype, device=torch.device("cuda"),
-                                  rope_exact=rope_exact, paged=paged, extend=extend, fp8=fp8, private=private)
+    return pick_launch(B=rows, H=H, d_h=d_h, r=r, slots=slots, dtype=dtype, device=torch.device("cpu"),
+                       rope_exact=rope_exact, paged=paged, extend=extend, fp8=fp8, private=private, sm90_sms=n_sms)
 
 
 def launch_overrides(cfg) -> dict:

@@ -227,13 +227,14 @@ def pick_launch(
     num_splits: int | None = None, group_size: int | None = None, block_t: int | None = None,
     num_warps: int | None = None, dot: str | None = None, private: str | None = None,
     programs_per_sm: int | None = None, rope_exact: bool = False, paged: bool = False,
-    extend: bool = False, fp8: bool = False,
+    extend: bool = False, fp8: bool = False, sm90_sms: int | None = None,
 ) -> LaunchConfig:
     """The launch shape for a call; every argument left None is chosen as the module doc
     says. For extend, B is the number of query tokens (the rows of the grid); fp8: the cache
-    is fp8 (the wide group's column cap, WIDE_MAX_COLUMNS_FP8)."""
-    interpreted = runtime.is_interpreted()
-    on_gpu = device.type == "cuda" and not interpreted
+    is fp8 (the wide group's column cap, WIDE_MAX_COLUMNS_FP8). sm90_sms: choose as an sm_90
+    GPU with that many SMs would, wherever this runs (the traffic model's GPU launch)."""
+    interpreted = runtime.is_interpreted() if sm90_sms is None else False
+    on_gpu = sm90_sms is not None or (device.type == "cuda" and not interpreted)
     gpu = "sm_90" if on_gpu else None
     rope = "exact" if rope_exact else "none"
     dot = default_dot(dtype, on_gpu) if dot is None else dot
@@ -260,7 +261,8 @@ def pick_launch(
 
     programs_per_sm = PROGRAMS_PER_SM if programs_per_sm is None else programs_per_sm
     if num_splits is None:
-        num_splits, split_size = occupancy_rule(B, n_groups, slots, block_t, programs_per_sm, num_sms(device))
+        num_splits, split_size = occupancy_rule(B, n_groups, slots, block_t, programs_per_sm,
+                                                sm90_sms or num_sms(device))
     else:
         split_size = max(1, -(-slots // num_splits))
     return LaunchConfig(num_splits, split_size, group_size, n_groups, block_h, block_t, block_d, block_r,
