@@ -167,7 +167,8 @@ def paged_cases(draw, level: str, spec: AttentionSpec, dtype: str, *, batch: int
     Pages (always at kernel-paged, half the time at kernel-extend, else a contiguous cache):
     a size from `page_sizes`, physical pages shuffled or in sequence order, and half the time
     a prefix of whole pages shared by sequences 0 and 1 (their lengths are then drawn >= one
-    page). Lengths: varlen, each often at a boundary (`paged_lengths`). Batch: 1..max_batch,
+    page); latents head-major (HND) half the time, and now and then a pool of 1500 unused pages
+    below the used ones. Lengths: varlen, each often at a boundary (`paged_lengths`). Batch: 1..max_batch,
     occasionally max_batch+1..wide_batch. Extend: n_b per sequence from `new_tokens`; when
     the new tokens are fewer than MIN_ROWS / MIN_OUTPUTS need, whole-length chunks are
     appended as further sequences (except, occasionally, an idle batch: every n_b = 0). Garbage in
@@ -198,7 +199,8 @@ def paged_cases(draw, level: str, spec: AttentionSpec, dtype: str, *, batch: int
         q_scale=draw(st.sampled_from((1.0, 1.0, 100.0))) if adversarial else 1.0,
         near_cancel=draw(st.booleans()) if adversarial and not spec.qk_norm else False,
         splits=0 if extend else draw(st.integers(0, 5)), tile=0 if extend else draw(st.integers(0, 9)),
-        pages=Paged(page, draw(st.sampled_from((True, True, False))) if page else True, shared),
+        pages=Paged(page, draw(st.sampled_from((True, True, False))) if page else True, shared,
+                    hnd=bool(page) and draw(st.booleans()), pool=draw(st.sampled_from((0, 0, 0, 1500))) if page else 0),
         extend=Extend(tuple(n_new)),
     )
 
