@@ -31,6 +31,7 @@ MODULES = sorted(m.name for m in pkgutil.walk_packages(lrkv.__path__, "lrkv.") i
 LAYERS = (
     "cli",
     "bench",
+    "mutants",
     grimp.Layer("kernels", "distributed", "compiled", "testing", independent=True),
     grimp.Layer("verify", "proofs", independent=True),
     "reference",

@@ -64,7 +64,6 @@ class TPJob:
     steps: int = 3  # tokens decoded from an empty cache; also T_max
     seed: int = 0  # seeds weights (seed) and inputs (seed + 1)
     dtype: str = "float64"  # τ of weights, inputs, cache and all-reduce
-    mutant: str | None = None  # a name in mutants.MUTANTS
     backend: object = None  # a backend: name, 'module:attribute' or the object (steps.tp_layer_for)
     step: str | None = None  # 'module:attribute' of a TP layer or step function (steps.as_tp_layer)
     case: dict | None = None  # a harness Case (as a dict): draw the inputs as its level does
@@ -80,20 +79,13 @@ class TPJob:
         except TypeError:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}; got {self.dtype!r}") from None
         object.__setattr__(self, "dtype", check_choice("dtype", name, DTYPES))
-        chosen = [f for f in ("mutant", "backend", "step") if getattr(self, f) is not None]
-        if len(chosen) > 1:
-            raise ValueError(f"give at most one of mutant, backend, step; got {chosen}")
-        if self.mutant is not None:
-            from .tp_mutants import MUTANTS
-
-            check_choice("mutant", self.mutant, tuple(MUTANTS))
-            if self.spec.family != "lrkv":
-                raise ValueError(f"mutant {self.mutant!r} needs an lrkv spec, got family {self.spec.family!r}")
+        if self.backend is not None and self.step is not None:
+            raise ValueError("give at most one of backend, step")
 
     @property
     def label(self) -> str:
         backend = self.backend if self.backend is None or isinstance(self.backend, str) else self.backend.name
-        who = self.mutant or backend or self.step or "reference"
+        who = backend or self.step or "reference"
         return f"{who}/{self.spec.short()}/B{self.batch}-T{self.steps}-s{self.seed}/{self.dtype}"
 
 
@@ -115,11 +107,8 @@ def job_inputs(job: TPJob) -> tuple[object, torch.Tensor]:
 
 def tp_layer(job: TPJob):
     """The TP layer a job runs on each rank."""
-    from .tp_mutants import MUTANTS
     from .steps import TPLayer, as_tp_layer, tp_layer_for
 
-    if job.mutant is not None:
-        return MUTANTS[job.mutant]()
     if job.backend is not None:
         from ..verify.backend_registry import get_backend
 
@@ -333,7 +322,7 @@ def _collect(tmp: Path, n_jobs: int, tp: int):
 def _owner(job: TPJob):
     """Whose code a job runs: one job of it that hangs condemns its later ones."""
     b = job.backend
-    return ("backend", b if isinstance(b, str) else id(b)) if b is not None else (job.mutant, job.step)
+    return ("backend", b if isinstance(b, str) else id(b)) if b is not None else ("step", job.step)
 
 
 def run_jobs(jobs: list[TPJob], tp: int, *, timeout_s: float | list[float] = DEFAULT_TIMEOUT_S,

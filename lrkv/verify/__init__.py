@@ -13,10 +13,9 @@ In dependency order (a module imports only those above it):
     runner            cases x backends -> records;  tolerance_report: JSON + Markdown
     gate              PASS/FAIL/REGRESSED/MISSING/ERROR/IMPROVED/UNVERIFIED against a baseline
     builtin_backends  reference, materialized, eager, inductor (inductor.py compiles); tiled
-    decode_mutants    deliberately broken backends the gate must reject; paged_mutants, fp8_mutants,
-                      server_mutants too
     strategies        hypothesis strategies and the ci/dev profiles;  hunt: the false-failure hunt
     verify_cli        `lrkv verify`;  gate_cli: `lrkv gate`;  console: plain output, ::error annotations
 
-Importing this package imports none of them.
+Importing this package imports none of them. The broken backends the gate must reject live above
+it, in lrkv.mutants.
 """

@@ -1,7 +1,7 @@
 """A tiled, split-K online-softmax factored decode in plain PyTorch.
 
 What a fused kernel does, written so the suite can test its invariants (split count and
-tile size must not change the answer) and break it on purpose (`mutants.py`):
+tile size must not change the answer) and break it on purpose (`lrkv.mutants`):
 
   the cache range is cut into `splits` chunks (split-K; counts need not divide T); each
   chunk is swept tile by tile with a running max m, running sum l and two accumulators —

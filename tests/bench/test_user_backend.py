@@ -15,9 +15,9 @@ from lrkv.bench.backends import step_backends
 from lrkv.bench.grid import BenchGrid
 from lrkv.bench.render import footnotes
 from lrkv.bench.runner import RunOptions, run_bench
+from lrkv.mutants.decode import Mutant
 from lrkv.spec import PAPER_SCALES, PaperScale
 from lrkv.verify.protocol import BaseBackend
-from lrkv.verify.decode_mutants import Mutant
 
 TINY = PaperScale("tiny", 4, 16, 64, None, 3, 2, 12, "test scale")
 HERE = __name__  # backends below are resolved by 'tests.bench.test_user_backend:<attr>'

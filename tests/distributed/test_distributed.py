@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from lrkv.distributed import (
-    MUTANTS, TPJob, TPLayer, judge_job, oracle, plan_all, plan_rank, rank_cache_elements, run_jobs, split_sizes,
-    verify_tp,
+    TPJob, TPLayer, judge_job, oracle, plan_all, plan_rank, rank_cache_elements, run_jobs, split_sizes, verify_tp,
 )
 from lrkv.distributed.check import bytes_check
 from lrkv.distributed.runner import TimedOut
+from lrkv.mutants.tp import MUTANTS
 from lrkv.spec import AttentionSpec as S
 from lrkv.spec import per_device_cache_elements, tp_cache_ratio
 from lrkv.verify.metrics import error_metrics
@@ -27,6 +27,11 @@ LRKV = S.lrkv(4, 8, 2)
 MLRA4 = S.mlra(4, 8, latent_dim=6, n_latent_heads=4, n_branches=4, rope_dim=4)
 MLRA2 = S.mlra(4, 8, latent_dim=6, n_latent_heads=4, n_branches=2, rope_dim=4)
 MLA = S.mla(4, 8, 6, rope_dim=4)
+
+
+def mutant_step(name: str) -> str:
+    """The import path of a TP mutant's layer, as a job names its step."""
+    return f"lrkv.mutants.tp:{MUTANTS[name].__name__}"
 
 
 # ----------------------------------------------------------------------------- the split rule
@@ -73,12 +78,8 @@ def test_bad_input_is_refused_before_any_process_starts():
         TPJob(LRKV, batch=0)
     with pytest.raises(ValueError, match="dtype"):
         TPJob(LRKV, dtype="int8")
-    with pytest.raises(ValueError, match="mutant"):
-        TPJob(LRKV, mutant="nonsense")
-    with pytest.raises(ValueError, match="lrkv"):
-        TPJob(MLA, mutant="foreign-basis")
     with pytest.raises(ValueError, match="at most one"):
-        TPJob(LRKV, mutant="foreign-basis", backend="reference")
+        TPJob(LRKV, step=mutant_step("foreign-basis"), backend="reference")
     with pytest.raises(ValueError, match="n_heads"):
         run_jobs([TPJob(LRKV)], 8)
     with pytest.raises(ValueError, match="device"):
@@ -157,7 +158,7 @@ def tp_run(request):
     """Per P, as few spawns as possible: the reference jobs, a rank that fails (P = 2: raises,
     then the remaining jobs run in a fresh spawn; P = 4: hangs inside a collective), the mutants."""
     tp = request.param
-    mutants = [TPJob(LRKV, mutant=m, seed=2) for m in MUTANTS]
+    mutants = [TPJob(LRKV, step=mutant_step(m), seed=2) for m in MUTANTS]
     jobs = REFERENCE_JOBS[tp] + ([FAILING[2]] + mutants if tp == 2 else mutants + [FAILING[4]])
     return tp, verify_tp(jobs, tp, timeout_s=240, pg_timeout_s=5)
 
@@ -175,7 +176,8 @@ def test_reference_tp_decode_matches_the_oracle_and_the_formula(tp_run):
 
 def test_every_tp_mutant_is_rejected(tp_run):
     tp, verdicts = tp_run
-    mutants = {v.job.mutant: v for v in verdicts if v.job.mutant}
+    steps = {mutant_step(m): m for m in MUTANTS}
+    mutants = {steps[v.job.step]: v for v in verdicts if v.job.step in steps}
     assert set(mutants) == set(MUTANTS)
     for name, v in mutants.items():
         assert v.status == "fail", name
@@ -214,7 +216,7 @@ def test_harness_tp_level_and_gate_reject_every_mutant(tmp_path):
     argv = ["verify", "--tp", "2", "--filter", "rope_none:float64:T5", "--out", str(out), "--no-progress",
             "--backend", "reference"]
     for m in TP_MUTANT_BACKENDS:
-        argv += ["--backend", f"lrkv.distributed.tp_mutants:{m}"]
+        argv += ["--backend", f"lrkv.mutants.tp:{m}"]
     assert main(argv) == 1  # a case failed
     report = load_report(out / "report.json")
     recs = {r["backend"]: r for r in report["records"]}
@@ -250,6 +252,6 @@ def test_tp_cases_are_validated():
 def test_nccl_tp_decode_on_gpus():
     tp = 2 if torch.cuda.device_count() < 4 else 4
     jobs = [TPJob(S.lrkv(4, 8, 2)), TPJob(MLRA4), TPJob(LRKV, dtype="float32")]
-    jobs += [TPJob(LRKV, mutant=m) for m in MUTANTS]
+    jobs += [TPJob(LRKV, step=mutant_step(m)) for m in MUTANTS]
     verdicts = verify_tp(jobs, tp, device="cuda", timeout_s=300)
     assert [v.status for v in verdicts] == ["pass"] * 3 + ["fail"] * len(MUTANTS), [v.reason for v in verdicts]

@@ -114,7 +114,7 @@ def test_many_failures_are_grouped_and_counted(tmp_path, capsys):
     cases in full and counts the rest — not two lines per failure; -v prints them all."""
     from lrkv.verify.verify_cli import FAILURES_SHOWN
 
-    args = ["verify", "--backend", "lrkv.verify.decode_mutants:WrongHeadBasis", "--grid", "default", "--level",
+    args = ["verify", "--backend", "lrkv.mutants.decode:WrongHeadBasis", "--grid", "default", "--level",
             "kernel", "--dtype", "float64", "--no-progress", "--out", str(tmp_path / "r")]
     assert cli.main(args) == 1
     err = capsys.readouterr().err

@@ -4,7 +4,7 @@ A kernel that declines one capability (exact RoPE, QK-norm, a dtype, a head dim)
 face every other feature of the grid through its twins, the report must say what each
 backend covered, and the gate must block a backend that left a required feature uncovered
 or covers less than its baseline. Each "no" here has a mutant behind it
-(lrkv.verify.coverage_mutants) that a hand-paired grid or a green-on-skips verdict lets pass.
+(lrkv.mutants.coverage) that a hand-paired grid or a green-on-skips verdict lets pass.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import pytest
 import torch
 
 from lrkv.cli import main
+from lrkv.mutants.coverage import (DECODE_COVERAGE_MUTANTS, LongRopeDrift, PowerOfTwoPages,
+                                   SharedPageFirstOwner)
 from lrkv.spec import AttentionSpec
 from lrkv.verify import gate
 from lrkv.verify.case import Case
 from lrkv.verify.coverage import coverage, covered_features, uncovered
-from lrkv.verify.coverage_mutants import (DECODE_COVERAGE_MUTANTS, LongRopeDrift, PowerOfTwoPages,
-                                          SharedPageFirstOwner)
 from lrkv.verify.features import BY_NAME, FEATURES, case_features, level_features
 from lrkv.verify.grids import BASE, default_grid, quick_grid
 from lrkv.verify.runner import backend_info, run
@@ -137,7 +137,7 @@ def test_a_d64_float32_backend_still_faces_every_paging_and_length_feature():
 @pytest.mark.parametrize("mutant,feature", [(PowerOfTwoPages, "page non-power-of-two"),
                                             (SharedPageFirstOwner, "pages shared")], ids=lambda x: str(x))
 def test_paged_bugs_behind_declined_rope_are_rejected_through_twins(mutant, feature, tmp_path):
-    ref = f"lrkv.verify.coverage_mutants:{mutant.__name__}"
+    ref = f"lrkv.mutants.coverage:{mutant.__name__}"
     cases = [a for c in HAND_PAIRED for a in ("--case", c.to_json())]
     # with twins: the declined exact-RoPE / QK-norm cases are re-run at rope='none' and fail
     assert main(["verify", "--backend", ref, *cases, "--out", str(tmp_path / "on"), "--no-progress"]) == 1
@@ -246,7 +246,7 @@ def test_check_case_reports_a_failing_twin_of_a_declined_case():
     from lrkv.testing import check_case
 
     with pytest.raises(AssertionError, match="twin of a declined case"):
-        check_case(PowerOfTwoPages(), HAND_PAIRED[2], backend_ref="lrkv.verify.coverage_mutants:PowerOfTwoPages")
+        check_case(PowerOfTwoPages(), HAND_PAIRED[2], backend_ref="lrkv.mutants.coverage:PowerOfTwoPages")
 
 
 @pytest.mark.parametrize("grid", ["quick", "default", "mutants"])

@@ -1,6 +1,6 @@
 """FP8 caches through the harness (DESIGN §4 "FP8 caches"): the grid's fp8 cases, the rule's
 dequantize-then-attend err_base, the quantization cost, the backends' claims and their
-twins, and the gate saying no to every fp8 mutant (lrkv.verify.fp8_mutants)."""
+twins, and the gate saying no to every fp8 mutant (lrkv.mutants.fp8)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from lrkv.cli import main
+from lrkv.mutants.fp8 import FP8_MUTANTS
 from lrkv.spec import AttentionSpec
 from lrkv.verify import gate
 from lrkv.verify.backend_registry import get_backend
 from lrkv.verify.case import Case
-from lrkv.verify.fp8_mutants import FP8_MUTANTS
 from lrkv.verify.grids import FP8_FORMATS, FP8_SCALES, default_grid
 from lrkv.verify.isolation import dumps
 from lrkv.verify.levels import make_inputs
@@ -186,7 +186,7 @@ def test_correct_fp8_backends_pass_the_grid_fp8_cases_with_their_server_properti
 
 @pytest.mark.parametrize("mutant", FP8_MUTANTS, ids=lambda m: m.name)
 def test_every_fp8_mutant_is_rejected_by_verify_and_the_gate(mutant, tmp_path, capsys):
-    ref = f"lrkv.verify.fp8_mutants:{mutant.__name__}"
+    ref = f"lrkv.mutants.fp8:{mutant.__name__}"
     level = "layer" if "layer" in mutant.levels else "kernel"  # the quantizer mutant: the layer step appends
     out = tmp_path / "r"
     code = cli(["verify", "--backend", ref, "--level", level, "--filter", ".per_", "--out", str(out),
@@ -227,4 +227,4 @@ def test_the_plugin_suite_draws_fp8_cases_and_says_no_to_a_mutant():
 
     suite_test("examples.my_backend:backend")
     with pytest.raises(AssertionError, match="FAIL"):
-        suite_test("lrkv.verify.fp8_mutants:KVScalesSwapped")
+        suite_test("lrkv.mutants.fp8:KVScalesSwapped")

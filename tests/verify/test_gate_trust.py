@@ -464,7 +464,7 @@ def test_a_missing_baseline_names_update_baseline(tmp_path, good_report, capsys)
 def test_a_report_made_under_a_lax_policy_is_refused(tmp_path, good_report):
     lax = tmp_path / "lax.toml"
     lax.write_text("[defaults]\nk = 1e12\nk_mean = 1e12\n")
-    rep = _report([("mutant", get_backend("lrkv.verify.decode_mutants:SqrtRankScale"))], policy=load_policy(lax))
+    rep = _report([("mutant", get_backend("lrkv.mutants.decode:SqrtRankScale"))], policy=load_policy(lax))
     assert {r["status"] for r in rep["records"]} == {"pass", "skip"}  # the lax policy waves the mutant through ...
     baseline = gate.baseline_from_report(good_report)  # ... but the baseline pins the packaged policy
     assert gate_cli(tmp_path, rep, baseline, "--subset") == 1
@@ -510,7 +510,7 @@ def test_judge_record_is_the_single_verdict(good_report):
 
 
 # ============================================================================ 3b. every case accounted for
-MUTANT = "lrkv.verify.decode_mutants:SqrtRankScale"
+MUTANT = "lrkv.mutants.decode:SqrtRankScale"
 
 
 def _entry(entries, key):
@@ -895,7 +895,7 @@ def test_bugs_only_a_rope_theta_or_strided_case_can_catch_are_rejected(tmp_path,
     from lrkv.verify.grids import default_grid
     grid = [c for c in default_grid() if c.level == "kernel" and c.dtype in ("float64", "float32")
             and (c.spec.rope_theta != 10000.0 or c.layout == "strided")]
-    code, path = verify(tmp_path, f"lrkv.verify.decode_mutants:{mutant}", cases=grid)
+    code, path = verify(tmp_path, f"lrkv.mutants.decode:{mutant}", cases=grid)
     assert code == 1 and any(r["status"] == "fail" for r in records(path))
 
 

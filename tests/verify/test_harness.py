@@ -408,18 +408,18 @@ def test_verify_cli_writes_report_and_exit_codes(tmp_path, capsys):
     validate_report(json.loads((out / "report.json").read_text()))
     assert (out / "report.md").read_text().startswith("## LRKV tolerance report")
     bad = tmp_path / "bad"
-    assert main(["verify", "--backend", "lrkv.verify.decode_mutants:SqrtRankScale", "--case", case.to_json(),
+    assert main(["verify", "--backend", "lrkv.mutants.decode:SqrtRankScale", "--case", case.to_json(),
                  "--out", str(bad), "--no-progress"]) == 1
     err = capsys.readouterr().err
-    assert "replay: lrkv verify --backend lrkv.verify.decode_mutants:SqrtRankScale --case" in err
+    assert "replay: lrkv verify --backend lrkv.mutants.decode:SqrtRankScale --case" in err
     assert main(["verify", "--backend", "no-such-backend", "--out", str(bad), "--no-progress"]) == 2
 
 
 def test_a_failing_record_replays_from_its_command(tmp_path):
     case = Case("kernel", AttentionSpec.lrkv(2, 8, 3), "float32", (5, 2), 6)
     prep = prepare(case)
-    from lrkv.verify.decode_mutants import OffByOneMask
-    rec = run_case(prep, OffByOneMask(), "lrkv.verify.decode_mutants:OffByOneMask", Tolerance())
+    from lrkv.mutants.decode import OffByOneMask
+    rec = run_case(prep, OffByOneMask(), "lrkv.mutants.decode:OffByOneMask", Tolerance())
     assert rec["status"] == "fail"
     argv = rec["repro"].split(" ", 1)[1]  # drop the program name
     import shlex

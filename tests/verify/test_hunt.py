@@ -8,10 +8,10 @@ import json
 
 import pytest
 
+from lrkv.mutants.paged import EXTEND_MUTANTS, PAGED_MUTANTS
 from lrkv.verify import hunt as hunt_mod
 from lrkv.verify.case import DTYPES, KERNEL_LEVELS
 from lrkv.verify.hunt import CORRECT, LEVELS, draw_cases, hunt, main
-from lrkv.verify.paged_mutants import EXTEND_MUTANTS, PAGED_MUTANTS
 
 
 def test_default_hunt_reaches_every_kernel_level():
@@ -94,7 +94,7 @@ def test_seeded_hunt_at_a_new_level_judges_its_records(level, tmp_path, capsys):
 @pytest.mark.parametrize("mutant", [*PAGED_MUTANTS, *EXTEND_MUTANTS], ids=lambda m: m.name)
 def test_hunt_reports_a_planted_paged_or_extend_bug(mutant):
     level = "kernel-paged" if mutant in PAGED_MUTANTS else "kernel-extend"
-    label = f"lrkv.verify.paged_mutants:{mutant.__name__}"
+    label = f"lrkv.mutants.paged:{mutant.__name__}"
     # the last-position RoPE bug needs exact RoPE and a chunk of >= 2 tokens: more draws
     result = hunt([label], [level], 40 if mutant.name == "mutant-rope-last-position" else 12, seed=61)
     failures = result["false_failures"]
@@ -103,7 +103,7 @@ def test_hunt_reports_a_planted_paged_or_extend_bug(mutant):
 
 
 def test_hunt_of_a_broken_backend_exits_1_and_prints_replays(capsys):
-    label = "lrkv.verify.paged_mutants:PageOffByOne"
+    label = "lrkv.mutants.paged:PageOffByOne"
     assert main(["--backend", label, "--level", "kernel-paged", "--examples", "4", "--seed", "61"]) == 1
     out = capsys.readouterr().out
     assert "FAIL mutant-page-off-by-one kernel-paged:" in out and f"lrkv verify --backend {label} --case" in out

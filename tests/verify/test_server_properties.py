@@ -1,5 +1,5 @@
 """The server properties (lrkv.verify.server_properties): every planted server bug
-(lrkv.verify.server_mutants) is rejected through `lrkv verify` and `lrkv gate`, the correct
+(lrkv.mutants.server) is rejected through `lrkv verify` and `lrkv gate`, the correct
 backends hold every property they declare, and the gate re-judges what it can."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from lrkv.cli import main
+from lrkv.mutants.server import BATCH_RULE_MUTANTS, SERVER_MUTANTS
 from lrkv.spec import AttentionSpec
 from lrkv.verify import gate
 from lrkv.verify.backend_registry import get_backend
 from lrkv.verify.case import Case
 from lrkv.verify.runner import backend_info, run
 from lrkv.verify.selection import Selection
-from lrkv.verify.server_mutants import BATCH_RULE_MUTANTS, SERVER_MUTANTS
 from lrkv.verify.server_properties import (ALWAYS_REQUIRED, PROPERTIES, declarations, failures, plan, required,
                                             second_draws, selected)
 from lrkv.verify.tolerance import load_policy
@@ -44,7 +44,7 @@ def _report(cases, backends):
 
 @pytest.mark.parametrize("prop", list(SERVER_MUTANTS))
 def test_each_server_bug_is_rejected_by_verify_and_the_gate(prop, tmp_path, capsys):
-    ref = f"lrkv.verify.server_mutants:{SERVER_MUTANTS[prop].__name__}"
+    ref = f"lrkv.mutants.server:{SERVER_MUTANTS[prop].__name__}"
     out = tmp_path / "r"
     code = cli(["verify", "--backend", ref, "--case", F32.to_json(), "--case", F64.to_json(), "--out", str(out),
                 "--no-progress"])

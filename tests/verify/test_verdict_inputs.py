@@ -89,7 +89,7 @@ def test_a_forged_inputs_untouched_verdict_fails_replay(tmp_path):
     """The verdict edited to pass re-judges (no evidence to contradict it); replay re-runs it."""
     from lrkv.verify.tolerance_report import property_table
 
-    code, rep = verify(tmp_path, "--backend", "lrkv.verify.server_mutants:RotatesCache")
+    code, rep = verify(tmp_path, "--backend", "lrkv.mutants.server:RotatesCache")
     assert code == 1
     for r in rep["records"]:
         (r.get("properties") or {}).get("inputs_untouched", {}).update(status="pass", reason="")

@@ -30,7 +30,7 @@ DECODE = Case("kernel", SPEC, "float32", (9, 17, 3), 20)
 PAGED = Case.flat("kernel-paged", SPEC, "float32", (9, 8), 12, page_size=4)
 EXTEND = Case.flat("kernel-extend", SPEC, "float32", (9, 8, 4), 12, n_new=(3, 0, 4))  # sequence 1: no new token
 LAYER = Case("layer", AttentionSpec.lrkv(2, 8, 2), "float32", (3, 5), 6)
-MUTANT = "lrkv.verify.decode_mutants:NoPrivateRescale"
+MUTANT = "lrkv.mutants.decode:NoPrivateRescale"
 
 
 def _bump(t: torch.Tensor, index: tuple, by: float = 0.05) -> torch.Tensor:

@@ -1,5 +1,5 @@
-"""The gate must be able to say no: every deliberately broken backend (lrkv.verify.decode_mutants,
-and the paged-decode / extend ones of lrkv.verify.paged_mutants) is rejected by the harness
+"""The gate must be able to say no: every deliberately broken backend (lrkv.mutants.decode,
+and the paged-decode / extend ones of lrkv.mutants.paged) is rejected by the harness
 and the gate, while the correct backends pass the same cases."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from lrkv.cli import main
+from lrkv.mutants.decode import ALL_MUTANTS
+from lrkv.mutants.paged import ALL_PAGED_EXTEND_MUTANTS
 from lrkv.verify import gate
 from lrkv.verify.backend_registry import get_backend
 from lrkv.verify.grids import mutant_grid
-from lrkv.verify.decode_mutants import ALL_MUTANTS
-from lrkv.verify.paged_mutants import ALL_PAGED_EXTEND_MUTANTS
 from lrkv.verify.tolerance_report import build_report
 from lrkv.verify.runner import backend_info, run
 from lrkv.verify.tolerance import load_policy
@@ -69,6 +69,6 @@ def test_every_mutant_is_rejected(mutant, correct_report, baseline):
 
 
 def test_mutant_through_the_cli(tmp_path):
-    assert main(["verify", "--backend", "lrkv.verify.decode_mutants:WrongHeadBasis", "--grid", "mutants",
+    assert main(["verify", "--backend", "lrkv.mutants.decode:WrongHeadBasis", "--grid", "mutants",
                  "--out", str(tmp_path), "--no-progress"]) == 1
     assert main(["gate", str(tmp_path / "report.json"), "--baseline", str(tmp_path / "report.json")]) == 1

@@ -1,9 +1,9 @@
 """Deliberately broken backends: the gate must be able to say no.
 
 Each mutant carries exactly one bug that a real LRKV decode kernel could have. Run any of
-them with `lrkv verify --backend lrkv.verify.decode_mutants:<Class> --grid mutants`; tests run
+them with `lrkv verify --backend lrkv.mutants.decode:<Class> --grid mutants`; tests run
 them all through the harness and the gate and require every one to be rejected while the
-correct backends pass (tests/verify/test_decode_mutants.py).
+correct backends pass (tests/mutants/test_decode.py).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import torch
 from ..reference.contract import validate_cache_inputs
 from ..reference.lrkv import attend
 from ..reference.rope import ExactRope
-from .protocol import BaseBackend
-from .tiled import SplitState, TiledBackend, TiledDecoder
+from ..verify.protocol import BaseBackend
+from ..verify.tiled import SplitState, TiledBackend, TiledDecoder
 
 MUTANT_TILE = 8  # tiles smaller than T, so that the running max changes between tiles
 

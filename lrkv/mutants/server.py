@@ -1,7 +1,7 @@
 """Backends that pass the tolerance rule on fresh tensors and break a server: each server
-property (server_properties.py) must reject its mutant through `lrkv verify` and `lrkv gate`.
+property (verify/server_properties.py) must reject its mutant through `lrkv verify` and `lrkv gate`.
 
-All are the tiled split-K decoder (tiled.py) with one server bug planted:
+All are the tiled split-K decoder (verify/tiled.py) with one server bug planted:
 
   PointerCache        returns the result cached for the same data pointers (stale on reuse)
   UnwrittenHead       an output from torch.empty with head 0 never written — in memory just
@@ -21,7 +21,7 @@ import random
 
 import torch
 
-from .tiled import TiledBackend
+from ..verify.tiled import TiledBackend
 
 
 class PointerCache(TiledBackend):

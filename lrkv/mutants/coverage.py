@@ -4,7 +4,7 @@ Each is correct on most of the grid and wrong only where one feature is exercise
 size that is not a power of two, a page shared by two sequences, RoPE or QK-norm past 100
 tokens, a batch of 16 or more, heads wider than 128 — the code paths real kernels switch on.
 The two paged ones also decline exact RoPE and QK-norm, as a first paged kernel would: the
-grid's twins (twins.py) must still bring every paging feature to them
+grid's twins (verify/twins.py) must still bring every paging feature to them
 (tests/verify/test_coverage.py rejects each through `lrkv verify` + `lrkv gate`).
 """
 
@@ -15,8 +15,8 @@ import math
 
 import torch
 
-from .decode_mutants import Mutant
-from .paged_mutants import PagedMutant
+from .decode import Mutant
+from .paged import PagedMutant
 
 DRIFT = 1.05  # the decode mutants' outputs are 5 % off where their feature is exercised
 LONG_TOKENS = 100

@@ -1,4 +1,4 @@
-"""Each paged / extend mutant (lrkv.verify.paged_mutants) differs from the float64 reference
+"""Each paged / extend mutant (lrkv.mutants.paged) differs from the float64 reference
 on an ordinary case, while the same code without the bug (the base classes) matches it."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from lrkv.mutants.paged import EXTEND_MUTANTS, PAGED_MUTANTS, ExtendMutant, PagedMutant
 from lrkv.reference.extend import extend_attention
 from lrkv.reference.paged import paged_decode_attention
 from lrkv.reference.rope import ExactRope
-from lrkv.verify.paged_mutants import EXTEND_MUTANTS, PAGED_MUTANTS, ExtendMutant, PagedMutant
 
 from ..test_helpers.inputs import paginate, ragged_queries, random_factored_inputs, split_kw
 

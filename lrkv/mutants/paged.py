@@ -3,7 +3,7 @@
 These are the bugs real paged / chunked-prefill kernels have had (FlashAttention's and
 vLLM's block-table code, speculative-decoding verifiers). Each mutant runs the float64
 reference math on what its buggy index arithmetic would read, so the ONLY difference from a
-correct backend is the bug; the gate must reject every one (tests/verify/test_paged_mutants.py), and a
+correct backend is the bug; the gate must reject every one (tests/mutants/test_paged.py), and a
 clean run of a correct backend on the same cases must pass.
 
 Paged decode (level kernel-paged): slot j of sequence b should come from flat row
@@ -24,7 +24,7 @@ from ..reference.cache import FactoredCache
 from ..reference.contract import validate_cache_inputs
 from ..reference.lrkv import attend, query_positions
 from ..reference.rope import apply_rope, rope_freqs
-from .protocol import BaseBackend
+from ..verify.protocol import BaseBackend
 
 
 

@@ -13,19 +13,19 @@ Each is a plausible bug of a hand-written TP layer, built from the reference ste
                          again inside the final all-reduce: P copies of it reach y
 
 Each is also a backend for the harness level `tp` (name `tp-<mutant>`), e.g.
-`lrkv verify --tp 2 --backend lrkv.distributed.tp_mutants:foreign_basis` must fail.
+`lrkv verify --tp 2 --backend lrkv.mutants.tp:foreign_basis` must fail.
 """
 
 from __future__ import annotations
 
 import torch
 
+from ..distributed.partition import plan_rank, split_blocks
+from ..distributed.shard import Shard, shard_lrkv
+from ..distributed.steps import TPLayer
 from ..reference.cache import FactoredCache
-from ..verify.protocol import BaseBackend
 from ..reference.lrkv import append, decode_attention, decode_rope, project_token
-from .partition import plan_rank, split_blocks
-from .shard import Shard, shard_lrkv
-from .steps import TPLayer
+from ..verify.protocol import BaseBackend
 
 
 class ForeignBasis(TPLayer):

@@ -1,10 +1,10 @@
 """FP8-cache mutants: one scale bug each, the ones peers' trackers show (DESIGN §4 "FP8 caches").
 
-Each is the tiled decode (tiled.py, a correct fp8 backend) with its `dequantize` step
+Each is the tiled decode (verify/tiled.py, a correct fp8 backend) with its `dequantize` step
 broken; the grid's fp8 cases give every part its own range and every head its own latent
-range (levels/fp8_inputs.py), so each bug moves the output by a factor, not a rounding.
-`lrkv verify --backend lrkv.verify.fp8_mutants:<Class>` rejects each; the tests run them all
-through `lrkv verify` and `lrkv gate` (tests/verify/test_fp8_mutants.py).
+range (verify/levels/fp8_inputs.py), so each bug moves the output by a factor, not a rounding.
+`lrkv verify --backend lrkv.mutants.fp8:<Class>` rejects each; the tests run them all
+through `lrkv verify` and `lrkv gate` (tests/verify/test_fp8_harness.py).
 
   ScaleIgnored         the fp8 values read as they are, no scale
   KVScalesSwapped      K parts dequantized with V's scales and V with K's
@@ -23,8 +23,8 @@ import torch
 from ..reference.fp8 import E4M3, E5M2, PARTS, dequantize, expand_scale, fp8_format, round_to_grid
 from ..reference.fp8_cache import quantize_append
 from ..reference.lrkv import attend, decode_rope, project_token
-from .protocol import BaseBackend
-from .tiled import TiledBackend, TiledDecoder
+from ..verify.protocol import BaseBackend
+from ..verify.tiled import TiledBackend, TiledDecoder
 
 
 def _parts(cache_scales, cd, parts, scale_of, granularity_of=None) -> tuple:
