@@ -21,7 +21,7 @@ class LayoutBackend(BaseBackend):
     the reference decode. Subclasses plant one bug in `misread`."""
 
     name = "layout-reference"
-    levels = frozenset({"kernel-paged"})
+    levels = frozenset({"kernel-paged", "kernel-extend"})
     dtypes = (torch.float64, torch.float32)
     cache_layout = "vllm-blocks"
     bug = ""
@@ -30,16 +30,26 @@ class LayoutBackend(BaseBackend):
         return args
 
     def paged_decode_attention(self, *args, scale, key_scale=None, rope=None, cache_scales=None):
-        names = ADAPTERS[self.cache_layout].DECODE
-        given = dict(zip(names, args)) | {"key_scale": key_scale, "cache_scales": cache_scales}
-        laid = self.misread(given)
-        H, _, r = laid["basis_k"].shape
+        return self._attend("DECODE", args, scale=scale, rope=rope, key_scale=key_scale, cache_scales=cache_scales)
+
+    def extend_attention(self, *args, scale, key_scale=None, rope=None, cache_scales=None, **layout_kw):
+        return self._attend("EXTEND", args, scale=scale, rope=rope, key_scale=key_scale, cache_scales=cache_scales,
+                            **layout_kw)
+
+    def _attend(self, signature: str, args: tuple, *, scale, rope, **keywords):
         adapter = ADAPTERS[self.cache_layout]
+        laid = self.misread(dict(zip(getattr(adapter, signature), args)) | keywords)
+        H, _, r = laid["basis_k"].shape
         cache = adapter.read(laid, H, r) if adapter is fused_rows else adapter.read(laid)
-        return attend(laid["q"], cache, laid["basis_k"], laid["basis_v"], scale=scale, rope=rope)
+        return attend(laid["q"], cache, laid["basis_k"], laid["basis_v"], scale=scale, rope=rope,
+                      cu_seqlens_q=laid.get("cu_seqlens_q"))
 
 
-class LastPageOffByOne(LayoutBackend):
+class LayoutMutant(LayoutBackend):
+    levels = frozenset({"kernel-paged"})  # one bug, shown at paged decode
+
+
+class LastPageOffByOne(LayoutMutant):
     name = "mutant-last-page-off-by-one"
     cache_layout = "flashinfer-csr"
     bug = "kv_last_page_len − 1 rows read from each last page (a length of 1 … page taken as 0 … page − 1)"
@@ -48,7 +58,7 @@ class LastPageOffByOne(LayoutBackend):
         return args | {"kv_last_page_len": (args["kv_last_page_len"] - 1).clamp(min=0)}
 
 
-class IndptrAsPageCounts(LayoutBackend):
+class IndptrAsPageCounts(LayoutMutant):
     name = "mutant-indptr-as-page-counts"
     cache_layout = "flashinfer-csr"
     bug = "kv_indptr[b + 1] read as sequence b's page count (the cumulative offset, not the difference)"
@@ -60,7 +70,7 @@ class IndptrAsPageCounts(LayoutBackend):
         return args | {"kv_indptr": wrong.to(torch.int32)}
 
 
-class NullBlockForEmpty(LayoutBackend):
+class NullBlockForEmpty(LayoutMutant):
     name = "mutant-null-block-for-empty"
     cache_layout = "vllm-blocks"
     bug = "an empty sequence reads one token of its first block-table entry: the null block"
@@ -69,7 +79,7 @@ class NullBlockForEmpty(LayoutBackend):
         return args | {"seq_lens": args["seq_lens"].clamp(min=1)}
 
 
-class NhdReadAsHnd(LayoutBackend):
+class NhdReadAsHnd(LayoutMutant):
     name = "mutant-nhd-read-as-hnd"
     cache_layout = "vllm-blocks"
     bug = "latent pools addressed as head-major [N, H, bs, r] whatever their stride order"
@@ -81,7 +91,7 @@ class NhdReadAsHnd(LayoutBackend):
         return args | {p: as_hnd(args[p]) for p in ("latent_k", "latent_v")}
 
 
-class FusedPartsSwapped(LayoutBackend):
+class FusedPartsSwapped(LayoutMutant):
     name = "mutant-fused-parts-swapped"
     cache_layout = "fused-rows"
     bug = "fused row read as [shared_k | latent_k | shared_v | latent_v]: shared V and latent K offsets swapped"

@@ -234,12 +234,15 @@ def _fp8_of(row: dict) -> dict:
     return {"fp8": Fp8(fmt, granularity, outliers=granularity in ("per_tensor", "per_token"))}
 
 
+# the paged array's dimensions (tests/verify/test_pairs.py checks which pairs it leaves out)
+PAGED_PARAMS = {"mode": tuple(PAGED_MODES), "shape": PAGED_SHAPES, "dtype": ALL, "page": PAGE_SIZES,
+                "lengths": ("boundary", "full", "batch16", "single"), "prefix": (True, False),
+                "shuffle": (True, False), "garbage": ("nan", "finite"),
+                "adversarial": ("none", "q100", "cancel", "splits5"), "order": PAGE_ORDERS, **FP8_DIMENSIONS}
+
+
 def _paged_cases() -> list[Case]:
-    cases = _pairwise({"mode": tuple(PAGED_MODES), "shape": PAGED_SHAPES, "dtype": ALL, "page": PAGE_SIZES,
-                       "lengths": ("boundary", "full", "batch16", "single"), "prefix": (True, False),
-                       "shuffle": (True, False), "garbage": ("nan", "finite"),
-                       "adversarial": ("none", "q100", "cancel", "splits5"), "order": PAGE_ORDERS, **FP8_DIMENSIONS},
-                      _paged_case)
+    cases = _pairwise(PAGED_PARAMS, _paged_case)
     return cases + [
         # a long paged context with exact RoPE and QK-norm (every page table entry of a 4K sequence)
         Case("kernel-paged", QKN_EXACT, "float32", (4099, 130, 4097), 4099, pages=Paged(16, shared_prefix=128)),

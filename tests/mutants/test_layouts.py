@@ -16,13 +16,16 @@ from lrkv.reference.cache_layouts import ADAPTERS
 from lrkv.spec import AttentionSpec
 from lrkv.verify.case import Case
 
-CASES = [Case.flat("kernel-paged", AttentionSpec.lrkv(3, 8, 2, qk_norm=True), "float32", (5, 8, 0, 4), 12,
-                   page_size=4, page_hnd=hnd, seed=1) for hnd in (False, True)]
+SPEC = AttentionSpec.lrkv(3, 8, 2, qk_norm=True)
+CASES = [Case.flat("kernel-paged", SPEC, "float32", (5, 8, 0, 4), 12, page_size=4, page_hnd=hnd, seed=1)
+         for hnd in (False, True)]
+EXTEND = [Case.flat("kernel-extend", SPEC, "float32", (9, 4, 6, 0), 12, n_new=(3, 0, 6, 0), page_size=page,
+                    page_hnd=page == 4, seed=2) for page in (4, 0)]  # paged head-major, and contiguous
 
 
-def _verify(tmp_path, backend: str, out: str) -> tuple[int, list[dict]]:
+def _verify(tmp_path, backend: str, out: str, cases=CASES) -> tuple[int, list[dict]]:
     argv = ["verify", "--backend", backend, "--out", str(tmp_path / out), "--no-progress"]
-    for c in CASES:
+    for c in cases:
         argv += ["--case", c.to_json()]
     code = main(argv)
     return code, json.loads((tmp_path / out / "report.json").read_text())["records"]
@@ -33,9 +36,14 @@ def test_the_read_back_without_a_bug_passes_in_every_layout(tmp_path, monkeypatc
     mod = types.ModuleType("planted_layout")
     mod.backend = type("Correct", (LayoutBackend,), {"name": f"correct-{layout}", "cache_layout": layout})()
     monkeypatch.setitem(sys.modules, "planted_layout", mod)
-    code, recs = _verify(tmp_path, "planted_layout:backend", "ok")
-    assert code == 0 and [r["status"] for r in recs] == ["pass", "pass"]
-    assert {r["cache_layout"] for r in recs} == {layout}
+    code, recs = _verify(tmp_path, "planted_layout:backend", "ok", CASES + EXTEND)
+    assert code == 0 and [r["status"] for r in recs] == ["pass", "pass", "pass", "skip", "pass"]
+    assert {r.get("cache_layout") for r in recs} == {layout, None}  # None: the contiguous extend case
+    assert recs[3]["reason"].startswith("not applicable: a contiguous cache")
+    assert recs[4]["twin"]["changes"] == "paging=16" and recs[4]["case"]["page_size"] == 16  # its paged twin
+    base, report = tmp_path / "b.json", str(tmp_path / "ok" / "report.json")
+    assert main(["gate", report, "--baseline", str(base), "--update-baseline"]) == 0
+    assert main(["gate", report, "--baseline", str(base)]) == 0  # the skip re-asked from the layout: made again
 
 
 @pytest.mark.parametrize("mutant", LAYOUT_MUTANTS, ids=lambda m: m.__name__)
