@@ -6,11 +6,13 @@ GPU or builds an interpreter function (TRITON_INTERPRET=1). Loading the same fil
 two module names gives the two variants without touching the process environment for
 longer than the import.
 
-Three kernels:
+The kernels (each entry a thin @triton.jit function over the @triton.jit helpers below):
 
-* `decode_split_kernel` — stage 1 of split-K decode. One program per
-  (batch row b, group of heads g, KV split s). For every tile of BLOCK_T slots it loads the
-  shared K/V tile ONCE and reuses it for all heads of the group (the bandwidth saving of
+* `decode_split_kernel`, `paged_split_kernel`, `extend_split_kernel` — stage 1 of split-K
+  decode over a contiguous cache, a paged cache, and the ragged causal extend: each finds
+  its row's sequence and length and runs the one shared tile loop, `_attend_split`. One
+  program per (query row, group of heads g, KV split s). For every tile of BLOCK_T slots it
+  loads the shared K/V tile ONCE and reuses it for all heads of the group (the bandwidth saving of
   LRKV: the shared stream is read once per group instead of once per head), then per head
 
       logits_h = scale · key_scale_h ⊙ ( q_h S_K^T + (q_h B_h^K) R_h^{K T} )      (Eq. 6)
@@ -33,7 +35,7 @@ Three kernels:
   fp8 bits are computed in integer-exact arithmetic (`_fp8_bits`), bit for bit the reference's
   `lrkv.reference.fp8.quantize`.
 
-The split kernel reads as the math, in the manner of Triton's fused-attention tutorial:
+The tile loop reads as the math, in the manner of Triton's fused-attention tutorial:
 load q → for each tile: where its slots live (`_slot_rows`), the shared logits
 (`_shared_logits`), the private logits of one of three variants (`_private_logits_per_head`,
 `_private_logits_wide`, `_private_logits_rope`), one online-softmax step (`_online_softmax`),
@@ -43,35 +45,26 @@ the shared and private value accumulators (`_shared_values`, `_private_values_pe
 
 Conventions used by every kernel (DESIGN §8):
   - EVERY load is masked (the interpreter turns an out-of-bounds load into a crash, and on
-    the GPU it is silent corruption); masks also re-check page-table entries so that even a
-    mutant that reads past a length cannot leave the allocation;
+    the GPU it is silent corruption); masks also re-check page-table entries and lengths
+    against the allocation, so that not even a wrong length can leave it;
   - loads are cast to the accumulation dtype right away (float32, or float64 for float64
     inputs), which also keeps bfloat16 out of the interpreter's numpy arithmetic; the one
     exception is a tile feeding a tensor-core tl.dot (DOT_LP), which is consumed in q's
     16-bit dtype: as loaded, or converted exactly from an fp8 cache;
   - row offsets are int64: b · stride_b overflows int32 at realistic cache sizes
-    (16 × 128K × 32 × 54 elements of latents is 3.6e9).
-
-Mutation switches (`MUTANT`, a constexpr, 0 = correct kernel) are one-token bugs that compile
-out of the correct kernel; they carry no state of their own. The mutants that need more (a
-second algorithm) are Python-level wrappers in `lrkv.kernels.kernel_mutants`, which also maps
-names to these codes.
+    (16 × 128K × 32 × 54 elements of latents is 3.6e9);
+  - every tensor has unit stride on its last axis and is dense past its first (the Python
+    wrappers copy one that is not): a cache part needs one stride, its first axis's, and
+    the others are products of the sizes;
+  - an optional tensor (key_scale, the RoPE table, the page table, an fp8 scale) is passed
+    as None when absent: Triton compiles each combination as its own kernel, so `X is not
+    None` is a compile-time switch.
 """
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
-
-# Mutation switches (lrkv.kernels.kernel_mutants.SWITCHES names them; a test keeps the two in
-# step). tl.constexpr because compiled Triton reads no other kind of global.
-M_NO_PRIVATE_RESCALE = tl.constexpr(1)  # private accumulator not rescaled when the running max grows
-M_LENGTH_OFF_BY_ONE = tl.constexpr(2)  # length mask drops the last valid slot (t < len − 1)
-M_WRONG_HEAD_BASIS = tl.constexpr(3)  # head h uses B_{(h+1) mod H}^K (and B_{(h+1) mod H}^V in stage 2)
-M_DROP_PRIVATE_VALUE = tl.constexpr(4)  # out_h = a_h S_V only: the (a_h R_h^V) B_h^{V T} term is lost
-M_SCALE_RANK = tl.constexpr(5)  # softmax scale 1/sqrt(r) instead of 1/sqrt(d_h)
-M_READ_PAST_LENGTH = tl.constexpr(6)  # mask t <= len: reads one garbage slot past the length
-M_FP16_ACCUMULATION = tl.constexpr(7)  # l and both accumulators rounded to float16 after every tile
 
 
 @triton.jit
@@ -164,31 +157,32 @@ def _extend_row(pid_b, CU, NSEQ, LENGTHS, SLOT_LIMIT, BLOCK_B: tl.constexpr):
 
 
 @triton.jit
-def _slot_rows(offs_t, tmask, b64, PT, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES, MAX_PAGES, PAGED: tl.constexpr,
-               t0=0, BLOCK_T: tl.constexpr = 16, TILE_IN_PAGE: tl.constexpr = False):
+def _slot_rows(offs_t, tmask, b64, PT, PAGE_SIZE, NUM_PAGES, MAX_PAGES, t0=0, BLOCK_T: tl.constexpr = 16,
+               TILE_IN_PAGE: tl.constexpr = False):
     """Where logical slots offs_t of sequence b live (DESIGN §4): (mask, row0, row1).
 
-    Contiguous: row0 = b, row1 = the slot. Paged (the block-table convention): slot j is row
-    j % page_size of page page_table[b, j // page_size]; a slot whose table entry is past
-    max_pages, negative or past the last page is masked off, so no load leaves the allocation.
+    Contiguous (PT is None): row0 = b, row1 = the slot. Paged (the block-table convention, PT
+    the contiguous [B, MAX_PAGES] page table): slot j is row j % page_size of page
+    page_table[b, j // page_size]; a slot whose table entry is past max_pages, negative or past
+    the last page is masked off, so no load leaves the allocation.
     TILE_IN_PAGE (the wrapper checked that page_size and every tile start t0 are multiples of
     BLOCK_T): the whole tile lies in one page, so the table is read once per tile and the rows
     are written as t0 % page_size + arange — affine in the slot, as in the contiguous layout,
     which lets the compiler keep one base address per tile instead of one per element.
     """
-    if PAGED:
+    if PT is not None:
         if TILE_IN_PAGE:
             pidx = t0 // PAGE_SIZE
             lane = offs_t * 0  # vector lanes (the interpreter mis-types scalar & vector masks)
             in_table = (lane + pidx) < MAX_PAGES
-            page = tl.load(PT + b64 * s_ptb + (lane + pidx).to(tl.int64) * s_ptp, mask=tmask & in_table, other=0)
+            page = tl.load(PT + b64 * MAX_PAGES + (lane + pidx).to(tl.int64), mask=tmask & in_table, other=0)
             tmask = tmask & in_table & (page >= 0) & (page < NUM_PAGES)
             row0 = page.to(tl.int64)
             row1 = (t0 % PAGE_SIZE + tl.arange(0, BLOCK_T)).to(tl.int64)
         else:
             page_idx = offs_t // PAGE_SIZE
             tmask = tmask & (page_idx < MAX_PAGES)
-            page = tl.load(PT + b64 * s_ptb + page_idx.to(tl.int64) * s_ptp, mask=tmask, other=0)
+            page = tl.load(PT + b64 * MAX_PAGES + page_idx.to(tl.int64), mask=tmask, other=0)
             tmask = tmask & (page >= 0) & (page < NUM_PAGES)
             row0 = page.to(tl.int64)
             row1 = (offs_t % PAGE_SIZE).to(tl.int64)
@@ -200,27 +194,25 @@ def _slot_rows(offs_t, tmask, b64, PT, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES, MAX_P
 
 # ---- the shared stream: one tile per group, reused by every head --------------------------
 @triton.jit
-def _shared_logits(q, SK, s_skb, s_skt, s_skd, row0, row1, tmask, offs_d, dmask,
-                   DOT: tl.constexpr, ACC_FP64: tl.constexpr, LP: tl.constexpr):
+def _shared_logits(q, SK, srow, tmask, offs_d, dmask, DOT: tl.constexpr, ACC_FP64: tl.constexpr, LP: tl.constexpr):
     """q_h S_K^T [BLOCK_H, BLOCK_T], Eq. 6's shared term, for every head of the group from ONE
-    [BLOCK_D, BLOCK_T] tile of shared keys: LRKV's saving, read once per group, not per head."""
-    kT = tl.load(SK + row0[None, :] * s_skb + row1[None, :] * s_skt + offs_d[:, None] * s_skd,
+    [BLOCK_D, BLOCK_T] tile of shared keys: LRKV's saving, read once per group, not per head.
+    srow [BLOCK_T]: the element offsets of the tile's cache rows (d_h contiguous)."""
+    kT = tl.load(SK + srow[None, :] + offs_d[:, None],
                  mask=dmask[:, None] & tmask[None, :], other=0.0)  # [BLOCK_D, BLOCK_T]  S_K^T
     return _mm(q, _ld(kT, DOT, ACC_FP64, LP), DOT, True)
 
 
 @triton.jit
-def _shared_values(acc_s, alpha, p, SV, s_svb, s_svt, s_svd, row0, row1, tmask, offs_d, dmask,
-                   DOT: tl.constexpr, ACC_FP64: tl.constexpr, LP: tl.constexpr,
-                   CS=None, s_csb=0, s_cst=0, static=None, GRAN: tl.constexpr = 0):
+def _shared_values(acc_s, alpha, p, SV, srow, tmask, offs_d, dmask, DOT: tl.constexpr, ACC_FP64: tl.constexpr,
+                   LP: tl.constexpr, CS=None, slot=None, static=None, GRAN: tl.constexpr = 0):
     """acc_s [BLOCK_H, BLOCK_D] rescaled by alpha, plus this tile's p S_V: Eq. 7's shared term.
     An fp8 S_V under DOT_LP (GRAN, its scale) is scaled here (`_fp8_lp_values`); otherwise
     its scale is already on p."""
-    vs = tl.load(SV + row0[:, None] * s_svb + row1[:, None] * s_svt + offs_d[None, :] * s_svd,
+    vs = tl.load(SV + srow[:, None] + offs_d[None, :],
                  mask=tmask[:, None] & dmask[None, :], other=0.0)  # [BLOCK_T, BLOCK_D]  S_V
     if DOT == DOT_LP and GRAN != FP8_NONE:
-        return acc_s * alpha[:, None] + _fp8_lp_values(p, vs, CS, s_csb, s_cst, 0, row0, row1, tmask, offs_d, dmask,
-                                                       static, GRAN, LP)
+        return acc_s * alpha[:, None] + _fp8_lp_values(p, vs, CS, slot, 0, tmask, offs_d, dmask, static, GRAN, LP)
     return acc_s * alpha[:, None] + _mm(p, _ld(vs, DOT, ACC_FP64, LP), DOT, False)
 
 
@@ -236,31 +228,34 @@ def _online_softmax(m_i, l_i, logits):
 
 
 # ---- fp8 caches: each part's scale, applied to the product it feeds (DESIGN §4.1) ---------
-# Granularity codes of a part's scale (the split kernel's FP8_SK / FP8_SV / FP8_LK / FP8_LV;
-# lrkv.kernels.decode.FP8_CODES maps the reference's names to them). 0: the part is not fp8.
+# Granularity codes of a part's scale. The kernels take the four parts' codes packed into
+# one constexpr, FP8 = sk | sv << 3 | lk << 6 | lv << 9 (lrkv.kernels.decode.fp8_code), and
+# decode them with `_fp8_part`. 0: the part is not fp8.
 FP8_NONE = tl.constexpr(0)
 FP8_TENSOR = tl.constexpr(1)  # []                  one scalar
 FP8_HEAD = tl.constexpr(2)  # [H]                 latents only
 FP8_TOKEN = tl.constexpr(3)  # [rows, slots]       one per slot, paged like the parts
 FP8_TOKEN_HEAD = tl.constexpr(4)  # [rows, slots, H]    latents only
+# Scales are contiguous (the wrappers copy one that is not): a per-token scale of slot
+# (row0, row1) is element `slot = row0 · slots + row1` (slots: T_max, or the page size), a
+# per-token-head one element slot · H + h, a per-head one element h.
 
 
 @triton.jit
-def _static_scale(S, s_h, heads, hmask, GRAN: tl.constexpr, ACC_FP64: tl.constexpr):
+def _static_scale(S, heads, hmask, GRAN: tl.constexpr, ACC_FP64: tl.constexpr):
     """A per-tensor or per-head scale as a [BLOCK_H] vector (head h's row), loaded once per
     program; ones for the per-token granularities (read per tile) and for a non-fp8 part."""
     if GRAN == FP8_TENSOR:
         s = _to_acc(tl.load(S + heads * 0, mask=hmask, other=1.0), ACC_FP64)
     elif GRAN == FP8_HEAD:
-        s = _to_acc(tl.load(S + heads * s_h, mask=hmask, other=1.0), ACC_FP64)
+        s = _to_acc(tl.load(S + heads, mask=hmask, other=1.0), ACC_FP64)
     else:
         s = _to_acc((heads * 0).to(tl.float32) + 1.0, ACC_FP64)
     return s
 
 
 @triton.jit
-def _fp8_scaled(term, static, S, s_b, s_t, s_h, row0, row1, tmask, heads, hmask, GRAN: tl.constexpr,
-                ACC_FP64: tl.constexpr):
+def _fp8_scaled(term, static, S, slot, H, tmask, heads, hmask, GRAN: tl.constexpr, ACC_FP64: tl.constexpr):
     """term [BLOCK_H, BLOCK_T] (a logit term or the softmax weights) times its part's scale.
 
     Every granularity's scale is constant along the axis the term's product contracts (d_h
@@ -268,14 +263,14 @@ def _fp8_scaled(term, static, S, s_b, s_t, s_h, row0, row1, tmask, heads, hmask,
     stored tile — one multiply per (head, slot) instead of per element, and one rounding
     fewer. K scales multiply their own logit term (shared and latent K never share a scale),
     V scales the weights that meet their own values. Per-token scales are read at the tile's
-    rows exactly as the parts are (paged: the physical page and row); masked slots read 1,
-    so a garbage NaN scale never enters."""
+    slots (`slot` [BLOCK_T], paged: the physical page and row) exactly as the parts are;
+    masked slots read 1, so a garbage NaN scale never enters."""
     if GRAN == FP8_TOKEN:
-        s = tl.load(S + row0[None, :] * s_b + row1[None, :] * s_t + heads[:, None] * 0,
+        s = tl.load(S + slot[None, :] + heads[:, None] * 0,
                     mask=hmask[:, None] & tmask[None, :], other=1.0)  # [BLOCK_H, BLOCK_T]
         out = term * _to_acc(s, ACC_FP64)
     elif GRAN == FP8_TOKEN_HEAD:
-        s = tl.load(S + row0[None, :] * s_b + row1[None, :] * s_t + heads[:, None] * s_h,
+        s = tl.load(S + slot[None, :] * H + heads[:, None],
                     mask=hmask[:, None] & tmask[None, :], other=1.0)  # [BLOCK_H, BLOCK_T]
         out = term * _to_acc(s, ACC_FP64)
     elif GRAN == FP8_NONE:
@@ -286,8 +281,7 @@ def _fp8_scaled(term, static, S, s_b, s_t, s_h, row0, row1, tmask, heads, hmask,
 
 
 @triton.jit
-def _fp8_lp_values(p, v, S, s_b, s_t, s_h, row0, row1, tmask, col_head, cmask, static, GRAN: tl.constexpr,
-                   LP: tl.constexpr):
+def _fp8_lp_values(p, v, S, slot, H, tmask, col_head, cmask, static, GRAN: tl.constexpr, LP: tl.constexpr):
     """p [BLOCK_H, BLOCK_T] @ an fp8 value tile v [BLOCK_T, N] with 16-bit products (DOT_LP),
     scaled. The scale cannot go on the weights here as `_fp8_scaled` puts it for fp32
     products: a weight times a scale (~ amax / 448, or / 57344 for e5m2) falls below fp16's
@@ -297,10 +291,10 @@ def _fp8_lp_values(p, v, S, s_b, s_t, s_h, row0, row1, tmask, col_head, cmask, s
     slot's scale (per token-head: column c times the scale of its head col_head[c]) rounded
     to LP, q's dtype, as the same values in a 16-bit cache would be held."""
     if GRAN == FP8_TOKEN:
-        s = tl.load(S + row0 * s_b + row1 * s_t, mask=tmask, other=1.0)  # [BLOCK_T]
+        s = tl.load(S + slot, mask=tmask, other=1.0)  # [BLOCK_T]
         v = (v.to(tl.float32) * s[:, None]).to(LP)
     elif GRAN == FP8_TOKEN_HEAD:
-        s = tl.load(S + row0[:, None] * s_b + row1[:, None] * s_t + col_head[None, :] * s_h,
+        s = tl.load(S + slot[:, None] * H + col_head[None, :],
                     mask=tmask[:, None] & cmask[None, :], other=1.0)  # [BLOCK_T, N]
         v = (v.to(tl.float32) * s).to(LP)
     out = _mm(p, _ld(v, DOT_LP, False, LP), DOT_LP, False)  # [BLOCK_H, N]
@@ -309,48 +303,49 @@ def _fp8_lp_values(p, v, S, s_b, s_t, s_h, row0, row1, tmask, col_head, cmask, s
     return out
 
 
-# ---- the per-head private path: one [BLOCK_T, r] tile and product per head ----------------
-# Sizes and counts are not specialised on (== 1, % 16): that would only multiply compiles
-# (each test's split size would be a new kernel); strides keep Triton's specialisation,
-# which is what makes unit-stride loads vectorise.
+# ---- the bases B^K, B^V: contiguous [H, d_h, r] -------------------------------------------
 @triton.jit
-def _head_basis(BK, s_bkh, s_bkd, s_bkr, h, H, offs_d, offs_r, dmask, rmask, NEXT_HEAD_BASIS: tl.constexpr):
-    """Head h's basis tile B_h^K [BLOCK_D, BLOCK_R] (B_{h+1} for the wrong-head-basis mutant)
-    and h's d- and r-masks, all-false past the last head. The masks are built as vectors:
-    the interpreter mis-types scalar & vector."""
-    hk = h
-    if NEXT_HEAD_BASIS:
-        hk = (h + 1) % H
+def _basis_at(h, d, j, H, D, R):
+    """Element offset of B[h, d, j] in a contiguous [H, d_h, r] basis (h, d, j broadcast):
+    head h reads its own basis B_h, in Eq. 6 (B_h^K) and Eq. 7 (B_h^V) alike."""
+    return h * (D * R) + d * R + j
+
+
+# ---- the per-head private path: one [BLOCK_T, r] tile and product per head ----------------
+# Latents are [rows, slots, H, r] dense in (slots, H, r): a slot's cache row starts at
+# row0 · s_lb + row1 · H·r (`lrow`), head h's r entries at lrow + h·r.
+@triton.jit
+def _head_basis(BK, h, H, D, R, offs_d, offs_r, dmask, rmask):
+    """Head h's basis tile B_h^K [BLOCK_D, BLOCK_R] and h's d- and r-masks, all-false past
+    the last head. The masks are built as vectors: the interpreter mis-types scalar & vector."""
     dv = dmask & ((offs_d * 0 + h) < H)
     rv = rmask & ((offs_r * 0 + h) < H)
-    bk = tl.load(BK + hk * s_bkh + offs_d[:, None] * s_bkd + offs_r[None, :] * s_bkr,
+    bk = tl.load(BK + _basis_at(h, offs_d[:, None], offs_r[None, :], H, D, R),
                  mask=dv[:, None] & rv[None, :], other=0.0)  # [BLOCK_D, BLOCK_R]
     return bk, dv, rv
 
 
 @triton.jit
-def _q_latent(Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, pid_g, rows, offs_d, offs_r, dmask, rmask, H,
-              BLOCK_H: tl.constexpr, BLOCK_R: tl.constexpr, GROUP: tl.constexpr, NEXT_HEAD_BASIS: tl.constexpr,
-              ACC_FP64: tl.constexpr):
+def _q_latent(Q_ROW, BK, pid_g, rows, offs_d, offs_r, dmask, rmask, H, D, R,
+              BLOCK_H: tl.constexpr, BLOCK_R: tl.constexpr, GROUP: tl.constexpr, ACC_FP64: tl.constexpr):
     """q_h B_h^K for every head of the group (Eq. 6's private query): [BLOCK_H, BLOCK_R].
 
     One head at a time, because a [BLOCK_H, BLOCK_D, BLOCK_R] product does not fit in
-    registers at d_h = 128. Q_ROW points at the query token's row; NEXT_HEAD_BASIS is the
-    wrong-head-basis mutant (head h reads B_{h+1}).
+    registers at d_h = 128. Q_ROW points at the query token's [H, d_h] row.
     """
     q_lat = tl.full([BLOCK_H, BLOCK_R], 0.0, dtype=tl.float64 if ACC_FP64 else tl.float32)
     for hh in range(GROUP):
         h = pid_g * GROUP + hh
-        bk, dv, rv = _head_basis(BK, s_bkh, s_bkd, s_bkr, h, H, offs_d, offs_r, dmask, rmask, NEXT_HEAD_BASIS)
-        qh = tl.load(Q_ROW + h * s_qh + offs_d * s_qd, mask=dv, other=0.0)  # [BLOCK_D]
+        bk, dv, rv = _head_basis(BK, h, H, D, R, offs_d, offs_r, dmask, rmask)
+        qh = tl.load(Q_ROW + h * D + offs_d, mask=dv, other=0.0)  # [BLOCK_D]
         ql = _rsum(_to_acc(qh, ACC_FP64)[:, None] * _to_acc(bk, ACC_FP64), 0)  # [BLOCK_R]
         q_lat = tl.where(rows[:, None] == hh, ql[None, :], q_lat)
     return q_lat
 
 
 @triton.jit
-def _private_logits_per_head(logits, q_lat, LK, s_lkb, s_lkt, s_lkh, s_lkr, row0, row1, tmask, offs_r, rmask,
-                             rows, pid_g, H, GROUP: tl.constexpr, ACC_FP64: tl.constexpr):
+def _private_logits_per_head(logits, q_lat, LK, lrow, tmask, offs_r, rmask, rows, pid_g, H, R,
+                             GROUP: tl.constexpr, ACC_FP64: tl.constexpr):
     """logits [BLOCK_H, BLOCK_T] + (q_h B_h^K) R_h^{K T}, Eq. 6's private term, one head at a
     time: a [heads, BLOCK_T, r] tile would not fit in registers (it spills at H = 16, r = 64);
     rows move in and out of the per-group [BLOCK_H, ...] blocks with where(rows == hh), which
@@ -358,7 +353,7 @@ def _private_logits_per_head(logits, q_lat, LK, s_lkb, s_lkt, s_lkh, s_lkr, row0
     for hh in range(GROUP):
         h = pid_g * GROUP + hh
         rv = rmask & ((offs_r * 0 + h) < H)
-        zk = tl.load(LK + row0[:, None] * s_lkb + row1[:, None] * s_lkt + h * s_lkh + offs_r[None, :] * s_lkr,
+        zk = tl.load(LK + lrow[:, None] + h * R + offs_r[None, :],
                      mask=tmask[:, None] & rv[None, :], other=0.0)  # [BLOCK_T, BLOCK_R]  R_h^K
         ql = _rsum(tl.where(rows[:, None] == hh, q_lat, 0.0), 0)  # [BLOCK_R]  q_h B_h^K
         lh = _rsum(_to_acc(zk, ACC_FP64) * ql[None, :], 1)  # [BLOCK_T]  (q_h B_h^K) R_h^{K T}
@@ -367,14 +362,14 @@ def _private_logits_per_head(logits, q_lat, LK, s_lkb, s_lkt, s_lkh, s_lkr, row0
 
 
 @triton.jit
-def _private_values_per_head(acc_p, p, LV, s_lvb, s_lvt, s_lvh, s_lvr, row0, row1, tmask, offs_r, rmask,
-                             rows, pid_g, H, GROUP: tl.constexpr, ACC_FP64: tl.constexpr):
+def _private_values_per_head(acc_p, p, LV, lrow, tmask, offs_r, rmask, rows, pid_g, H, R,
+                             GROUP: tl.constexpr, ACC_FP64: tl.constexpr):
     """acc_p [BLOCK_H, BLOCK_R] + this tile's a_h R_h^V for every head, one head at a time
     (Eq. 7's private term before B_h^V, which stage 2 applies once)."""
     for hh in range(GROUP):
         h = pid_g * GROUP + hh
         rv = rmask & ((offs_r * 0 + h) < H)
-        zv = tl.load(LV + row0[:, None] * s_lvb + row1[:, None] * s_lvt + h * s_lvh + offs_r[None, :] * s_lvr,
+        zv = tl.load(LV + lrow[:, None] + h * R + offs_r[None, :],
                      mask=tmask[:, None] & rv[None, :], other=0.0)  # [BLOCK_T, BLOCK_R]  R_h^V
         ph = _rsum(tl.where(rows[:, None] == hh, p, 0.0), 0)  # [BLOCK_T]  head h's softmax weights
         ch = _rsum(ph[:, None] * _to_acc(zv, ACC_FP64), 0)  # [BLOCK_R]  a_h R_h^V (this tile)
@@ -384,22 +379,21 @@ def _private_values_per_head(acc_p, p, LV, s_lvb, s_lvt, s_lvh, s_lvr, row0, row
 
 # ---- exact RoPE: the private logits of rotated keys, per head and slot --------------------
 @triton.jit
-def _private_logits_rope(logits, Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, LK, s_lkb, s_lkt, s_lkh, s_lkr,
-                         row0, row1, tmask, COS, SIN, s_cst, s_csd, offs_t, offs_d, offs_r, dmask, rmask, rows,
-                         pid_g, H, D, GROUP: tl.constexpr, NEXT_HEAD_BASIS: tl.constexpr,
-                         DOT: tl.constexpr, ACC_FP64: tl.constexpr, LP: tl.constexpr):
+def _private_logits_rope(logits, Q_ROW, BK, LK, lrow, tmask, ROPE, offs_t, offs_d, offs_r, dmask, rmask, rows,
+                         pid_g, H, D, R, GROUP: tl.constexpr, DOT: tl.constexpr, ACC_FP64: tl.constexpr,
+                         LP: tl.constexpr):
     """logits [BLOCK_H, BLOCK_T] + q_h · rope(z_j B_h^T, j) for every head, one head at a time.
 
     rope(k, j)·q = k·rope(q, −j): instead of rebuilding the rotated private key as a
     [BLOCK_T, d_h] tile (two tl.dots), rotate q_h back by each slot's angle and project it
     through B_h^K — the same position-dependent contraction, O(T·r·d_h) per head, one tl.dot
-    per head and tile. The cos/sin tables are indexed by the LOGICAL slot, which is the same
-    in the paged layout. NEXT_HEAD_BASIS is the wrong-head-basis mutant.
+    per head and tile. ROPE is the contiguous [slots, 2, d_h] table (cos, sin), indexed by the
+    LOGICAL slot, which is the same in the paged layout.
     """
     cmask = tmask[:, None] & dmask[None, :]
-    cos = _to_acc(tl.load(COS + offs_t[:, None] * s_cst + offs_d[None, :] * s_csd,
+    cos = _to_acc(tl.load(ROPE + offs_t[:, None] * (2 * D) + offs_d[None, :],
                           mask=cmask, other=0.0), ACC_FP64)  # [BLOCK_T, BLOCK_D]
-    sin = _to_acc(tl.load(SIN + offs_t[:, None] * s_cst + offs_d[None, :] * s_csd,
+    sin = _to_acc(tl.load(ROPE + offs_t[:, None] * (2 * D) + D + offs_d[None, :],
                           mask=cmask, other=0.0), ACC_FP64)
     # rotate_half(x)[d] = sign_d · x[perm(d)] (rotate-half convention, DESIGN §5)
     half = D // 2
@@ -407,14 +401,13 @@ def _private_logits_rope(logits, Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, LK,
     sign_d = tl.where(offs_d < half, -1.0, 1.0)
     for hh in range(GROUP):
         h = pid_g * GROUP + hh
-        bk, dv, rv = _head_basis(BK, s_bkh, s_bkd, s_bkr, h, H, offs_d, offs_r, dmask, rmask,
-                                 NEXT_HEAD_BASIS)  # [BLOCK_D, BLOCK_R]  B_h^K
-        qh = _to_acc(tl.load(Q_ROW + h * s_qh + offs_d * s_qd, mask=dv, other=0.0), ACC_FP64)
-        qp = _to_acc(tl.load(Q_ROW + h * s_qh + perm_d * s_qd, mask=dv, other=0.0), ACC_FP64)
+        bk, dv, rv = _head_basis(BK, h, H, D, R, offs_d, offs_r, dmask, rmask)  # [BLOCK_D, BLOCK_R]  B_h^K
+        qh = _to_acc(tl.load(Q_ROW + h * D + offs_d, mask=dv, other=0.0), ACC_FP64)
+        qp = _to_acc(tl.load(Q_ROW + h * D + perm_d, mask=dv, other=0.0), ACC_FP64)
         # rope(q_h, −j)_d = q_d cos_{j,d} − sign_d q_{perm(d)} sin_{j,d}   [BLOCK_T, BLOCK_D]
         q_rot = qh[None, :] * cos - (sign_d * qp)[None, :] * sin
         qb = _mm(q_rot, _ld(bk, DOT, ACC_FP64, LP), DOT, False)  # [BLOCK_T, BLOCK_R]
-        z = tl.load(LK + row0[:, None] * s_lkb + row1[:, None] * s_lkt + h * s_lkh + offs_r[None, :] * s_lkr,
+        z = tl.load(LK + lrow[:, None] + h * R + offs_r[None, :],
                     mask=tmask[:, None] & rv[None, :], other=0.0)  # [BLOCK_T, BLOCK_R]  R_h^K
         lh = _rsum(qb * _to_acc(z, ACC_FP64), 1)  # [BLOCK_T]  q_h · rope(z_j B_h^T, j)
         logits = tl.where(rows[:, None] == hh, logits + lh[None, :], logits)
@@ -430,31 +423,21 @@ def _private_logits_rope(logits, Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, LK,
 # (G× the useful FLOPs), which at ≈ 16 FLOP per loaded byte is still far below the ridge point.
 @triton.jit
 def _wide_cols(pid_g, H, R, GROUP: tl.constexpr, BLOCK_GR: tl.constexpr):
-    """The wide axis of a group: (head in group, entry, global head, valid) per column."""
+    """The wide axis of a group: (offset in the cache row, head in group, entry, global head,
+    valid) per column. The offsets are the group's one contiguous run of G·r latents, written
+    as such so that the compiler sees the contiguity and can vectorise the loads."""
     offs_c = tl.arange(0, BLOCK_GR)
     hc = offs_c // R  # [BLOCK_GR] head within the group
     jc = offs_c % R  # [BLOCK_GR] latent entry
     head_c = pid_g * GROUP + hc
     cmask = (hc < GROUP) & (head_c < H)
-    return offs_c, hc, jc, head_c, cmask
+    return pid_g * (GROUP * R) + offs_c, hc, jc, head_c, cmask
 
 
 @triton.jit
-def _wide_offsets(offs_c, pid_g, head_c, jc, s_h, s_r, R, GROUP: tl.constexpr, HR_CONTIG: tl.constexpr):
-    """Element offsets [BLOCK_GR] of the wide axis inside one cache row. HR_CONTIG (the
-    wrapper checked s_h == r and s_r == 1, the usual [.., H, r] layout): the group's latents
-    are one contiguous run, written as such so the compiler can see the contiguity and
-    vectorise the loads; otherwise each column's head and entry stride."""
-    if HR_CONTIG:
-        return pid_g * (GROUP * R) + offs_c
-    else:
-        return head_c * s_h + jc * s_r
-
-
-@triton.jit
-def _q_block_diag(Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, heads, hmask, rows, hc, jc, head_c, cmask, H, D,
-                  BLOCK_H: tl.constexpr, BLOCK_GR: tl.constexpr, NEXT_HEAD_BASIS: tl.constexpr,
-                  DOT: tl.constexpr, ACC_FP64: tl.constexpr, LP: tl.constexpr):
+def _q_block_diag(Q_ROW, BK, heads, hmask, rows, hc, jc, head_c, cmask, H, D, R,
+                  BLOCK_H: tl.constexpr, BLOCK_GR: tl.constexpr, DOT: tl.constexpr, ACC_FP64: tl.constexpr,
+                  LP: tl.constexpr):
     """The block-diagonal private query [BLOCK_H, BLOCK_GR]: row g holds q_g B_g^K (Eq. 6's
     private query) in head g's r columns and zeros elsewhere.
 
@@ -462,17 +445,14 @@ def _q_block_diag(Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, heads, hmask, rows
     [d_h, G·r] basis tile would not fit in registers), then masked to the diagonal blocks: the
     off-diagonal products are wasted, once per program, outside the slot loop. q is used as
     loaded, so with 16-bit inputs each product is exact and the sum is in fp32, as in the
-    per-head `_q_latent`. NEXT_HEAD_BASIS is the wrong-head-basis mutant."""
-    hk = head_c
-    if NEXT_HEAD_BASIS:
-        hk = (head_c + 1) % H
+    per-head `_q_latent`."""
     acc = tl.full([BLOCK_H, BLOCK_GR], 0.0, dtype=tl.float64 if ACC_FP64 else tl.float32)
     for d0 in range(0, D, 16):
         offs = d0 + tl.arange(0, 16)
         dm = offs < D
-        qc = tl.load(Q_ROW + heads[:, None] * s_qh + offs[None, :] * s_qd,
+        qc = tl.load(Q_ROW + heads[:, None] * D + offs[None, :],
                      mask=hmask[:, None] & dm[None, :], other=0.0)  # [BLOCK_H, 16]
-        bc = tl.load(BK + hk[None, :] * s_bkh + offs[:, None] * s_bkd + jc[None, :] * s_bkr,
+        bc = tl.load(BK + _basis_at(head_c[None, :], offs[:, None], jc[None, :], H, D, R),
                      mask=dm[:, None] & cmask[None, :], other=0.0)  # [16, BLOCK_GR]  B_{h(c)}^K
         acc += _mm(_to_acc(qc, ACC_FP64), _ld(bc, DOT, ACC_FP64, LP), DOT, True)
     return tl.where(rows[:, None] == hc[None, :], acc, 0.0)
@@ -490,12 +470,12 @@ def _q_block_diag_halves(q_bd, DOT: tl.constexpr, LP: tl.constexpr):
 
 
 @triton.jit
-def _private_logits_wide(logits, q_bd, q_bd_lo, LK, s_lkb, s_lkt, col, row0, row1, tmask, cmask,
+def _private_logits_wide(logits, q_bd, q_bd_lo, LK, lrow, col, tmask, cmask,
                          DOT: tl.constexpr, ACC_FP64: tl.constexpr, LP: tl.constexpr):
     """logits [BLOCK_H, BLOCK_T] + (q_h B_h^K) R_h^{K T} for every head of the group (Eq. 6),
     one tl.dot of the block-diagonal query with the group's wide latent tile. For DOT_LP,
     q_bd / q_bd_lo are its hi / lo 16-bit halves, split once before the slot loop."""
-    zkT = tl.load(LK + (row0 * s_lkb + row1 * s_lkt)[None, :] + col[:, None],
+    zkT = tl.load(LK + lrow[None, :] + col[:, None],
                   mask=cmask[:, None] & tmask[None, :], other=0.0)  # [BLOCK_GR, BLOCK_T]
     if DOT == DOT_LP:
         zkT = _ld(zkT, DOT, ACC_FP64, LP)
@@ -507,100 +487,94 @@ def _private_logits_wide(logits, q_bd, q_bd_lo, LK, s_lkb, s_lkt, col, row0, row
 
 
 @triton.jit
-def _private_values_wide(acc_pw, p, LV, s_lvb, s_lvt, col, row0, row1, tmask, cmask,
-                         DOT: tl.constexpr, ACC_FP64: tl.constexpr, LP: tl.constexpr,
-                         CS=None, s_csb=0, s_cst=0, s_csh=0, head_c=None, static=None, GRAN: tl.constexpr = 0):
+def _private_values_wide(acc_pw, p, LV, lrow, col, tmask, cmask, DOT: tl.constexpr, ACC_FP64: tl.constexpr,
+                         LP: tl.constexpr, CS=None, slot=None, H=0, head_c=None, static=None,
+                         GRAN: tl.constexpr = 0):
     """acc_pw [BLOCK_H, BLOCK_GR] + p R^V over the group's wide value latents: row g, head g's
     columns is a_g R_g^V for this tile (Eq. 7's private term before B_g^V); the other
     columns are never stored. An fp8 R^V under DOT_LP is scaled here, as in `_shared_values`."""
-    zv = tl.load(LV + (row0 * s_lvb + row1 * s_lvt)[:, None] + col[None, :],
+    zv = tl.load(LV + lrow[:, None] + col[None, :],
                  mask=tmask[:, None] & cmask[None, :], other=0.0)  # [BLOCK_T, BLOCK_GR]
     if DOT == DOT_LP and GRAN != FP8_NONE:
-        return acc_pw + _fp8_lp_values(p, zv, CS, s_csb, s_cst, s_csh, row0, row1, tmask, head_c, cmask, static,
-                                       GRAN, LP)
+        return acc_pw + _fp8_lp_values(p, zv, CS, slot, H, tmask, head_c, cmask, static, GRAN, LP)
     return acc_pw + _mm(p, _ld(zv, DOT, ACC_FP64, LP), DOT, False)
 
 
-# ---- the split's partial state ------------------------------------------------------------
+# ---- the split's partial state: one scratch buffer, four regions ---------------------------
 @triton.jit
-def _store_softmax_state(M_OUT, L_OUT, ACC_S, m_i, l_i, acc_s, base, hmask, offs_d, dmask, D):
-    """m, l [BLOCK_H] and acc_s [BLOCK_H, BLOCK_D] of this split at rows `base` of the
-    contiguous [B, H, S, ...] scratch."""
-    tl.store(M_OUT + base, m_i, mask=hmask)
-    tl.store(L_OUT + base, l_i, mask=hmask)
+def _scratch(WS, n_rows, D, R):
+    """(ACC_S, ACC_P, M, L): the regions of the split scratch WS for its n_rows = rows · H ·
+    splits rows (row (b, h, s) is (b · H + h) · splits + s): acc_s [n_rows, d_h], then acc_p
+    [n_rows, r], m [n_rows], l [n_rows] (lrkv.kernels.decode.scratch_size)."""
+    ACC_P = WS + n_rows * D
+    M = ACC_P + n_rows * R
+    return WS, ACC_P, M, M + n_rows
+
+
+@triton.jit
+def _store_softmax_state(M, L, ACC_S, m_i, l_i, acc_s, base, hmask, offs_d, dmask, D):
+    """m, l [BLOCK_H] and acc_s [BLOCK_H, BLOCK_D] of this split at scratch rows `base`."""
+    tl.store(M + base, m_i, mask=hmask)
+    tl.store(L + base, l_i, mask=hmask)
     tl.store(ACC_S + base[:, None] * D + offs_d[None, :], acc_s, mask=hmask[:, None] & dmask[None, :])
 
 
 @triton.jit
-def _store_private_wide(ACC_P, acc_pw, prog64, pid_s, rows, hmask, hc, jc, head_c, cmask, H, R, NUM_SPLITS):
+def _store_private_wide(ACC_P, acc_pw, prog64, pid_s, num_splits, rows, hmask, hc, jc, head_c, cmask, H, R):
     """The block diagonal of acc_pw [BLOCK_H, BLOCK_GR] — row g, the columns of head g, which
-    is a_g R_g^V — into the [B, H, S, r] scratch; the off-diagonal products are dropped."""
-    base_c = (prog64 * H + head_c) * NUM_SPLITS + pid_s  # [BLOCK_GR]
+    is a_g R_g^V — into the scratch rows' acc_p; the off-diagonal products are dropped."""
+    base_c = (prog64 * H + head_c) * num_splits + pid_s  # [BLOCK_GR]
     tl.store(ACC_P + (base_c * R + jc)[None, :] + rows[:, None] * 0, acc_pw,
              mask=(rows[:, None] == hc[None, :]) & cmask[None, :] & hmask[:, None])
 
 
-@triton.jit(do_not_specialize=["H", "D", "R", "SPLIT_SIZE", "PAGE_SIZE", "NUM_PAGES", "MAX_PAGES", "NUM_SPLITS",
-                               "SLOT_LIMIT", "NSEQ"])
-def decode_split_kernel(
-    Q, SK, SV, LK, LV, BK, KS, COS, SIN, LENGTHS, PT, SCALE,
-    M_OUT, L_OUT, ACC_S, ACC_P,  # partial state: [B, H, S], [B, H, S], [B, H, S, d_h], [B, H, S, r]
-    H, D, R, SPLIT_SIZE, PAGE_SIZE, NUM_PAGES, MAX_PAGES, NUM_SPLITS, SLOT_LIMIT,
-    s_qb, s_qh, s_qd,  # q            [B, H, d_h]  (extend: [N, H, d_h])
-    s_skb, s_skt, s_skd,  # shared_k     [B, T, d_h]  (paged: [P, page, d_h])
-    s_svb, s_svt, s_svd,  # shared_v
-    s_lkb, s_lkt, s_lkh, s_lkr,  # latent_k     [B, T, H, r]
-    s_lvb, s_lvt, s_lvh, s_lvr,  # latent_v
-    s_bkh, s_bkd, s_bkr,  # basis_k      [H, d_h, r]
-    s_ksb, s_kst, s_ksh,  # key_scale    [B, T, H]
-    s_cst, s_csd,  # cos/sin      [T, d_h]  (exact RoPE tables, indexed by logical slot)
-    s_ptb, s_ptp,  # page_table   [B, max_pages]
-    GROUP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr,
-    BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
-    HAS_KS: tl.constexpr, ROPE_EXACT: tl.constexpr, PAGED: tl.constexpr,
-    DOT: tl.constexpr, ACC_FP64: tl.constexpr, MUTANT: tl.constexpr,
-    WIDE: tl.constexpr = False, BLOCK_GR: tl.constexpr = 16, HR_CONTIG: tl.constexpr = False,
-    TILE_IN_PAGE: tl.constexpr = False,
-    CU=None, NSEQ=0, EXTEND: tl.constexpr = False, BLOCK_B: tl.constexpr = 16,
-    CS_SK=None, CS_SV=None, CS_LK=None, CS_LV=None,  # fp8 scales (DESIGN §4.1); never read when FP8_* is 0
-    s_cskb=0, s_cskt=0, s_csvb=0, s_csvt=0,  # shared scales  [B, T] / paged [P, page]
-    s_clkb=0, s_clkt=0, s_clkh=0, s_clvb=0, s_clvt=0, s_clvh=0,  # latent scales [H], [B, T], [B, T, H]
-    FP8_SK: tl.constexpr = 0, FP8_SV: tl.constexpr = 0, FP8_LK: tl.constexpr = 0, FP8_LV: tl.constexpr = 0,
-):
-    """Stage 1: one (b, head group, split) program; online softmax of Eq. 6 over the split.
+# ---- stage 1: the tile loop every entry shares ---------------------------------------------
+@triton.jit
+def _attend_split(Q, SK, SV, LK, LV, BK, KS, ROPE, SCALE, WS, CS_SK, CS_SV, CS_LK, CS_LV, PT,
+                  prog64, b64, length, H, D, R, SPLIT_SIZE, SLOT_LIMIT, PAGE_SIZE, NUM_PAGES, s_sb, s_lb, s_ksb,
+                  GROUP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+                  BLOCK_R: tl.constexpr, DOT: tl.constexpr, WIDE: tl.constexpr, BLOCK_GR: tl.constexpr,
+                  FP8: tl.constexpr, TILE_IN_PAGE: tl.constexpr):
+    """One (query row, head group, split) program of stage 1: the online softmax of Eq. 6
+    over the split's slots, its partial state (m, l, a_h S_V, a_h R_h^V) stored for Eq. 7.
+
+    Query row `prog64` reads cache row `b64` up to `length` slots (the entries work these
+    out: decode and paged decode from lengths[b], extend from cu_seqlens_q). Optional parts
+    come as None, and Triton compiles each combination as its own kernel: KS (QK-RMSNorm
+    key_scale), ROPE (exact RoPE's [slots, 2, d_h] cos/sin table), PT (a paged cache's
+    [B, max_pages] table), CS_* (an fp8 part's float32 scale, FP8 its granularity codes).
 
     WIDE: the group's latents are read as one [BLOCK_T, BLOCK_GR ≥ GROUP·r] tile and the
     private logits and values are one tl.dot each (`_private_*_wide`); otherwise one head at
     a time. Exact RoPE keeps the per-head private logits (its contraction is per head and
     slot); its private values follow WIDE like the others.
 
-    EXTEND (chunked prefill, speculative verification; DESIGN §4): program row n is query
-    token n of a ragged batch (`_extend_row`), and the same split loop runs over its causal
-    slots 0 … p. The splits are merged and B_h^V applied by the same stage 2.
-
-    FP8_SK / FP8_SV / FP8_LK / FP8_LV (an fp8 cache, DESIGN §4.1; the granularity codes
-    FP8_*): the parts are loaded as stored and each scale multiplies the product it feeds
-    (`_fp8_scaled`): the shared-K scale the shared logit term q_h S_K^T only, the latent-K
-    scale the private term (q_h B_h^K) R_h^{K T} only (Eq. 6), the V scales the softmax
-    weights that meet S_V and R_h^V (Eq. 7; l uses the unscaled weights). A per-tensor
-    scale is a scalar folded into its term."""
-    pid_b = tl.program_id(0)  # decode: the batch row; extend: the query token
+    An fp8 cache (DESIGN §4.1): the parts are loaded as stored and each scale multiplies the
+    product it feeds (`_fp8_scaled`): the shared-K scale the shared logit term q_h S_K^T only,
+    the latent-K scale the private term (q_h B_h^K) R_h^{K T} only (Eq. 6), the V scales the
+    softmax weights that meet S_V and R_h^V (Eq. 7; l uses the unscaled weights). A
+    per-tensor scale is a scalar folded into its term."""
     pid_g = tl.program_id(1)
     pid_s = tl.program_id(2)
-    prog64 = pid_b.to(tl.int64)  # row of q and of the split scratch
-
-    # ---- the sequence this program reads (b64: its cache row) and how many slots it sees
-    if EXTEND:
-        b64, length = _extend_row(pid_b, CU, NSEQ, LENGTHS, SLOT_LIMIT, BLOCK_B)
+    num_splits = tl.num_programs(2)
+    ACC_FP64: tl.constexpr = Q.dtype.element_ty == tl.float64  # accumulate in float64 for float64 inputs
+    LP: tl.constexpr = Q.dtype.element_ty  # DOT_LP's product dtype: q's, also for an fp8 cache's tiles
+    # the four parts' fp8 granularities (0: not fp8), unpacked from FP8
+    FP8_SK: tl.constexpr = FP8 & 7
+    FP8_SV: tl.constexpr = (FP8 >> 3) & 7
+    FP8_LK: tl.constexpr = (FP8 >> 6) & 7
+    FP8_LV: tl.constexpr = (FP8 >> 9) & 7
+    CACHE_FP8: tl.constexpr = FP8 != 0
+    if PT is not None:
+        max_pages = SLOT_LIMIT // PAGE_SIZE
+        slots = PAGE_SIZE  # the parts' second axis: [P, page, ...]
     else:
-        b64 = prog64
-        length = tl.load(LENGTHS + pid_b, mask=pid_b >= 0, other=0).to(tl.int32)
-    if MUTANT == M_LENGTH_OFF_BY_ONE:
-        length = length - 1
-    if MUTANT == M_READ_PAST_LENGTH:  # still clamped to the allocation: garbage, never out of bounds
-        length = tl.minimum(length + 1, SLOT_LIMIT)
+        max_pages = 0
+        slots = SLOT_LIMIT  # [B, T_max, ...]
+
+    # ---- the split's slot range: [split_lo, split_hi), the length clamped to the allocation
     split_lo = pid_s * SPLIT_SIZE
-    split_hi = tl.minimum(split_lo + SPLIT_SIZE, length)
+    split_hi = tl.minimum(split_lo + SPLIT_SIZE, tl.minimum(length, SLOT_LIMIT))
 
     # ---- the head group and the index vectors
     rows = tl.arange(0, BLOCK_H)  # head slot within the group
@@ -613,28 +587,23 @@ def decode_split_kernel(
 
     # The scale arrives as a 1-element tensor in the accumulation dtype: a Python float
     # argument would be passed as float32 and cost the float64 path 8 digits.
-    sm_scale = _to_acc(tl.load(SCALE, mask=pid_b >= 0, other=1.0), ACC_FP64)
-    if MUTANT == M_SCALE_RANK:
-        sm_scale = 1.0 / tl.sqrt(R * 1.0)
+    sm_scale = _to_acc(tl.load(SCALE, mask=pid_s >= 0, other=1.0), ACC_FP64)
 
-    # ---- load q for the group: [BLOCK_H, BLOCK_D]
-    Q_ROW = Q + prog64 * s_qb
-    LP: tl.constexpr = Q.dtype.element_ty  # DOT_LP's product dtype: q's, also for an fp8 cache's tiles
-    q = _to_acc(tl.load(Q_ROW + heads[:, None] * s_qh + offs_d[None, :] * s_qd,
+    # ---- load q for the group: [BLOCK_H, BLOCK_D] (q is a contiguous [rows, H, d_h])
+    Q_ROW = Q + prog64 * (H * D)
+    q = _to_acc(tl.load(Q_ROW + heads[:, None] * D + offs_d[None, :],
                         mask=hmask[:, None] & dmask[None, :], other=0.0), ACC_FP64)
 
     # ---- the private query, once per program (exact RoPE rotates it per tile instead)
-    if not ROPE_EXACT and not WIDE:
-        q_lat = _q_latent(Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, pid_g, rows, offs_d, offs_r, dmask, rmask,
-                          H, BLOCK_H, BLOCK_R, GROUP, MUTANT == M_WRONG_HEAD_BASIS, ACC_FP64)  # [BLOCK_H, BLOCK_R]
+    if ROPE is None and not WIDE:
+        q_lat = _q_latent(Q_ROW, BK, pid_g, rows, offs_d, offs_r, dmask, rmask, H, D, R,
+                          BLOCK_H, BLOCK_R, GROUP, ACC_FP64)  # [BLOCK_H, BLOCK_R]
     if WIDE:
-        offs_c, hc, jc, head_c, cmask = _wide_cols(pid_g, H, R, GROUP, BLOCK_GR)
-        col_k = _wide_offsets(offs_c, pid_g, head_c, jc, s_lkh, s_lkr, R, GROUP, HR_CONTIG)
-        col_v = _wide_offsets(offs_c, pid_g, head_c, jc, s_lvh, s_lvr, R, GROUP, HR_CONTIG)
-        if not ROPE_EXACT:
+        col, hc, jc, head_c, cmask = _wide_cols(pid_g, H, R, GROUP, BLOCK_GR)
+        if ROPE is None:
             q_bd, q_bd_lo = _q_block_diag_halves(
-                _q_block_diag(Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, heads, hmask, rows, hc, jc, head_c, cmask,
-                              H, D, BLOCK_H, BLOCK_GR, MUTANT == M_WRONG_HEAD_BASIS, DOT, ACC_FP64, LP),
+                _q_block_diag(Q_ROW, BK, heads, hmask, rows, hc, jc, head_c, cmask, H, D, R,
+                              BLOCK_H, BLOCK_GR, DOT, ACC_FP64, LP),
                 DOT, LP)  # [BLOCK_H, BLOCK_GR] each
         acc_p = tl.full([BLOCK_H, BLOCK_GR], 0.0, dtype=q.dtype)  # a_h R^V over the whole wide axis
     else:
@@ -642,11 +611,10 @@ def decode_split_kernel(
 
     # ---- fp8 cache: the static (per-tensor / per-head) scales, once per program  [BLOCK_H]
     # (ones, never loaded, for a part that is not fp8)
-    CACHE_FP8: tl.constexpr = FP8_SK + FP8_SV + FP8_LK + FP8_LV > 0
-    st_sk = _static_scale(CS_SK, 0, heads, hmask, FP8_SK, ACC_FP64)
-    st_sv = _static_scale(CS_SV, 0, heads, hmask, FP8_SV, ACC_FP64)
-    st_lk = _static_scale(CS_LK, s_clkh, heads, hmask, FP8_LK, ACC_FP64)
-    st_lv = _static_scale(CS_LV, s_clvh, heads, hmask, FP8_LV, ACC_FP64)
+    st_sk = _static_scale(CS_SK, heads, hmask, FP8_SK, ACC_FP64)
+    st_sv = _static_scale(CS_SV, heads, hmask, FP8_SV, ACC_FP64)
+    st_lk = _static_scale(CS_LK, heads, hmask, FP8_LK, ACC_FP64)
+    st_lv = _static_scale(CS_LV, heads, hmask, FP8_LV, ACC_FP64)
 
     # ---- running state of the online softmax
     m_i = tl.full([BLOCK_H], float("-inf"), dtype=q.dtype)
@@ -655,37 +623,37 @@ def decode_split_kernel(
 
     # ---- loop over the split's tiles
     for t0 in range(split_lo, split_hi, BLOCK_T):
-        # where the tile's slots live: contiguous rows, or pages through the page table
+        # where the tile's slots live: contiguous rows, or pages through the page table;
+        # slot [BLOCK_T] is the flat (row, slot) index of the fp8 scales (int32: the wrapper
+        # refuses a scale of 2^31 elements; int64 costs the fp8 wide tile a spill), srow / lrow
+        # the element offsets of the shared / latent cache rows (dense past their first axis)
         offs_t = t0 + tl.arange(0, BLOCK_T)  # logical slots (= positions)
-        tmask, row0, row1 = _slot_rows(offs_t, offs_t < split_hi, b64, PT, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES,
-                                       MAX_PAGES, PAGED, t0, BLOCK_T, TILE_IN_PAGE)
+        tmask, row0, row1 = _slot_rows(offs_t, offs_t < split_hi, b64, PT, PAGE_SIZE, NUM_PAGES, max_pages,
+                                       t0, BLOCK_T, TILE_IN_PAGE)
+        slot = (row0 * slots + row1).to(tl.int32)
+        srow = row0 * s_sb + row1 * D
+        lrow = row0 * s_lb + row1 * (H * R)
 
         # Eq. 6: shared logits q_h S_K^T, then each head's private logits added to its row
-        logits = _shared_logits(q, SK, s_skb, s_skt, s_skd, row0, row1, tmask, offs_d, dmask,
-                                DOT, ACC_FP64, LP)  # [BLOCK_H, BLOCK_T]
+        logits = _shared_logits(q, SK, srow, tmask, offs_d, dmask, DOT, ACC_FP64, LP)  # [BLOCK_H, BLOCK_T]
         if CACHE_FP8:
             # the shared-K scale multiplies the shared term alone; the private term is built
             # from zero and scaled by the latent-K scale below
-            shared_term = _fp8_scaled(logits, st_sk, CS_SK, s_cskb, s_cskt, 0, row0, row1, tmask, heads, hmask,
-                                      FP8_SK, ACC_FP64)
+            shared_term = _fp8_scaled(logits, st_sk, CS_SK, slot, H, tmask, heads, hmask, FP8_SK, ACC_FP64)
             logits = logits * 0.0
-        if ROPE_EXACT:
-            logits = _private_logits_rope(logits, Q_ROW, s_qh, s_qd, BK, s_bkh, s_bkd, s_bkr, LK, s_lkb, s_lkt,
-                                          s_lkh, s_lkr, row0, row1, tmask, COS, SIN, s_cst, s_csd, offs_t, offs_d,
-                                          offs_r, dmask, rmask, rows, pid_g, H, D, GROUP,
-                                          MUTANT == M_WRONG_HEAD_BASIS, DOT, ACC_FP64, LP)
+        if ROPE is not None:
+            logits = _private_logits_rope(logits, Q_ROW, BK, LK, lrow, tmask, ROPE, offs_t, offs_d, offs_r, dmask,
+                                          rmask, rows, pid_g, H, D, R, GROUP, DOT, ACC_FP64, LP)
         elif WIDE:
-            logits = _private_logits_wide(logits, q_bd, q_bd_lo, LK, s_lkb, s_lkt, col_k, row0, row1, tmask,
-                                          cmask, DOT, ACC_FP64, LP)
+            logits = _private_logits_wide(logits, q_bd, q_bd_lo, LK, lrow, col, tmask, cmask, DOT, ACC_FP64, LP)
         else:
-            logits = _private_logits_per_head(logits, q_lat, LK, s_lkb, s_lkt, s_lkh, s_lkr, row0, row1, tmask,
-                                              offs_r, rmask, rows, pid_g, H, GROUP, ACC_FP64)
+            logits = _private_logits_per_head(logits, q_lat, LK, lrow, tmask, offs_r, rmask, rows, pid_g, H, R,
+                                              GROUP, ACC_FP64)
         if CACHE_FP8:
-            logits = shared_term + _fp8_scaled(logits, st_lk, CS_LK, s_clkb, s_clkt, s_clkh, row0, row1, tmask,
-                                               heads, hmask, FP8_LK, ACC_FP64)
-        if HAS_KS:
+            logits = shared_term + _fp8_scaled(logits, st_lk, CS_LK, slot, H, tmask, heads, hmask, FP8_LK, ACC_FP64)
+        if KS is not None:
             # QK-RMSNorm: the joint inverse RMS multiplies the SUMMED dot product
-            ks = _to_acc(tl.load(KS + row0[None, :] * s_ksb + row1[None, :] * s_kst + heads[:, None] * s_ksh,
+            ks = _to_acc(tl.load(KS + (row0 * s_ksb + row1 * H)[None, :] + heads[:, None],
                                  mask=hmask[:, None] & tmask[None, :], other=0.0), ACC_FP64)  # [BLOCK_H, BLOCK_T]
             logits = logits * ks
         # masked slots become −inf through `where`, never through arithmetic: NaN garbage stays out
@@ -701,47 +669,109 @@ def decode_split_kernel(
         p_p = p
         if CACHE_FP8:
             if DOT != DOT_LP:
-                p_s = _fp8_scaled(p, st_sv, CS_SV, s_csvb, s_csvt, 0, row0, row1, tmask, heads, hmask, FP8_SV,
-                                  ACC_FP64)
+                p_s = _fp8_scaled(p, st_sv, CS_SV, slot, H, tmask, heads, hmask, FP8_SV, ACC_FP64)
             if DOT != DOT_LP or not WIDE:  # the per-head private path has no tile product
-                p_p = _fp8_scaled(p, st_lv, CS_LV, s_clvb, s_clvt, s_clvh, row0, row1, tmask, heads, hmask, FP8_LV,
-                                  ACC_FP64)
-        acc_s = _shared_values(acc_s, alpha, p_s, SV, s_svb, s_svt, s_svd, row0, row1, tmask, offs_d, dmask,
-                               DOT, ACC_FP64, LP, CS_SV, s_csvb, s_csvt, st_sv, FP8_SV)
-        if MUTANT != M_NO_PRIVATE_RESCALE:
-            acc_p = acc_p * alpha[:, None]
+                p_p = _fp8_scaled(p, st_lv, CS_LV, slot, H, tmask, heads, hmask, FP8_LV, ACC_FP64)
+        acc_s = _shared_values(acc_s, alpha, p_s, SV, srow, tmask, offs_d, dmask, DOT, ACC_FP64, LP,
+                               CS_SV, slot, st_sv, FP8_SV)
+        acc_p = acc_p * alpha[:, None]
         if WIDE:
-            acc_p = _private_values_wide(acc_p, p_p, LV, s_lvb, s_lvt, col_v, row0, row1, tmask, cmask,
-                                         DOT, ACC_FP64, LP, CS_LV, s_clvb, s_clvt, s_clvh, head_c, st_lv, FP8_LV)
+            acc_p = _private_values_wide(acc_p, p_p, LV, lrow, col, tmask, cmask, DOT, ACC_FP64, LP,
+                                         CS_LV, slot, H, head_c, st_lv, FP8_LV)
         else:
-            acc_p = _private_values_per_head(acc_p, p_p, LV, s_lvb, s_lvt, s_lvh, s_lvr, row0, row1, tmask, offs_r,
-                                             rmask, rows, pid_g, H, GROUP, ACC_FP64)
-        if MUTANT == M_FP16_ACCUMULATION:
-            l_i = l_i.to(tl.float16).to(l_i.dtype)
-            acc_s = acc_s.to(tl.float16).to(acc_s.dtype)
-            acc_p = acc_p.to(tl.float16).to(acc_p.dtype)
+            acc_p = _private_values_per_head(acc_p, p_p, LV, lrow, tmask, offs_r, rmask, rows, pid_g, H, R,
+                                             GROUP, ACC_FP64)
         m_i = m_new
 
-    # ---- store the split's partial state (scratch is contiguous [B, H, S, ...])
-    base = (prog64 * H + heads) * NUM_SPLITS + pid_s  # [BLOCK_H]
-    _store_softmax_state(M_OUT, L_OUT, ACC_S, m_i, l_i, acc_s, base, hmask, offs_d, dmask, D)
+    # ---- store the split's partial state (scratch rows [rows, H, splits])
+    ACC_S, ACC_P, M, L = _scratch(WS, tl.num_programs(0).to(tl.int64) * H * num_splits, D, R)
+    base = (prog64 * H + heads) * num_splits + pid_s  # [BLOCK_H]
+    _store_softmax_state(M, L, ACC_S, m_i, l_i, acc_s, base, hmask, offs_d, dmask, D)
     if WIDE:
-        _store_private_wide(ACC_P, acc_p, prog64, pid_s, rows, hmask, hc, jc, head_c, cmask, H, R, NUM_SPLITS)
+        _store_private_wide(ACC_P, acc_p, prog64, pid_s, num_splits, rows, hmask, hc, jc, head_c, cmask, H, R)
     else:
         tl.store(ACC_P + base[:, None] * R + offs_r[None, :], acc_p, mask=hmask[:, None] & rmask[None, :])
 
 
-@triton.jit(do_not_specialize=["H", "D", "R", "NUM_SPLITS"])
+# ---- stage 1 entries: grid (rows, head groups, splits) -------------------------------------
+# Every tensor is contiguous past its first axis (the wrapper copies one that is not, once per
+# call): q [rows, H, d_h] and the bases [H, d_h, r] wholly; a cache part [rows, slots, ...]
+# with one stride for its first axis (s_sb: shared_k and shared_v, s_lb: latent_k and
+# latent_v, s_ksb: key_scale); the scratch WS in its four regions (`_scratch`).
+# Counts that change from call to call (split size, slot limit, pages) are not specialised on
+# (== 1, % 16): that would only multiply compiles. H, d_h and r are: the strides folded from
+# them (a slot's row at row1 · d_h, row1 · H·r) need Triton's divisibility-by-16 facts to
+# vectorise the loads, as the stride arguments they replace had them.
+@triton.jit(do_not_specialize=["SPLIT_SIZE", "SLOT_LIMIT"])
+def decode_split_kernel(
+    Q, SK, SV, LK, LV, BK, KS, ROPE, LENGTHS, SCALE, WS,  # q [B, H, d_h]; cache [B, T, d_h], [B, T, H, r]
+    CS_SK, CS_SV, CS_LK, CS_LV,  # fp8 scales (DESIGN §4.1), None for a cache at compute precision
+    H, D, R, SPLIT_SIZE, SLOT_LIMIT,  # SLOT_LIMIT: T_max
+    s_sb, s_lb, s_ksb,
+    GROUP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_R: tl.constexpr, DOT: tl.constexpr, WIDE: tl.constexpr, BLOCK_GR: tl.constexpr, FP8: tl.constexpr,
+):
+    """Stage 1 of split-K decode (Eqs. 6–7) over a contiguous cache: batch row b attends its
+    lengths[b] slots."""
+    pid_b = tl.program_id(0)
+    b64 = pid_b.to(tl.int64)
+    length = tl.load(LENGTHS + pid_b, mask=pid_b >= 0, other=0).to(tl.int32)
+    _attend_split(Q, SK, SV, LK, LV, BK, KS, ROPE, SCALE, WS, CS_SK, CS_SV, CS_LK, CS_LV, None,
+                  b64, b64, length, H, D, R, SPLIT_SIZE, SLOT_LIMIT, 1, 0, s_sb, s_lb, s_ksb,
+                  GROUP, BLOCK_H, BLOCK_T, BLOCK_D, BLOCK_R, DOT, WIDE, BLOCK_GR, FP8, False)
+
+
+@triton.jit(do_not_specialize=["SPLIT_SIZE", "SLOT_LIMIT", "PAGE_SIZE", "NUM_PAGES"])
+def paged_split_kernel(
+    Q, SK, SV, LK, LV, BK, KS, ROPE, LENGTHS, PT, SCALE, WS,  # cache pages [P, page, d_h], [P, page, H, r]
+    CS_SK, CS_SV, CS_LK, CS_LV,
+    H, D, R, SPLIT_SIZE, SLOT_LIMIT, PAGE_SIZE, NUM_PAGES,  # SLOT_LIMIT: max_pages · page
+    s_sb, s_lb, s_ksb,
+    GROUP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_R: tl.constexpr, DOT: tl.constexpr, WIDE: tl.constexpr, BLOCK_GR: tl.constexpr, FP8: tl.constexpr,
+    TILE_IN_PAGE: tl.constexpr,
+):
+    """Stage 1 of split-K decode (Eqs. 6–7) over a paged cache: batch row b attends its
+    lengths[b] slots through the page table PT [B, max_pages]."""
+    pid_b = tl.program_id(0)
+    b64 = pid_b.to(tl.int64)
+    length = tl.load(LENGTHS + pid_b, mask=pid_b >= 0, other=0).to(tl.int32)
+    _attend_split(Q, SK, SV, LK, LV, BK, KS, ROPE, SCALE, WS, CS_SK, CS_SV, CS_LK, CS_LV, PT,
+                  b64, b64, length, H, D, R, SPLIT_SIZE, SLOT_LIMIT, PAGE_SIZE, NUM_PAGES, s_sb, s_lb, s_ksb,
+                  GROUP, BLOCK_H, BLOCK_T, BLOCK_D, BLOCK_R, DOT, WIDE, BLOCK_GR, FP8, TILE_IN_PAGE)
+
+
+@triton.jit(do_not_specialize=["SPLIT_SIZE", "SLOT_LIMIT", "NSEQ", "PAGE_SIZE", "NUM_PAGES"])
+def extend_split_kernel(
+    Q, SK, SV, LK, LV, BK, KS, ROPE, LENGTHS, CU, PT, SCALE, WS,  # q [N, H, d_h]; CU [NSEQ + 1]; PT or None
+    CS_SK, CS_SV, CS_LK, CS_LV,
+    H, D, R, SPLIT_SIZE, SLOT_LIMIT, NSEQ, PAGE_SIZE, NUM_PAGES,
+    s_sb, s_lb, s_ksb,
+    GROUP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_R: tl.constexpr, DOT: tl.constexpr, WIDE: tl.constexpr, BLOCK_GR: tl.constexpr, FP8: tl.constexpr,
+    TILE_IN_PAGE: tl.constexpr, BLOCK_B: tl.constexpr,
+):
+    """Stage 1 of extend (chunked prefill, speculative verification; DESIGN §4), contiguous or
+    paged: program row n is query token n of a ragged batch (`_extend_row`), and the same
+    split loop runs over its causal slots 0 … p (Eqs. 6–7). The same stage 2 merges."""
+    pid_n = tl.program_id(0)
+    b64, length = _extend_row(pid_n, CU, NSEQ, LENGTHS, SLOT_LIMIT, BLOCK_B)
+    _attend_split(Q, SK, SV, LK, LV, BK, KS, ROPE, SCALE, WS, CS_SK, CS_SV, CS_LK, CS_LV, PT,
+                  pid_n.to(tl.int64), b64, length, H, D, R, SPLIT_SIZE, SLOT_LIMIT, PAGE_SIZE, NUM_PAGES,
+                  s_sb, s_lb, s_ksb, GROUP, BLOCK_H, BLOCK_T, BLOCK_D, BLOCK_R, DOT, WIDE, BLOCK_GR, FP8,
+                  TILE_IN_PAGE)
+
+
+@triton.jit(do_not_specialize=["NUM_SPLITS"])
 def decode_combine_kernel(
-    M_IN, L_IN, ACC_S, ACC_P, BV, OUT, LSE,
+    WS, BV, OUT, LSE,  # scratch (`_scratch`); basis_v [H, d_h, r]; out [B, H, d_h]; lse [B, H]
     H, D, R, NUM_SPLITS,
-    s_bvh, s_bvd, s_bvr,  # basis_v [H, d_h, r]
     BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
-    ACC_FP64: tl.constexpr, MUTANT: tl.constexpr,
 ):
     """Stage 2: log-sum-exp merge of the splits, then B_h^V once per head (Eq. 7)."""
     pid_b = tl.program_id(0)
     pid_h = tl.program_id(1)
+    ACC_FP64: tl.constexpr = WS.dtype.element_ty == tl.float64
     offs_s = tl.arange(0, BLOCK_S)
     offs_d = tl.arange(0, BLOCK_D)
     offs_r = tl.arange(0, BLOCK_R)
@@ -749,11 +779,12 @@ def decode_combine_kernel(
     dmask = offs_d < D
     rmask = offs_r < R
     bh = pid_b.to(tl.int64) * H + pid_h
-    base = bh * NUM_SPLITS + offs_s  # [BLOCK_S]
+    base = bh * NUM_SPLITS + offs_s  # [BLOCK_S]  the splits' scratch rows
+    ACC_S, ACC_P, M, L = _scratch(WS, tl.num_programs(0).to(tl.int64) * H * NUM_SPLITS, D, R)
 
     # weights of the splits: w_s = exp(m_s − max m), L = Σ w_s l_s
-    m = _to_acc(tl.load(M_IN + base, mask=smask, other=float("-inf")), ACC_FP64)
-    l = _to_acc(tl.load(L_IN + base, mask=smask, other=0.0), ACC_FP64)
+    m = _to_acc(tl.load(M + base, mask=smask, other=float("-inf")), ACC_FP64)
+    l = _to_acc(tl.load(L + base, mask=smask, other=0.0), ACC_FP64)
     m_max = _rmax(m, 0)
     # empty splits carry m = -inf; an empty sequence has every split empty
     m_ref = tl.where(m_max == float("-inf"), 0.0, m_max)
@@ -764,45 +795,45 @@ def decode_combine_kernel(
     # merged accumulators; B_h^V applied once, to the r-wide private one
     acc_s = tl.load(ACC_S + base[:, None] * D + offs_d[None, :], mask=smask[:, None] & dmask[None, :], other=0.0)
     acc_p = tl.load(ACC_P + base[:, None] * R + offs_r[None, :], mask=smask[:, None] & rmask[None, :], other=0.0)
-    out = _rsum(w[:, None] * _to_acc(acc_s, ACC_FP64), 0) * inv  # [BLOCK_D]  a_h S_V
-    hv = pid_h
-    if MUTANT == M_WRONG_HEAD_BASIS:
-        hv = (pid_h + 1) % H
-    if MUTANT != M_DROP_PRIVATE_VALUE:
-        ap = _rsum(w[:, None] * _to_acc(acc_p, ACC_FP64), 0) * inv  # [BLOCK_R]  a_h R_h^V
-        bv = tl.load(BV + hv * s_bvh + offs_d[:, None] * s_bvd + offs_r[None, :] * s_bvr,
-                     mask=dmask[:, None] & rmask[None, :], other=0.0)  # [BLOCK_D, BLOCK_R]
-        out += _rsum(_to_acc(bv, ACC_FP64) * ap[None, :], 1)  # (a_h R_h^V) B_h^{V T}
+    out_s = _rsum(w[:, None] * _to_acc(acc_s, ACC_FP64), 0) * inv  # [BLOCK_D]  a_h S_V
+    ap = _rsum(w[:, None] * _to_acc(acc_p, ACC_FP64), 0) * inv  # [BLOCK_R]  a_h R_h^V
+    bv = tl.load(BV + _basis_at(pid_h, offs_d[:, None], offs_r[None, :], H, D, R),
+                 mask=dmask[:, None] & rmask[None, :], other=0.0)  # [BLOCK_D, BLOCK_R]  B_h^V
+    out_p = _rsum(_to_acc(bv, ACC_FP64) * ap[None, :], 1)  # [BLOCK_D]  (a_h R_h^V) B_h^{V T}
+    out = out_s + out_p  # Eq. 7
     lse = tl.where(l_tot > 0, m_ref + tl.log(tl.where(l_tot > 0, l_tot, 1.0)), float("-inf"))
     tl.store(OUT + bh * D + offs_d, out, mask=dmask)
     tl.store(LSE + bh, lse, mask=pid_h < H)
 
 
+# ---- cache append: one token per sequence at slot POS[b] ----------------------------------
+# The entries are contiguous ([B, d_h], [B, H, r], [B, H]); a cache part is dense past its
+# first axis, whose stride is s_*b (the wrapper writes through a contiguous copy otherwise).
 @triton.jit
-def _append_key_scale(E_KS, s_eks_b, s_eks_h, KS, s_ksb, s_kst, s_ksh, b64, row0, row1, ok, offs_x, H,
-                      BLOCK_HR: tl.constexpr):
+def _append_key_scale(E_KS, KS, s_ksb, b64, row0, row1, ok, offs_x, H, BLOCK_HR: tl.constexpr):
     """Copy one token's key_scale [H] into its slot as bits (both append kernels: it stays at
     compute precision in an fp8 cache too)."""
     for h0 in range(0, H, BLOCK_HR):
         hh = h0 + offs_x
         km = (hh < H) & ok
-        xk = tl.load(E_KS + b64 * s_eks_b + hh * s_eks_h, mask=km, other=0)
-        tl.store(KS + row0 * s_ksb + row1 * s_kst + hh * s_ksh, xk, mask=km)
+        xk = tl.load(E_KS + b64 * H + hh, mask=km, other=0)
+        tl.store(KS + row0 * s_ksb + row1 * H + hh, xk, mask=km)
 
 
 @triton.jit
-def _append_slot(POS, PT, pid_b, b64, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES, MAX_PAGES, SLOT_LIMIT, offs_x, offs_d, D,
-                 PAGED: tl.constexpr):
+def _append_slot(POS, PT, pid_b, b64, PAGE_SIZE, NUM_PAGES, SLOT_LIMIT, offs_x, offs_d, D):
     """Where sequence b's new token goes: (row0, row1, ok) as vectors over offs_x (every lane
     the same: the interpreter mis-types scalar & vector masks, and vector lanes keep the masks
     uniform), their lane 0 as scalars r0, r1, and ok_d, the d_h-wide mask of a valid slot.
-    Contiguous: row b, slot POS[b]; paged: page page_table[b, pos // page], row pos % page."""
+    Contiguous (PT is None): row b, slot POS[b]; paged: page page_table[b, pos // page], row
+    pos % page (PT the contiguous [B, max_pages] table, max_pages = SLOT_LIMIT / page)."""
     pos = tl.load(POS + pid_b + offs_x * 0, mask=offs_x >= 0, other=-1).to(tl.int32)  # [BLOCK_HR]
     ok = (pos >= 0) & (pos < SLOT_LIMIT)  # validated before launch; re-checked for safety
-    if PAGED:
+    if PT is not None:
+        max_pages = SLOT_LIMIT // PAGE_SIZE
         pidx = tl.where(ok, pos // PAGE_SIZE, 0)
-        ok = ok & (pidx < MAX_PAGES)
-        page = tl.load(PT + b64 * s_ptb + pidx.to(tl.int64) * s_ptp, mask=ok, other=-1)
+        ok = ok & (pidx < max_pages)
+        page = tl.load(PT + b64 * max_pages + pidx.to(tl.int64), mask=ok, other=-1)
         ok = ok & (page >= 0) & (page < NUM_PAGES)
         row0 = page.to(tl.int64)
         row1 = (pos % PAGE_SIZE).to(tl.int64)
@@ -816,44 +847,39 @@ def _append_slot(POS, PT, pid_b, b64, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES, MAX_PA
     return row0, row1, ok, r0, r1, ok_d
 
 
-@triton.jit(do_not_specialize=["H", "D", "R", "PAGE_SIZE", "NUM_PAGES", "MAX_PAGES", "SLOT_LIMIT"])
+@triton.jit(do_not_specialize=["PAGE_SIZE", "NUM_PAGES", "SLOT_LIMIT"])
 def append_kernel(
-    POS, PT,
-    E_SK, E_SV, E_LK, E_LV, E_KS,  # entries: [B, d_h], [B, d_h], [B, H, r], [B, H, r], [B, H]
+    POS, PT,  # positions [B]; page table [B, max_pages] or None (contiguous)
+    E_SK, E_SV, E_LK, E_LV, E_KS,  # entries: [B, d_h], [B, d_h], [B, H, r], [B, H, r], [B, H] (or None)
     SK, SV, LK, LV, KS,  # caches (bit views: same-width integer dtypes)
-    H, D, R, PAGE_SIZE, NUM_PAGES, MAX_PAGES, SLOT_LIMIT,
-    s_esk_b, s_esk_d, s_esv_b, s_esv_d,
-    s_elk_b, s_elk_h, s_elk_r, s_elv_b, s_elv_h, s_elv_r, s_eks_b, s_eks_h,
-    s_skb, s_skt, s_skd, s_svb, s_svt, s_svd,
-    s_lkb, s_lkt, s_lkh, s_lkr, s_lvb, s_lvt, s_lvh, s_lvr,
-    s_ksb, s_kst, s_ksh,
-    s_ptb, s_ptp,
-    HAS_KS: tl.constexpr, PAGED: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_HR: tl.constexpr,
+    H, D, R, PAGE_SIZE, NUM_PAGES, SLOT_LIMIT,  # SLOT_LIMIT: T_max (paged: max_pages · page)
+    s_skb, s_svb, s_lkb, s_lvb, s_ksb,
+    BLOCK_D: tl.constexpr, BLOCK_HR: tl.constexpr,
 ):
     """Write one token per sequence at slot POS[b] (the reference's `append`), bit for bit."""
     pid_b = tl.program_id(0)
     b64 = pid_b.to(tl.int64)
     offs_d = tl.arange(0, BLOCK_D)
     offs_x = tl.arange(0, BLOCK_HR)
-    row0, row1, ok, r0, r1, ok_d = _append_slot(POS, PT, pid_b, b64, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES, MAX_PAGES,
-                                                SLOT_LIMIT, offs_x, offs_d, D, PAGED)
+    row0, row1, ok, r0, r1, ok_d = _append_slot(POS, PT, pid_b, b64, PAGE_SIZE, NUM_PAGES, SLOT_LIMIT, offs_x,
+                                                offs_d, D)
 
-    xs = tl.load(E_SK + b64 * s_esk_b + offs_d * s_esk_d, mask=ok_d, other=0)
-    tl.store(SK + r0 * s_skb + r1 * s_skt + offs_d * s_skd, xs, mask=ok_d)
-    xs = tl.load(E_SV + b64 * s_esv_b + offs_d * s_esv_d, mask=ok_d, other=0)
-    tl.store(SV + r0 * s_svb + r1 * s_svt + offs_d * s_svd, xs, mask=ok_d)
+    # shared K/V: one d_h-wide row each
+    xs = tl.load(E_SK + b64 * D + offs_d, mask=ok_d, other=0)
+    tl.store(SK + r0 * s_skb + r1 * D + offs_d, xs, mask=ok_d)
+    xs = tl.load(E_SV + b64 * D + offs_d, mask=ok_d, other=0)
+    tl.store(SV + r0 * s_svb + r1 * D + offs_d, xs, mask=ok_d)
 
+    # latent K/V: the token's [H, r] row, BLOCK_HR elements at a time
     for i0 in range(0, H * R, BLOCK_HR):
         idx = i0 + offs_x  # flattened (h, r)
         hm = (idx < H * R) & ok
-        h = idx // R
-        rr = idx % R
-        x = tl.load(E_LK + b64 * s_elk_b + h * s_elk_h + rr * s_elk_r, mask=hm, other=0)
-        tl.store(LK + row0 * s_lkb + row1 * s_lkt + h * s_lkh + rr * s_lkr, x, mask=hm)
-        x = tl.load(E_LV + b64 * s_elv_b + h * s_elv_h + rr * s_elv_r, mask=hm, other=0)
-        tl.store(LV + row0 * s_lvb + row1 * s_lvt + h * s_lvh + rr * s_lvr, x, mask=hm)
-    if HAS_KS:
-        _append_key_scale(E_KS, s_eks_b, s_eks_h, KS, s_ksb, s_kst, s_ksh, b64, row0, row1, ok, offs_x, H, BLOCK_HR)
+        x = tl.load(E_LK + b64 * (H * R) + idx, mask=hm, other=0)
+        tl.store(LK + row0 * s_lkb + row1 * (H * R) + idx, x, mask=hm)
+        x = tl.load(E_LV + b64 * (H * R) + idx, mask=hm, other=0)
+        tl.store(LV + row0 * s_lvb + row1 * (H * R) + idx, x, mask=hm)
+    if KS is not None:
+        _append_key_scale(E_KS, KS, s_ksb, b64, row0, row1, ok, offs_x, H, BLOCK_HR)
 
 
 # ---- fp8 append: saturating RNE, bit for bit the reference's quantizer (DESIGN §4.1) --------
@@ -909,23 +935,24 @@ def _fp8_bits(x, s, MANT: tl.constexpr, MIN_EXP: tl.constexpr, MAX_FINITE: tl.co
 
 
 @triton.jit
-def _append_shared_fp8(E, s_eb, s_ed, C, s_cb, s_ct, s_cd, CS, s_csb, s_cst, b64, r0, r1, ok_d, offs_d,
+def _append_shared_fp8(E, C, s_cb, CS, slots, b64, r0, r1, ok_d, offs_d, D,
                        GRAN: tl.constexpr, MANT: tl.constexpr, MIN_EXP: tl.constexpr, MAX_FINITE: tl.constexpr):
     """One shared part's entry [d_h] quantized into the cache row (r0, r1): per tensor with the
-    given scalar, per token with amax over d_h — the scale then written at [r0, r1] too."""
-    x = _to_f64(tl.load(E + b64 * s_eb + offs_d * s_ed, mask=ok_d, other=0.0))  # [BLOCK_D]
+    given scalar, per token with amax over d_h — the scale then written at [r0, r1] too
+    (element r0 · slots + r1 of the contiguous scale)."""
+    x = _to_f64(tl.load(E + b64 * D + offs_d, mask=ok_d, other=0.0))  # [BLOCK_D]
     if GRAN == FP8_TOKEN:
         s = _amax_scale(_rmax(tl.abs(x), 0), MAX_FINITE) + (offs_d * 0).to(tl.float32)  # [BLOCK_D], one value
-        tl.store(CS + r0 * s_csb + r1 * s_cst + offs_d * 0, s, mask=ok_d & (offs_d == 0))
+        tl.store(CS + r0 * slots + r1 + offs_d * 0, s, mask=ok_d & (offs_d == 0))
     else:
         s = tl.load(CS + offs_d * 0, mask=ok_d, other=1.0)
-    tl.store(C + r0 * s_cb + r1 * s_ct + offs_d * s_cd, _fp8_bits(x, s, MANT, MIN_EXP, MAX_FINITE), mask=ok_d)
+    tl.store(C + r0 * s_cb + r1 * D + offs_d, _fp8_bits(x, s, MANT, MIN_EXP, MAX_FINITE), mask=ok_d)
 
 
 @triton.jit
-def _append_latent_fp8(E, s_eb, s_eh, s_er, C, s_cb, s_ct, s_ch, s_cr, CS, s_csb, s_cst, s_csh, b64, r0, r1, okn,
-                       H, R, GRAN: tl.constexpr, MANT: tl.constexpr, MIN_EXP: tl.constexpr,
-                       MAX_FINITE: tl.constexpr, BLOCK_HH: tl.constexpr, BLOCK_R: tl.constexpr):
+def _append_latent_fp8(E, C, s_cb, CS, slots, b64, r0, r1, okn, H, R, GRAN: tl.constexpr, MANT: tl.constexpr,
+                       MIN_EXP: tl.constexpr, MAX_FINITE: tl.constexpr, BLOCK_HH: tl.constexpr,
+                       BLOCK_R: tl.constexpr):
     """One latent part's entry [H, r] quantized into the cache row (r0, r1), BLOCK_HH heads at
     a time: per tensor / per head with the given scales; per token with amax over all (H, r)
     (a first pass); per token-head with amax over r per head — dynamic scales written at
@@ -933,53 +960,47 @@ def _append_latent_fp8(E, s_eb, s_eh, s_er, C, s_cb, s_ct, s_ch, s_cr, CS, s_csb
     offs_h = tl.arange(0, BLOCK_HH)
     offs_r = tl.arange(0, BLOCK_R)
     rm = offs_r < R
+    slot = r0 * slots + r1  # the slot's element of a per-token scale [rows, slots]
     if GRAN == FP8_TOKEN:
         am = tl.full([BLOCK_HH], 0.0, dtype=tl.float64)
         for h0 in range(0, H, BLOCK_HH):
             hh = h0 + offs_h
             hm = (hh < H) & ((hh * 0 + okn) > 0)
-            x = _to_f64(tl.load(E + b64 * s_eb + hh[:, None] * s_eh + offs_r[None, :] * s_er,
+            x = _to_f64(tl.load(E + b64 * (H * R) + hh[:, None] * R + offs_r[None, :],
                                 mask=hm[:, None] & rm[None, :], other=0.0))  # [BLOCK_HH, BLOCK_R]
             am = tl.maximum(am, _rmax(tl.abs(x), 1))
         s_tok = _amax_scale(_rmax(am, 0), MAX_FINITE)
-        tl.store(CS + r0 * s_csb + r1 * s_cst + offs_h * 0, s_tok + (offs_h * 0).to(tl.float32),
+        tl.store(CS + slot + offs_h * 0, s_tok + (offs_h * 0).to(tl.float32),
                  mask=(offs_h == 0) & ((offs_h * 0 + okn) > 0))
     for h0 in range(0, H, BLOCK_HH):
         hh = h0 + offs_h
         hm = (hh < H) & ((hh * 0 + okn) > 0)
         m = hm[:, None] & rm[None, :]
-        x = _to_f64(tl.load(E + b64 * s_eb + hh[:, None] * s_eh + offs_r[None, :] * s_er, mask=m, other=0.0))
+        x = _to_f64(tl.load(E + b64 * (H * R) + hh[:, None] * R + offs_r[None, :], mask=m, other=0.0))
         if GRAN == FP8_TENSOR:
             s = tl.load(CS + hh * 0, mask=hm, other=1.0)  # [BLOCK_HH]
         elif GRAN == FP8_HEAD:
-            s = tl.load(CS + hh * s_csh, mask=hm, other=1.0)
+            s = tl.load(CS + hh, mask=hm, other=1.0)
         elif GRAN == FP8_TOKEN:
             s = s_tok + (hh * 0).to(tl.float32)
         else:
             s = _amax_scale(_rmax(tl.abs(x), 1), MAX_FINITE)  # [BLOCK_HH] one per head
-            tl.store(CS + r0 * s_csb + r1 * s_cst + hh * s_csh, s, mask=hm)
-        tl.store(C + r0 * s_cb + r1 * s_ct + hh[:, None] * s_ch + offs_r[None, :] * s_cr,
+            tl.store(CS + slot * H + hh, s, mask=hm)
+        tl.store(C + r0 * s_cb + r1 * (H * R) + hh[:, None] * R + offs_r[None, :],
                  _fp8_bits(x, s[:, None], MANT, MIN_EXP, MAX_FINITE), mask=m)
 
 
-@triton.jit(do_not_specialize=["H", "D", "R", "PAGE_SIZE", "NUM_PAGES", "MAX_PAGES", "SLOT_LIMIT"])
+@triton.jit(do_not_specialize=["PAGE_SIZE", "NUM_PAGES", "SLOT_LIMIT"])
 def append_fp8_kernel(
-    POS, PT,
+    POS, PT,  # positions [B]; page table [B, max_pages] or None (contiguous)
     E_SK, E_SV, E_LK, E_LV, E_KS,  # entries at compute precision: [B, d_h], [B, d_h], [B, H, r], [B, H, r], [B, H]
-    SK, SV, LK, LV, KS,  # caches: the fp8 parts as uint8 bits; key_scale as a same-width integer view
-    C_SK, C_SV, C_LK, C_LV,  # float32 scales: [] / [H] given, [rows, slots(, H)] written here
-    H, D, R, PAGE_SIZE, NUM_PAGES, MAX_PAGES, SLOT_LIMIT,
-    s_esk_b, s_esk_d, s_esv_b, s_esv_d,
-    s_elk_b, s_elk_h, s_elk_r, s_elv_b, s_elv_h, s_elv_r, s_eks_b, s_eks_h,
-    s_skb, s_skt, s_skd, s_svb, s_svt, s_svd,
-    s_lkb, s_lkt, s_lkh, s_lkr, s_lvb, s_lvt, s_lvh, s_lvr,
-    s_ksb, s_kst, s_ksh,
-    s_ptb, s_ptp,
-    s_cskb, s_cskt, s_csvb, s_csvt, s_clkb, s_clkt, s_clkh, s_clvb, s_clvt, s_clvh,
-    G_SK: tl.constexpr, G_SV: tl.constexpr, G_LK: tl.constexpr, G_LV: tl.constexpr,  # FP8_* codes
+    SK, SV, LK, LV, KS,  # caches: the fp8 parts as uint8 bits; key_scale as a same-width integer view (or None)
+    C_SK, C_SV, C_LK, C_LV,  # contiguous float32 scales: [] / [H] given, [rows, slots(, H)] written here
+    H, D, R, PAGE_SIZE, NUM_PAGES, SLOT_LIMIT,
+    s_skb, s_svb, s_lkb, s_lvb, s_ksb,
+    FP8: tl.constexpr,  # the four parts' FP8_* codes, packed as in the split kernels
     MANT: tl.constexpr, MIN_EXP: tl.constexpr, MAX_FINITE: tl.constexpr,  # the format (3, −6, 448 / 2, −14, 57344)
-    HAS_KS: tl.constexpr, PAGED: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_HR: tl.constexpr,
-    BLOCK_HH: tl.constexpr, BLOCK_R: tl.constexpr,
+    BLOCK_D: tl.constexpr, BLOCK_HR: tl.constexpr, BLOCK_HH: tl.constexpr, BLOCK_R: tl.constexpr,
 ):
     """Write one token per sequence at slot POS[b] of an fp8 cache: each part quantized with
     its own scale (`_append_shared_fp8`, `_append_latent_fp8`), key_scale copied as bits."""
@@ -987,20 +1008,28 @@ def append_fp8_kernel(
     b64 = pid_b.to(tl.int64)
     offs_d = tl.arange(0, BLOCK_D)
     offs_x = tl.arange(0, BLOCK_HR)
-    row0, row1, ok, r0, r1, ok_d = _append_slot(POS, PT, pid_b, b64, s_ptb, s_ptp, PAGE_SIZE, NUM_PAGES, MAX_PAGES,
-                                                SLOT_LIMIT, offs_x, offs_d, D, PAGED)
+    row0, row1, ok, r0, r1, ok_d = _append_slot(POS, PT, pid_b, b64, PAGE_SIZE, NUM_PAGES, SLOT_LIMIT, offs_x,
+                                                offs_d, D)
     okn = _rsum(tl.where((offs_x == 0) & ok, 1, 0), 0)  # 1: the slot is valid
+    G_SK: tl.constexpr = FP8 & 7  # the four parts' granularities, unpacked
+    G_SV: tl.constexpr = (FP8 >> 3) & 7
+    G_LK: tl.constexpr = (FP8 >> 6) & 7
+    G_LV: tl.constexpr = (FP8 >> 9) & 7
+    if PT is not None:
+        slots = PAGE_SIZE  # per-token scales are paged like the parts: [P, page(, H)]
+    else:
+        slots = SLOT_LIMIT  # [B, T_max(, H)]
 
     # shared K/V: one d_h-wide row each, per tensor or per token
-    _append_shared_fp8(E_SK, s_esk_b, s_esk_d, SK, s_skb, s_skt, s_skd, C_SK, s_cskb, s_cskt, b64, r0, r1, ok_d,
-                       offs_d, G_SK, MANT, MIN_EXP, MAX_FINITE)
-    _append_shared_fp8(E_SV, s_esv_b, s_esv_d, SV, s_svb, s_svt, s_svd, C_SV, s_csvb, s_csvt, b64, r0, r1, ok_d,
-                       offs_d, G_SV, MANT, MIN_EXP, MAX_FINITE)
+    _append_shared_fp8(E_SK, SK, s_skb, C_SK, slots, b64, r0, r1, ok_d, offs_d, D, G_SK, MANT, MIN_EXP,
+                       MAX_FINITE)
+    _append_shared_fp8(E_SV, SV, s_svb, C_SV, slots, b64, r0, r1, ok_d, offs_d, D, G_SV, MANT, MIN_EXP,
+                       MAX_FINITE)
     # latent K/V: [H, r], any granularity
-    _append_latent_fp8(E_LK, s_elk_b, s_elk_h, s_elk_r, LK, s_lkb, s_lkt, s_lkh, s_lkr, C_LK, s_clkb, s_clkt, s_clkh,
-                       b64, r0, r1, okn, H, R, G_LK, MANT, MIN_EXP, MAX_FINITE, BLOCK_HH, BLOCK_R)
-    _append_latent_fp8(E_LV, s_elv_b, s_elv_h, s_elv_r, LV, s_lvb, s_lvt, s_lvh, s_lvr, C_LV, s_clvb, s_clvt, s_clvh,
-                       b64, r0, r1, okn, H, R, G_LV, MANT, MIN_EXP, MAX_FINITE, BLOCK_HH, BLOCK_R)
+    _append_latent_fp8(E_LK, LK, s_lkb, C_LK, slots, b64, r0, r1, okn, H, R, G_LK, MANT, MIN_EXP,
+                       MAX_FINITE, BLOCK_HH, BLOCK_R)
+    _append_latent_fp8(E_LV, LV, s_lvb, C_LV, slots, b64, r0, r1, okn, H, R, G_LV, MANT, MIN_EXP,
+                       MAX_FINITE, BLOCK_HH, BLOCK_R)
     # key_scale stays at compute precision: its bits, as append_kernel copies them
-    if HAS_KS:
-        _append_key_scale(E_KS, s_eks_b, s_eks_h, KS, s_ksb, s_kst, s_ksh, b64, row0, row1, ok, offs_x, H, BLOCK_HR)
+    if KS is not None:
+        _append_key_scale(E_KS, KS, s_ksb, b64, row0, row1, ok, offs_x, H, BLOCK_HR)

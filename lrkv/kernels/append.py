@@ -26,7 +26,7 @@ from ..reference.fp8 import PARTS, fp8_format
 from ..reference.fp8_cache import check_cache_scales, check_scale_values, quantize_append
 from ..reference.lrkv import append as reference_append
 from . import runtime
-from .decode import _scale_strides, fp8_part_codes
+from .decode import dense_past_first, fp8_code
 from .validate import check_strides, next_pow2
 
 _BITS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -91,69 +91,71 @@ def _check_devices(tensors: dict, positions, page_table) -> None:
             raise ValueError(f"{name} is on {t.device}: the Triton kernels are compiled for CUDA here")
 
 
-def _launch(positions, page_table, entries, tensors, *, H, d_h, r, page, n_pages, max_pages, capacity, scales=None):
+def _launch(positions, page_table, entries, tensors, *, H, d_h, r, page, n_pages, capacity, scales=None):
+    """Launch the append kernel of the cache: the entries made contiguous, the page table too;
+    a cache part (or scale) that is not dense past its first axis (contiguous) is written
+    through a contiguous copy, copied back after the launch."""
     _check_devices(tensors, positions, page_table)
+    work = {k: t if dense_past_first(t) else t.contiguous() for k, t in tensors.items()}
+    sc = {} if scales is None else {p: scales.of(p) for p in PARTS}
+    work_sc = {p: t.contiguous() for p, t in sc.items()}
+    entries = {k: t.contiguous() for k, t in entries.items()}
+    pt = None if page_table is None else page_table.contiguous()
     if scales is not None:
-        return _launch_fp8(positions, page_table, entries, tensors, scales, H=H, d_h=d_h, r=r, page=page,
-                           n_pages=n_pages, max_pages=max_pages, capacity=capacity)
+        _launch_fp8(positions, pt, entries, work, work_sc, scales, H=H, d_h=d_h, r=r, page=page, n_pages=n_pages,
+                    capacity=capacity)
+    else:
+        _launch_bits(positions, pt, entries, work, H=H, d_h=d_h, r=r, page=page, n_pages=n_pages,
+                     capacity=capacity)
+    for k, t in tensors.items():
+        if work[k] is not t:
+            t.copy_(work[k])
+    for p, t in sc.items():
+        if work_sc[p] is not t:
+            t.copy_(work_sc[p])
+
+
+def _first_strides(c: dict) -> list[int]:
+    """s_skb, s_svb, s_lkb, s_lvb, s_ksb: the first-axis strides of the cache parts (0: no key_scale)."""
+    return [c[k].stride(0) if c.get(k) is not None else 0 for k in _ORDER]
+
+
+def _launch_bits(positions, pt, entries, tensors, *, H, d_h, r, page, n_pages, capacity):
+    """`append_kernel`: every entry copied as raw bits (same-width integer views)."""
     K = runtime.kernels()
     B = positions.shape[0]
     bits = lambda t: t.view(_BITS[t.element_size()])  # noqa: E731
     e = {k: bits(v) for k, v in entries.items()}
     c = {k: bits(v) for k, v in tensors.items()}
-    has_ks = "key_scale" in c
-    ks_e = e.get("key_scale", e["shared_k"])
-    ks_c = c.get("key_scale", c["shared_k"])
-    pt = page_table if page_table is not None else positions
-    st = lambda t, n: list(t.stride()) if t is not None else [0] * n  # noqa: E731
     K.append_kernel[(B,)](
-        positions, pt, e["shared_k"], e["shared_v"], e["latent_k"], e["latent_v"], ks_e,
-        c["shared_k"], c["shared_v"], c["latent_k"], c["latent_v"], ks_c,
-        H, d_h, r, page, n_pages, max_pages, capacity,
-        *e["shared_k"].stride(), *e["shared_v"].stride(), *e["latent_k"].stride(), *e["latent_v"].stride(),
-        *(e["key_scale"].stride() if has_ks else (0, 0)),
-        *c["shared_k"].stride(), *c["shared_v"].stride(), *c["latent_k"].stride(), *c["latent_v"].stride(),
-        *(st(c.get("key_scale"), 3)),
-        *(page_table.stride() if page_table is not None else (0, 0)),
-        HAS_KS=has_ks, PAGED=page_table is not None, BLOCK_D=next_pow2(d_h, 16),
-        BLOCK_HR=min(1024, next_pow2(H * max(r, 1), 16)),
+        positions, pt, e["shared_k"], e["shared_v"], e["latent_k"], e["latent_v"], e.get("key_scale"),
+        c["shared_k"], c["shared_v"], c["latent_k"], c["latent_v"], c.get("key_scale"),
+        H, d_h, r, page, n_pages, capacity, *_first_strides(c),
+        BLOCK_D=next_pow2(d_h, 16), BLOCK_HR=min(1024, next_pow2(H * max(r, 1), 16)),
     )
 
 
-def _launch_fp8(positions, page_table, entries, tensors, scales, *, H, d_h, r, page, n_pages, max_pages, capacity):
+def _launch_fp8(positions, pt, entries, tensors, sc, scales, *, H, d_h, r, page, n_pages, capacity):
     """`append_fp8_kernel`: the four parts quantized (their entries as given, at compute
-    precision), written as uint8 bits; dynamic scales written into `scales`; key_scale as bits."""
+    precision), written as uint8 bits; dynamic scales written into `sc` (contiguous); key_scale
+    as bits."""
     K = runtime.kernels()
     B = positions.shape[0]
     fmt = fp8_format(scales.format)
     c = {p: tensors[p].view(torch.uint8) for p in PARTS}
-    has_ks = "key_scale" in tensors
-    if has_ks:
-        c["key_scale"] = tensors["key_scale"].view(_BITS[tensors["key_scale"].element_size()])
-        e_ks = entries["key_scale"].view(_BITS[entries["key_scale"].element_size()])
-    else:
-        c["key_scale"], e_ks = c["shared_k"], entries["shared_k"]  # never read when HAS_KS is False
     e = {p: entries[p] for p in PARTS}
-    codes = fp8_part_codes(scales.granularity)
-    sst = [x for p in PARTS for x in _scale_strides(scales.of(p), codes[p], p.startswith("latent"))]
-    st = lambda t, n: list(t.stride()) if t is not None else [0] * n  # noqa: E731
+    if "key_scale" in tensors:
+        c["key_scale"] = tensors["key_scale"].view(_BITS[tensors["key_scale"].element_size()])
+        e["key_scale"] = entries["key_scale"].view(_BITS[entries["key_scale"].element_size()])
     block_r = next_pow2(max(r, 1), 16)
     K.append_fp8_kernel[(B,)](
-        positions, page_table if page_table is not None else positions,
-        e["shared_k"], e["shared_v"], e["latent_k"], e["latent_v"], e_ks,
-        c["shared_k"], c["shared_v"], c["latent_k"], c["latent_v"], c["key_scale"],
-        *(scales.of(p) for p in PARTS),
-        H, d_h, r, page, n_pages, max_pages, capacity,
-        *e["shared_k"].stride(), *e["shared_v"].stride(), *e["latent_k"].stride(), *e["latent_v"].stride(),
-        *(entries["key_scale"].stride() if has_ks else (0, 0)),
-        *c["shared_k"].stride(), *c["shared_v"].stride(), *c["latent_k"].stride(), *c["latent_v"].stride(),
-        *(st(tensors.get("key_scale"), 3)),
-        *(page_table.stride() if page_table is not None else (0, 0)),
-        sst[0], sst[1], sst[2], sst[3], *sst[4:7], *sst[7:10],
-        G_SK=codes["shared_k"], G_SV=codes["shared_v"], G_LK=codes["latent_k"], G_LV=codes["latent_v"],
-        MANT=fmt.mantissa_bits, MIN_EXP=fmt.min_exponent, MAX_FINITE=fmt.max_finite,
-        HAS_KS=has_ks, PAGED=page_table is not None, BLOCK_D=next_pow2(d_h, 16),
-        BLOCK_HR=min(1024, next_pow2(H, 16)), BLOCK_HH=max(1, min(next_pow2(H), 2048 // block_r)), BLOCK_R=block_r,
+        positions, pt, e["shared_k"], e["shared_v"], e["latent_k"], e["latent_v"], e.get("key_scale"),
+        c["shared_k"], c["shared_v"], c["latent_k"], c["latent_v"], c.get("key_scale"),
+        *(sc[p] for p in PARTS),
+        H, d_h, r, page, n_pages, capacity, *_first_strides(c),
+        FP8=fp8_code(scales.granularity), MANT=fmt.mantissa_bits, MIN_EXP=fmt.min_exponent,
+        MAX_FINITE=fmt.max_finite, BLOCK_D=next_pow2(d_h, 16), BLOCK_HR=min(1024, next_pow2(H, 16)),
+        BLOCK_HH=max(1, min(next_pow2(H), 2048 // block_r)), BLOCK_R=block_r,
     )
 
 
@@ -173,8 +175,7 @@ def append(cache: FactoredCache, entries: dict[str, torch.Tensor], positions: to
         return reference_append(cache, ent, positions)
     for name, t in tensors.items():
         check_strides(name, t, writable=True)
-    _launch(positions, None, ent, tensors, H=H, d_h=d_h, r=r, page=1, n_pages=0, max_pages=0, capacity=T,
-            scales=scales)
+    _launch(positions, None, ent, tensors, H=H, d_h=d_h, r=r, page=1, n_pages=0, capacity=T, scales=scales)
     cache.lengths = (cache.lengths + 1).to(cache.lengths.dtype)
     return cache
 
@@ -218,7 +219,7 @@ def paged_append(cache: FactoredCache, entries: dict[str, torch.Tensor], positio
         for name, t in tensors.items():
             check_strides(name, t, writable=True)
         _launch(positions, pt, ent, tensors, H=H, d_h=d_h, r=r, page=page, n_pages=cache.num_pages,
-                max_pages=pt.shape[1], capacity=cache.t_max, scales=scales)
+                capacity=cache.t_max, scales=scales)
     cache.lengths = (cache.lengths + 1).to(cache.lengths.dtype)
     return cache
 

@@ -42,7 +42,6 @@ class Variant:
     rope_exact: bool = False
     paged: bool = False
     dot: str | None = None  # None: what a GPU run picks for the dtype (launch.default_dot)
-    mutant: int = 0  # a switch of kernel_mutants.SWITCHES (0: the correct kernel)
     private: str = "per_head"  # 'wide': the group's latents as one [block_t, G·r] tile
     page_size: int = 16  # paged variants: tiles inside one page when it divides by block_t
     fp8: str = ""  # an fp8 cache: "e4m3" | "e5m2" (parts stored so, float32 scales); "": none
@@ -90,7 +89,7 @@ DEFAULT_VARIANTS = (
     Variant(dtype="float16", key_scale=True, paged=True, fp8="e4m3", fp8_granularity="per_token"),
 )
 
-EXTEND_VARIANTS = (  # the split kernel compiled as extend (EXTEND)
+EXTEND_VARIANTS = (  # the split kernels compiled as extend (extend_split_kernel)
     Variant(block_t=16, num_warps=8, private="wide"),  # bf16, the decode benchmark's main shape
     Variant(block_t=16, num_warps=8, private="wide", paged=True),
     Variant(dtype="float16", rope_exact=True, key_scale=True, paged=True, num_warps=8),
@@ -133,9 +132,15 @@ def _resource_usage(cubin: bytes) -> dict[str, int]:
     return out
 
 
-def compile_variant(v: Variant, arch: int = 90, *, extend: bool = False) -> dict:
-    """Compile the split kernel for `v` — as decode, or with `extend` as the ragged causal
-    extend (EXTEND, mutants off) — and return its usage stats."""
+def split_kernel_name(v: Variant, extend: bool = False) -> str:
+    """The stage-1 entry a variant launches: extend, paged or contiguous decode."""
+    return "extend_split_kernel" if extend else "paged_split_kernel" if v.paged else "decode_split_kernel"
+
+
+def compile_variant(v: Variant, arch: int = 90, *, extend: bool = False, module=None) -> dict:
+    """Compile the split kernel for `v` — decode, paged decode, or with `extend` the ragged
+    causal extend — and return its usage stats. `module`: a kernel module for mode 'cuda'
+    other than the shipped one (`lrkv.kernels.runtime.load_patched`)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -143,64 +148,82 @@ def compile_variant(v: Variant, arch: int = 90, *, extend: bool = False) -> dict
     import torch
 
     from . import runtime
+    from .decode import fp8_code
     from .launch import DOT_MODES, default_dot
 
-    K = runtime._load("cuda")
+    K = module or runtime._load("cuda")
     dot = v.dot or default_dot(getattr(torch, v.dtype), on_gpu=True)
     el = _TL[v.dtype]
     acc = "fp64" if v.dtype == "float64" else "fp32"
-    from .decode import fp8_part_codes
+    kernel = getattr(K, split_kernel_name(v, extend))
 
-    ptrs = {n: f"*{el}" for n in ("Q", "SK", "SV", "LK", "LV", "BK", "KS")}
-    codes = fp8_part_codes(v.fp8_granularity if v.fp8 else "")
+    ptrs = {n: f"*{el}" for n in ("Q", "SK", "SV", "LK", "LV", "BK")}
     if v.fp8:
         ptrs.update({n: {"e4m3": "*fp8e4nv", "e5m2": "*fp8e5"}[v.fp8] for n in ("SK", "SV", "LK", "LV")})
-    ptrs.update({n: "*fp32" if v.fp8 else f"*{el}" for n in ("CS_SK", "CS_SV", "CS_LK", "CS_LV")})
-    ptrs.update(COS=f"*{acc}", SIN=f"*{acc}", LENGTHS="*i32", PT="*i32", SCALE=f"*{acc}",
-                M_OUT=f"*{acc}", L_OUT=f"*{acc}", ACC_S=f"*{acc}", ACC_P=f"*{acc}", CU="*i32")
+        ptrs.update({n: "*fp32" for n in ("CS_SK", "CS_SV", "CS_LK", "CS_LV")})
+    if v.key_scale:
+        ptrs["KS"] = f"*{el}"
+    if v.rope_exact:
+        ptrs["ROPE"] = f"*{acc}"
+    if v.paged:
+        ptrs["PT"] = "*i32"
+    ptrs.update(LENGTHS="*i32", SCALE=f"*{acc}", WS=f"*{acc}", CU="*i32")
     const = dict(GROUP=v.group, BLOCK_H=next_pow2(v.group, 16), BLOCK_T=v.block_t,
-                 BLOCK_D=next_pow2(v.d_h, 16), BLOCK_R=next_pow2(v.r, 16), HAS_KS=v.key_scale,
-                 ROPE_EXACT=v.rope_exact, PAGED=v.paged, DOT=DOT_MODES[dot],
-                 ACC_FP64=v.dtype == "float64", MUTANT=0 if extend else v.mutant, WIDE=v.private == "wide",
-                 BLOCK_GR=next_pow2(v.group * v.r, 16) if v.private == "wide" else 16,
-                 HR_CONTIG=v.private == "wide", TILE_IN_PAGE=v.paged and v.page_size % v.block_t == 0,
-                 EXTEND=extend, BLOCK_B=16, FP8_SK=codes["shared_k"], FP8_SV=codes["shared_v"],
-                 FP8_LK=codes["latent_k"], FP8_LV=codes["latent_v"])
-    sig, constexprs = _signature(K.decode_split_kernel, ptrs, const)
+                 BLOCK_D=next_pow2(v.d_h, 16), BLOCK_R=next_pow2(v.r, 16), DOT=DOT_MODES[dot],
+                 WIDE=v.private == "wide", BLOCK_GR=next_pow2(v.group * v.r, 16) if v.private == "wide" else 16,
+                 FP8=fp8_code(v.fp8_granularity if v.fp8 else ""))
+    const.update({n: None for n in ("KS", "ROPE", "PT", "CS_SK", "CS_SV", "CS_LK", "CS_LV")
+                  if n in kernel.arg_names and n not in ptrs})
+    if "TILE_IN_PAGE" in kernel.arg_names:
+        const["TILE_IN_PAGE"] = v.paged and v.page_size % v.block_t == 0
+    if extend:
+        const["BLOCK_B"] = 16
+    sig, constexprs = _signature(kernel, ptrs, const)
     t0 = time.perf_counter()
     with warnings.catch_warnings():  # triton 3.9's one-time notice about TRITON_DEFAULT_FP_FUSION
         warnings.filterwarnings("ignore", message=".*TRITON_DEFAULT_FP_FUSION.*")
-        k = triton.compile(ASTSource(K.decode_split_kernel, sig, constexprs),
+        k = triton.compile(ASTSource(kernel, sig, constexprs),
                            target=GPUTarget("cuda", arch, 32), options=dict(num_warps=v.num_warps))
     usage = _resource_usage(k.asm["cubin"])
     return dict(kernel="decode_split_kernel[extend]" if extend else "decode_split_kernel",
+                entry=split_kernel_name(v, extend),
                 variant={**asdict(v), "dot": dot}, seconds=round(time.perf_counter() - t0, 2),
                 triton=triton.__version__, **usage)
 
 
 def compile_aux(arch: int = 90) -> list[dict]:
-    """The combine and append kernels, once each."""
+    """The combine and the two append kernels, once each."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     from . import runtime
+    from .decode import fp8_code
 
     K = runtime._load("cuda")
     out = []
-    ptrs = {n: "*fp32" for n in ("M_IN", "L_IN", "ACC_S", "ACC_P", "OUT", "LSE")}
+    ptrs = {n: "*fp32" for n in ("WS", "OUT", "LSE")}
     ptrs["BV"] = "*bf16"
-    sig, cx = _signature(K.decode_combine_kernel, ptrs,
-                         dict(BLOCK_S=64, BLOCK_D=128, BLOCK_R=64, ACC_FP64=False, MUTANT=0))
+    sig, cx = _signature(K.decode_combine_kernel, ptrs, dict(BLOCK_S=64, BLOCK_D=128, BLOCK_R=64))
     k = triton.compile(ASTSource(K.decode_combine_kernel, sig, cx), target=GPUTarget("cuda", arch, 32),
                        options=dict(num_warps=4))
     out.append(dict(kernel="decode_combine_kernel", triton=triton.__version__, **_resource_usage(k.asm["cubin"])))
     ptrs = {n: "*i16" for n in ("E_SK", "E_SV", "E_LK", "E_LV", "E_KS", "SK", "SV", "LK", "LV", "KS")}
     ptrs.update(POS="*i32", PT="*i32")
-    sig, cx = _signature(K.append_kernel, ptrs, dict(HAS_KS=True, PAGED=True, BLOCK_D=128, BLOCK_HR=1024))
+    sig, cx = _signature(K.append_kernel, ptrs, dict(BLOCK_D=128, BLOCK_HR=1024))
     k = triton.compile(ASTSource(K.append_kernel, sig, cx), target=GPUTarget("cuda", arch, 32),
                        options=dict(num_warps=4))
     out.append(dict(kernel="append_kernel", triton=triton.__version__, **_resource_usage(k.asm["cubin"])))
+    ptrs = {n: "*bf16" for n in ("E_SK", "E_SV", "E_LK", "E_LV")}
+    ptrs.update({n: "*u8" for n in ("SK", "SV", "LK", "LV")})
+    ptrs.update({n: "*fp32" for n in ("C_SK", "C_SV", "C_LK", "C_LV")})
+    ptrs.update(E_KS="*i16", KS="*i16", POS="*i32", PT="*i32")
+    sig, cx = _signature(K.append_fp8_kernel, ptrs, dict(FP8=fp8_code("per_token_head"), MANT=3, MIN_EXP=-6,
+                                                         MAX_FINITE=448.0, BLOCK_D=128, BLOCK_HR=32, BLOCK_HH=32,
+                                                         BLOCK_R=64))
+    k = triton.compile(ASTSource(K.append_fp8_kernel, sig, cx), target=GPUTarget("cuda", arch, 32),
+                       options=dict(num_warps=4))
+    out.append(dict(kernel="append_fp8_kernel", triton=triton.__version__, **_resource_usage(k.asm["cubin"])))
     return out
 
 

@@ -45,41 +45,62 @@ from ..reference.lrkv import accumulation_dtype
 from ..reference.lrkv import attend as reference_attend
 from ..reference.rope import ExactRope, rope_freqs
 from . import runtime
-from .kernel_mutants import check_mutant, mutant_code, mutant_wrapper
 from .launch import DOT_MODES, WIDE_LIMIT_COLUMNS, default_dot, pick_launch, tile_in_page, wide_applies
 from .validate import check_kernel_extras, check_launch_options, next_pow2
 
 MAX_BLOCK_B = 1024  # extend: sequences scanned per step when a program looks up its sequence
 
 
-@functools.lru_cache(maxsize=4)  # 128K slots x d_h 128 x fp32 is 64 MiB per table: keep few
-def _rope_tables_cached(slots: int, d_h: int, theta: float, dtype: torch.dtype, device: str):
+@functools.lru_cache(maxsize=4)  # 128K slots x d_h 128 x 2 x fp32 is 128 MiB per table: keep few
+def _rope_table_cached(slots: int, d_h: int, theta: float, dtype: torch.dtype, device: str):
     # Angles in float64, cast once — the same tables as lrkv.reference.rope.apply_rope.
     freqs = rope_freqs(d_h, theta)
     ang = torch.arange(slots, dtype=torch.float64)[:, None] * freqs[None, :]  # [slots, d_h/2]
-    cos = torch.cat((ang.cos(), ang.cos()), dim=-1).to(dtype).to(device).contiguous()  # [slots, d_h]
-    sin = torch.cat((ang.sin(), ang.sin()), dim=-1).to(dtype).to(device).contiguous()
-    return cos, sin
+    cos = torch.cat((ang.cos(), ang.cos()), dim=-1)  # [slots, d_h]
+    sin = torch.cat((ang.sin(), ang.sin()), dim=-1)
+    return torch.stack((cos, sin), dim=1).to(dtype).to(device).contiguous()  # [slots, 2, d_h]
 
 
-def rope_tables(slots: int, d_h: int, theta: float, dtype: torch.dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin [slots, d_h] for exact RoPE at logical slot j (rotate-half, duplicated halves).
+def rope_table(slots: int, d_h: int, theta: float, dtype: torch.dtype, device) -> torch.Tensor:
+    """cos and sin of exact RoPE at logical slot j (rotate-half, duplicated halves), packed as
+    one contiguous [slots, 2, d_h] table: [j, 0] is cos, [j, 1] sin (the kernels' ROPE).
 
     Built for the next power of two of `slots` and sliced, so nearby cache sizes share one
     table (rows are per position, so a prefix of a longer table is the shorter table)."""
-    cos, sin = _rope_tables_cached(next_pow2(max(slots, 1)), d_h, float(theta), dtype, str(torch.device(device)))
-    return cos[:slots], sin[:slots]
+    return _rope_table_cached(next_pow2(max(slots, 1)), d_h, float(theta), dtype, str(torch.device(device)))[:slots]
 
 
-def hr_contiguous(*latents: torch.Tensor) -> bool:
-    """Whether every latent cache has the usual [.., H, r] layout with r contiguous and heads
-    adjacent (stride(2) == r, stride(3) == 1): a head group's latents of one slot are then one
-    contiguous run, which the wide private tile reads as such (HR_CONTIG)."""
-    return all(t.stride(3) == 1 and t.stride(2) == t.shape[3] for t in latents)
+# ----------------------------------------------------------------------------- layouts
+# The kernels take every tensor with unit stride on its last axis and dense past its first
+# (a cache part then needs one stride, its first axis's; _kernels.py); a tensor that is not
+# so laid out is copied, once per call (docs/kernels.md: the cost of a copy).
+def dense_past_first(t: torch.Tensor) -> bool:
+    """Whether t is contiguous past its first axis (axes of size 1 may have any stride)."""
+    expected = 1
+    for n, s in zip(reversed(t.shape[1:]), reversed(t.stride()[1:])):
+        if n > 1 and s != expected:
+            return False
+        expected *= n
+    return True
 
 
-def _strides(t: torch.Tensor | None, n: int) -> list[int]:
-    return list(t.stride()) if t is not None else [0] * n
+def _dense(t: torch.Tensor | None) -> torch.Tensor | None:
+    return t if t is None or dense_past_first(t) else t.contiguous()
+
+
+def _dense_pair(k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """K and V of one stream, dense past their first axis with ONE first-axis stride between
+    them (the kernels' s_sb / s_lb); both copied contiguous when theirs differ."""
+    k, v = _dense(k), _dense(v)
+    if k.shape[0] > 1 and k.stride(0) != v.stride(0):
+        k, v = k.contiguous(), v.contiguous()
+    return k, v
+
+
+def scratch_size(rows: int, H: int, splits: int, d_h: int, r: int) -> int:
+    """Elements of the split scratch: for each of its rows · H · splits rows acc_s (d_h), acc_p
+    (r), m and l, as four regions one after the other (the kernels' `_scratch`)."""
+    return rows * H * splits * (d_h + r + 2)
 
 
 # ----------------------------------------------------------------------------- fp8 caches
@@ -97,27 +118,27 @@ def fp8_part_codes(granularity: str) -> dict[str, int]:
     return {p: FP8_CODES[drop.get(granularity, granularity) if p in SHARED_PARTS else granularity] for p in PARTS}
 
 
-def _scale_strides(t: torch.Tensor | None, code: int, latent: bool) -> list[int]:
-    """(s_b, s_t[, s_h]) of a part's scale: [rows, slots(, H)] per token, [H] per head (s_h),
-    zeros for a scalar — the kernel's addressing of `_fp8_scaled` / `_static_scale`."""
-    n = 3 if latent else 2
-    if t is None or code == FP8_CODES[PER_TENSOR]:
-        return [0] * n
-    if code == FP8_CODES[PER_HEAD]:
-        return [0, 0, t.stride(0)]
-    st = list(t.stride()) + [0] * (n - t.dim())
-    return st[:n]
+def fp8_code(granularity: str) -> int:
+    """The kernels' packed FP8 constexpr: the four parts' codes, 3 bits each (shared_k in the
+    lowest), 0 for a cache at compute precision."""
+    codes = fp8_part_codes(granularity)
+    return sum(codes[p] << (3 * i) for i, p in enumerate(PARTS))
 
 
 def check_fp8_cache(parts: dict[str, torch.Tensor], cache_scales) -> None:
     """Before any launch, with check=False too: the reference's `check_cache_scales` (an fp8
     part needs cache_scales, scales need an fp8 cache; one format; float32 scales of the
     granularity's shape — rows, slots = the parts' first two axes, B, T_max or P, page — on
-    the cache's device). Malformed parts are left to the contract's own checks."""
+    the cache's device), and fewer than 2^31 elements in each scale (the kernels index them
+    with int32). Malformed parts are left to the contract's own checks."""
     if not all(isinstance(t, torch.Tensor) for t in parts.values()) or parts["latent_k"].dim() != 4:
         return  # the contract check names the malformed part
     rows, slots = parts["shared_k"].shape[:2]
     check_cache_scales(parts, cache_scales, rows=rows, slots=slots, heads=parts["latent_k"].shape[2])
+    for p in PARTS if cache_scales is not None else ():
+        if (n := cache_scales.of(p).numel()) >= 2 ** 31:
+            raise ValueError(f"cache_scales.{p} has {n} elements: the kernels index the scales with int32, "
+                             f"so at most 2^31 - 1")
 
 
 def scale_tensors(cache_scales: CacheScales | None) -> dict[str, torch.Tensor]:
@@ -152,8 +173,7 @@ def factored_decode(
     lengths: torch.Tensor,  # [B]
     page_table: torch.Tensor | None,  # [B, max_pages] int32, or None (contiguous)
     key_scale: torch.Tensor | None,  # [B, T, H] or paged [P, page, H]
-    rope_cos: torch.Tensor | None,  # [slots, d_h] (exact RoPE only)
-    rope_sin: torch.Tensor | None,
+    rope_table: torch.Tensor | None,  # [slots, 2, d_h] cos, sin (exact RoPE only; `rope_table`)
     scale: float,
     num_splits: int,
     split_size: int,
@@ -161,7 +181,6 @@ def factored_decode(
     block_t: int,
     num_warps: int,
     dot: int,
-    mutant: int,  # the kernels' MUTANT switch (kernel_mutants.SWITCHES); 0: the correct kernel
     wide: bool = False,
     cu_seqlens_q: torch.Tensor | None = None,  # [B+1] int32: extend (q is then [N, H, d_h])
     scale_sk: torch.Tensor | None = None,  # fp8 cache: float32 scales (DESIGN §4.1), [] or [rows, slots]
@@ -173,7 +192,8 @@ def factored_decode(
     """Launch stage 1 (splits) on a (rows, head groups, splits) grid — a row is a batch row,
     or with `cu_seqlens_q` a query token of the ragged extend batch — then stage 2 (merge)
     on (rows, heads). No checks here: the wrappers validate, and this body must stay
-    traceable by torch.compile (no data-dependent Python)."""
+    traceable by torch.compile (no data-dependent Python). Tensors not laid out as the
+    kernels take them (unit last stride, dense past the first axis) are copied first."""
     K = runtime.kernels()
     B, H, D = q.shape  # B: rows (extend: N query tokens)
     R = latent_k.shape[3]
@@ -181,63 +201,45 @@ def factored_decode(
     paged = page_table is not None
     page = shared_k.shape[1] if paged else 1
     n_pages = shared_k.shape[0] if paged else 0
-    max_pages = page_table.shape[1] if paged else 0
-    slots = max_pages * page if paged else shared_k.shape[1]
+    slots = page_table.shape[1] * page if paged else shared_k.shape[1]
     n_groups = -(-H // group_size)
-    block_h = next_pow2(group_size, 16)
     block_d, block_r = next_pow2(D, 16), next_pow2(R, 16)
-    block_gr = next_pow2(group_size * R, 16) if wide else 16
 
-    m_part = torch.empty((B, H, num_splits), dtype=acc, device=q.device)
-    l_part = torch.empty((B, H, num_splits), dtype=acc, device=q.device)
-    acc_s = torch.empty((B, H, num_splits, D), dtype=acc, device=q.device)
-    acc_p = torch.empty((B, H, num_splits, R), dtype=acc, device=q.device)
+    ws = torch.empty(scratch_size(B, H, num_splits, D, R), dtype=acc, device=q.device)  # acc_s, acc_p, m, l
     out = torch.empty((B, H, D), dtype=acc, device=q.device)
     lse = torch.empty((B, H), dtype=acc, device=q.device)
     if B == 0:
         return out.to(q.dtype), lse
     scale_t = torch.full((1,), scale, dtype=acc, device=q.device)
-    ks = key_scale if key_scale is not None else q  # never read when HAS_KS is False
-    cos = rope_cos if rope_cos is not None else q
-    sin = rope_sin if rope_sin is not None else q
-    pt = page_table if paged else lengths
-    codes = fp8_part_codes(fp8_granularity)
-    sc = {p: (t if t is not None else q) for p, t in  # never read when the part's code is 0
-          zip(PARTS, (scale_sk, scale_sv, scale_lk, scale_lv))}
-    sc_st = {p: _scale_strides(t, codes[p], p not in SHARED_PARTS) for p, t in
-             zip(PARTS, (scale_sk, scale_sv, scale_lk, scale_lv))}
-
-    _traceable(K.decode_split_kernel)[(B, n_groups, num_splits)](
-        q, shared_k, shared_v, latent_k, latent_v, basis_k, ks, cos, sin, lengths, pt, scale_t,
-        m_part, l_part, acc_s, acc_p,
-        H, D, R, split_size, page, n_pages, max_pages, num_splits, slots,
-        *q.stride(), *shared_k.stride(), *shared_v.stride(), *latent_k.stride(), *latent_v.stride(),
-        *basis_k.stride(), *_strides(key_scale, 3),
-        *(rope_cos.stride() if rope_cos is not None else (0, 0)),
-        *(page_table.stride() if paged else (0, 0)),
-        GROUP=group_size, BLOCK_H=block_h, BLOCK_T=block_t, BLOCK_D=block_d, BLOCK_R=block_r,
-        HAS_KS=key_scale is not None, ROPE_EXACT=rope_cos is not None, PAGED=paged,
-        DOT=dot, ACC_FP64=acc == torch.float64, MUTANT=mutant, WIDE=wide, BLOCK_GR=block_gr,
-        HR_CONTIG=hr_contiguous(latent_k, latent_v), TILE_IN_PAGE=paged and tile_in_page(page, block_t, split_size),
-        num_warps=num_warps,
-        # always passed (decode: never read): torch.compile's handling of user Triton kernels
-        # is safest with every runtime argument given
-        CU=lengths if cu_seqlens_q is None else cu_seqlens_q,
-        NSEQ=B if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1,
-        EXTEND=cu_seqlens_q is not None,
-        BLOCK_B=16 if cu_seqlens_q is None else min(next_pow2(cu_seqlens_q.shape[0] - 1, 16), MAX_BLOCK_B),
-        CS_SK=sc["shared_k"], CS_SV=sc["shared_v"], CS_LK=sc["latent_k"], CS_LV=sc["latent_v"],
-        s_cskb=sc_st["shared_k"][0], s_cskt=sc_st["shared_k"][1],
-        s_csvb=sc_st["shared_v"][0], s_csvt=sc_st["shared_v"][1],
-        s_clkb=sc_st["latent_k"][0], s_clkt=sc_st["latent_k"][1], s_clkh=sc_st["latent_k"][2],
-        s_clvb=sc_st["latent_v"][0], s_clvt=sc_st["latent_v"][1], s_clvh=sc_st["latent_v"][2],
-        FP8_SK=codes["shared_k"], FP8_SV=codes["shared_v"], FP8_LK=codes["latent_k"], FP8_LV=codes["latent_v"],
-    )
+    q, basis_k, basis_v = q.contiguous(), basis_k.contiguous(), basis_v.contiguous()
+    sk, sv = _dense_pair(shared_k, shared_v)
+    lk, lv = _dense_pair(latent_k, latent_v)
+    ks = _dense(key_scale)
+    pt = None if page_table is None else page_table.contiguous()
+    cs = [None if t is None else t.contiguous() for t in (scale_sk, scale_sv, scale_lk, scale_lv)]
+    strides = (sk.stride(0), lk.stride(0), 0 if ks is None else ks.stride(0))
+    meta = dict(GROUP=group_size, BLOCK_H=next_pow2(group_size, 16), BLOCK_T=block_t, BLOCK_D=block_d,
+                BLOCK_R=block_r, DOT=dot, WIDE=wide, BLOCK_GR=next_pow2(group_size * R, 16) if wide else 16,
+                FP8=fp8_code(fp8_granularity), num_warps=num_warps)
+    in_page = paged and tile_in_page(page, block_t, split_size)
+    grid = (B, n_groups, num_splits)
+    if cu_seqlens_q is not None:
+        n_seq = cu_seqlens_q.shape[0] - 1
+        _traceable(K.extend_split_kernel)[grid](
+            q, sk, sv, lk, lv, basis_k, ks, rope_table, lengths, cu_seqlens_q, pt, scale_t, ws, *cs,
+            H, D, R, split_size, slots, n_seq, page, n_pages, *strides,
+            TILE_IN_PAGE=in_page, BLOCK_B=min(next_pow2(n_seq, 16), MAX_BLOCK_B), **meta)
+    elif paged:
+        _traceable(K.paged_split_kernel)[grid](
+            q, sk, sv, lk, lv, basis_k, ks, rope_table, lengths, pt, scale_t, ws, *cs,
+            H, D, R, split_size, slots, page, n_pages, *strides, TILE_IN_PAGE=in_page, **meta)
+    else:
+        _traceable(K.decode_split_kernel)[grid](
+            q, sk, sv, lk, lv, basis_k, ks, rope_table, lengths, scale_t, ws, *cs,
+            H, D, R, split_size, slots, *strides, **meta)
     _traceable(K.decode_combine_kernel)[(B, H)](
-        m_part, l_part, acc_s, acc_p, basis_v, out, lse,
-        H, D, R, num_splits, *basis_v.stride(),
-        BLOCK_S=next_pow2(num_splits, 2), BLOCK_D=block_d, BLOCK_R=block_r,
-        ACC_FP64=acc == torch.float64, MUTANT=mutant, num_warps=4,
+        ws, basis_v, out, lse, H, D, R, num_splits,
+        BLOCK_S=next_pow2(num_splits, 2), BLOCK_D=block_d, BLOCK_R=block_r, num_warps=4,
     )
     # lse stays in the accumulation dtype (DESIGN §4): merging partial states needs fp32
     return out.to(q.dtype), lse
@@ -254,10 +256,9 @@ def _device_ok(t: torch.Tensor) -> tuple[bool, str]:
 
 
 def run_factored_decode(q, cache: FactoredCache, basis_k, basis_v, *, scale, rope, num_splits, group_size, block_t,
-                        num_warps, mutant, dot, private=None, programs_per_sm=None, cu_seqlens_q=None):
+                        num_warps, dot, private=None, programs_per_sm=None, cu_seqlens_q=None):
     """Pick the launch shape and run the custom op — decode, paged decode and (with
-    `cu_seqlens_q`) extend alike, over an fp8 cache with `cache.scales`. A wrapper mutant
-    runs the op its own (wrong) way."""
+    `cu_seqlens_q`) extend alike, over an fp8 cache with `cache.scales`."""
     extend = cu_seqlens_q is not None
     rows, H, d_h = q.shape  # rows: B (extend: N query tokens)
     cfg = pick_launch(B=max(rows, 1) if extend else rows, H=H, d_h=d_h, r=cache.latent_k.shape[3],
@@ -267,32 +268,20 @@ def run_factored_decode(q, cache: FactoredCache, basis_k, basis_v, *, scale, rop
                       extend=extend, fp8=cache.scales is not None)
     sc = cache.scales
     fp8_args = () if sc is None else (*(sc.of(p) for p in PARTS), sc.granularity)
-    cos = sin = None
+    table = None
     if rope is not None:
-        cos, sin = rope_tables(cache.t_max, d_h, rope.theta, torch.float64 if cfg.acc_fp64 else torch.float32,
-                               q.device)
-
-    def launch(**parts):  # the four parts by name in, (out, lse) out: a wrapper mutant's handle on the op
-        return torch.ops.lrkv.factored_decode(
-            q, *(parts[p] for p in PARTS), basis_k, basis_v, cache.lengths, cache.page_table, cache.key_scale,
-            cos, sin, float(scale), cfg.num_splits, cfg.split_size, cfg.group_size, cfg.block_t, cfg.num_warps,
-            DOT_MODES[cfg.dot], mutant_code(mutant), cfg.private == "wide", cu_seqlens_q, *fp8_args,
-        )
-
-    parts = dict(zip(PARTS, cache.parts))
-    wrapper = mutant_wrapper(mutant)
-    return launch(**parts) if wrapper is None else wrapper(launch, parts)
-
-
-def refuse_mutant_in_fallback(mutant) -> None:
-    if check_mutant(mutant) is not None:
-        raise RuntimeError("kernel mutants need the kernel: no GPU and TRITON_INTERPRET unset")
+        table = rope_table(cache.t_max, d_h, rope.theta, torch.float64 if cfg.acc_fp64 else torch.float32, q.device)
+    return torch.ops.lrkv.factored_decode(
+        q, *cache.parts, basis_k, basis_v, cache.lengths, cache.page_table, cache.key_scale, table, float(scale),
+        cfg.num_splits, cfg.split_size, cfg.group_size, cfg.block_t, cfg.num_warps, DOT_MODES[cfg.dot],
+        cfg.private == "wide", cu_seqlens_q, *fp8_args,
+    )
 
 
 def check_launch(q: torch.Tensor, tensors: dict, *, num_splits, group_size, block_t, num_warps, dot,
-                  mutant, private=None, programs_per_sm=None, r: int) -> None:
+                 private=None, programs_per_sm=None, r: int) -> None:
     """The kernel-side checks every layout shares, after the layout's own contract check:
-    launch options, the mutant name, and (when a kernel will run) device placement and strides."""
+    launch options and (when a kernel will run) device placement and strides."""
     check_launch_options(num_splits=num_splits, group_size=group_size, block_t=block_t,
                          num_warps=num_warps, H=q.shape[1], dot=dot, dtype=q.dtype,
                          interpreted=runtime.is_interpreted(), private=private,
@@ -306,14 +295,13 @@ def check_launch(q: torch.Tensor, tensors: dict, *, num_splits, group_size, bloc
             raise ValueError(f"private='wide' with group_size={group_size} and r={r} needs a "
                              f"{next_pow2(group_size * r, 16)}-column tile; at most {WIDE_LIMIT_COLUMNS} "
                              f"fit: use group_size <= {max(1, WIDE_LIMIT_COLUMNS // r)}")
-    check_mutant(mutant)
     if runtime.mode()[0] != "fallback":
         check_kernel_extras(dict(q=q, **tensors), d_h=q.shape[2], H=q.shape[1], device_ok=_device_ok)
 
 
 def attend(q: torch.Tensor, cache: FactoredCache, basis_k: torch.Tensor, basis_v: torch.Tensor, *, scale: float,
            rope: ExactRope | None = None, cu_seqlens_q: torch.Tensor | None = None, check: bool = True,
-           num_splits=None, group_size=None, block_t=None, num_warps=None, mutant=None, dot=None, private=None,
+           num_splits=None, group_size=None, block_t=None, num_warps=None, dot=None, private=None,
            programs_per_sm=None) -> tuple[torch.Tensor, torch.Tensor]:
     """The one wrapper behind decode, paged decode (a paged cache) and extend (cu_seqlens_q):
     Eqs. 6–7 over a FactoredCache. Validates the contract (`check`), then the launch; an fp8
@@ -326,9 +314,8 @@ def attend(q: torch.Tensor, cache: FactoredCache, basis_k: torch.Tensor, basis_v
                              basis_v=basis_v, lengths=cache.lengths, page_table=cache.page_table,
                              key_scale=cache.key_scale, **scale_tensors(cache.scales)),
                      num_splits=num_splits, group_size=group_size, block_t=block_t, num_warps=num_warps, dot=dot,
-                     mutant=mutant, private=private, programs_per_sm=programs_per_sm, r=cache.latent_k.shape[3])
+                     private=private, programs_per_sm=programs_per_sm, r=cache.latent_k.shape[3])
     if runtime.mode()[0] == "fallback":
-        refuse_mutant_in_fallback(mutant)
         # fp8 parts pass as stored (the reference dequantizes them with their scales)
         f = lambda t: t.to(torch.float64) if t.is_floating_point() and not is_fp8(t.dtype) else t  # noqa: E731
         wide = replace(cache, **{n: f(t) for n, t in cache.tensors().items()})
@@ -336,7 +323,7 @@ def attend(q: torch.Tensor, cache: FactoredCache, basis_k: torch.Tensor, basis_v
                                     cu_seqlens_q=cu_seqlens_q)
         return out.to(q.dtype), lse.to(accumulation_dtype(q.dtype))
     return run_factored_decode(q, cache, basis_k, basis_v, scale=scale, rope=rope, num_splits=num_splits,
-                               group_size=group_size, block_t=block_t, num_warps=num_warps, mutant=mutant, dot=dot,
+                               group_size=group_size, block_t=block_t, num_warps=num_warps, dot=dot,
                                private=private, programs_per_sm=programs_per_sm,
                                cu_seqlens_q=None if cu_seqlens_q is None else cu_seqlens_q.to(torch.int32))
 
@@ -358,7 +345,6 @@ def decode_attention(
     group_size: int | None = None,
     block_t: int | None = None,
     num_warps: int | None = None,
-    mutant: str | int | None = None,
     check: bool = True,
     dot: str | None = None,
     private: str | None = None,
@@ -373,7 +359,7 @@ def decode_attention(
     """
     return attend(q, FactoredCache(shared_k, shared_v, latent_k, latent_v, lengths, key_scale, cache_scales),
                   basis_k, basis_v, scale=scale, rope=rope, check=check, num_splits=num_splits,
-                  group_size=group_size, block_t=block_t, num_warps=num_warps, mutant=mutant, dot=dot,
+                  group_size=group_size, block_t=block_t, num_warps=num_warps, dot=dot,
                   private=private, programs_per_sm=programs_per_sm)
 
 
@@ -395,7 +381,6 @@ def paged_decode_attention(
     group_size: int | None = None,
     block_t: int | None = None,
     num_warps: int | None = None,
-    mutant: str | int | None = None,
     check: bool = True,
     dot: str | None = None,
     private: str | None = None,
@@ -407,5 +392,5 @@ def paged_decode_attention(
     an fp8 cache's per-token scales are read at the same physical page and row as its parts."""
     cache = FactoredCache(shared_k, shared_v, latent_k, latent_v, lengths, key_scale, cache_scales, page_table)
     return attend(q, cache, basis_k, basis_v, scale=scale, rope=rope, check=check, num_splits=num_splits,
-                  group_size=group_size, block_t=block_t, num_warps=num_warps, mutant=mutant, dot=dot,
+                  group_size=group_size, block_t=block_t, num_warps=num_warps, dot=dot,
                   private=private, programs_per_sm=programs_per_sm)

@@ -52,7 +52,6 @@ def extend_attention(
     num_splits: int | None = None,
     private: str | None = None,
     programs_per_sm: int | None = None,
-    mutant: str | int | None = None,
     cache_scales: CacheScales | None = None,  # fp8 cache (DESIGN §4.1)
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal factored attention (Eqs. 6–7) for ragged queries. Returns out [N, H, d_h], lse [N, H].
@@ -62,4 +61,4 @@ def extend_attention(
     cache = FactoredCache(shared_k, shared_v, latent_k, latent_v, lengths, key_scale, cache_scales, page_table)
     return attend(q, cache, basis_k, basis_v, scale=scale, rope=rope, cu_seqlens_q=cu_seqlens_q, check=check,
                   num_splits=num_splits, group_size=group_size, block_t=block_t, num_warps=num_warps,
-                  mutant=mutant, dot=dot, private=private, programs_per_sm=programs_per_sm)
+                  dot=dot, private=private, programs_per_sm=programs_per_sm)

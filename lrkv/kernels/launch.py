@@ -44,7 +44,7 @@ MIN_SPLIT_SLOTS = 256  # a split shorter than this spends more on its partials t
 MAX_GROUP = 16  # heads per program by default (BLOCK_H >= 16 anyway: tl.dot needs M >= 16)
 WIDE_MAX_COLUMNS = 512  # default cap on G·r for the wide private tile (registers; compile_check)
 # ... over an fp8 cache: its tiles are converted to q's dtype in registers on the way to the
-# tensor cores, and at 512 columns (16 slots, 8 warps) ptxas spills 40–56 B; at 256 none
+# tensor cores, and at 512 columns (16 slots, 8 warps) ptxas spills 48 B; at 256 none
 # (compile_check). The price: H = 18, r = 55 runs as 5 groups of 4, each reading the shared
 # stream, against 2 of 9 — at one byte per element, and the groups' re-reads can hit in L2.
 WIDE_MAX_COLUMNS_FP8 = 256
@@ -109,18 +109,18 @@ class TileChoice:
 
 
 _WIDE = TileChoice(16, 8, f"{COMPILE_REPORT}: wide, 16 slots x 8 warps is the largest shape without a spill at "
-                          "both paper scales (187 registers at H=18/r=55, 188 at H=32/r=54, bf16); 32 slots "
-                          "spill 104 bytes at 8 warps, 176 at 16. Speed not yet measured (the GPU sweep decides)")
+                          "both paper scales (235 registers at H=18/r=55 and at H=32/r=54, bf16); 32 slots "
+                          "spill 40 bytes at 8 warps, 280 at 16. Speed not yet measured (the GPU sweep decides)")
 _WIDE_PAGED = TileChoice(16, 8, f"{COMPILE_REPORT}: wide, paged at page 16 (one page per tile), 16 x 8: no "
-                                "spill at bf16 (255 registers), 8 bytes at float16 with key_scale")
-_WIDE_ROPE = TileChoice(16, 8, f"{COMPILE_REPORT}: wide with exact RoPE, 16 x 8 spills 96 bytes; taken only "
+                                "spill at bf16 (229 registers), none at float16 with key_scale (245)")
+_WIDE_ROPE = TileChoice(16, 8, f"{COMPILE_REPORT}: wide with exact RoPE, 16 x 8 spills 56 bytes; taken only "
                                "when private='wide' is asked for (PRIVATE_DEFAULT)")
 _PER_HEAD = TileChoice(64, 4, f"{H200_RUN}: launch-shape sweep at H=18, d_h=128, r=55, B=8, T=32K, bf16: 64 "
                               "slots x 4 warps 1.24 ms, 16 x 8 5.60 ms (4.5x); paged per-head not measured",
                        warps_for_tiles=(64, 128))
-_PER_HEAD_ROPE = TileChoice(32, 8, f"{COMPILE_REPORT}: per-head exact RoPE, 32 x 8 spills 48 bytes where the "
+_PER_HEAD_ROPE = TileChoice(32, 8, f"{COMPILE_REPORT}: per-head exact RoPE, 32 x 8 spills 40 bytes where the "
                                    "64 x 4 shape the H200 run measured it with (6.54 ms, 5.2x rope none) spills "
-                                   "1624; 16-slot tiles re-read B_h^K twice as often. Speed not yet measured")
+                                   "2144; 16-slot tiles re-read B_h^K twice as often. Speed not yet measured")
 
 _WIDE_TRITON_36 = TileChoice(32, 4, f"{H200_SWEEP}: wide at H=18, d_h=128, r=55, B=8, T=32K, bf16, Triton 3.6: "
                                     "32 slots x 4 warps, group 9, 1.278 ms against 2.128 ms at 16 x 8 (1.66x), "
@@ -158,8 +158,8 @@ PRIVATE_DEFAULT: dict[tuple[str, str], tuple[str, str]] = {
                                 "shape; its speed against per_head is for the GPU sweep to measure"),
     ("sm_90", "exact"): ("per_head", "exact RoPE's private logits are per head and slot on either path (a "
                                      "rotated query per head, projected through B_h^K every tile), so the "
-                                     f"per-head path takes its own tile: {COMPILE_REPORT} spills 48 bytes "
-                                     "per-head at 32 x 8 against 96 wide at 16 x 8"),
+                                     f"per-head path takes its own tile: {COMPILE_REPORT} spills 40 bytes "
+                                     "per-head at 32 x 8 against 56 wide at 16 x 8"),
 }
 
 
@@ -168,7 +168,8 @@ def size_rule(block_h: int, block_d: int, block_r: int, dot: str) -> TileChoice:
     are small, else 16; 8 warps when d_h · r_pad >= 4096, else 4."""
     return TileChoice(32 if block_h * block_r <= 512 and dot != "fma" else 16,
                       8 if block_d * block_r >= 4096 else 4,
-                      f"{COMPILE_REPORT}: 4 warps spill at d_h=128, r=55 (BLOCK_R 64; 32 bytes) where 8 do not")
+                      f"{COMPILE_REPORT}: at d_h=128, r=55 (BLOCK_R 64) 8 warps hold 173 registers, 4 warps 228; "
+                      "before the tile loop was shared 4 warps spilled 32 bytes where 8 did not")
 
 
 def interpreter_tile(block_t: int, slots: int, extend: bool) -> int:

@@ -8,6 +8,10 @@ loaded lazily, once per mode, with the variable set only for the duration of tha
     kernels()        the kernel module for the current mode (None in fallback)
     interpreter()    context manager: run the kernels in the interpreter inside the block
                      (the tests use it on CPU machines; nothing leaks into other tests)
+    load_patched()   a copy of the kernel module with one textual change to its source,
+                     loaded under its own name (for deliberately broken kernels)
+    using(module)    context manager: launch the kernels of `module` inside the block
+                     (internal: the public entry points take no kernel module)
 
 Mode selection, first match wins:
   1. a forced mode (inside `interpreter()`);
@@ -23,9 +27,11 @@ Mode selection, first match wins:
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import os
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from types import ModuleType
@@ -34,8 +40,9 @@ import torch
 
 _KERNEL_FILE = Path(__file__).with_name("_kernels.py")
 _LOCK = threading.RLock()
-_LOADED: dict[str, ModuleType] = {}  # 'cuda' | 'interpreter' -> module
+_LOADED: dict[str, ModuleType] = {}  # 'cuda' | 'interpreter' (or 'WHICH_NAME', patched) -> module
 _FORCED: list[str] = []  # stack of forced modes
+_USING: list[ModuleType] = []  # stack of kernel modules given to `using()`
 
 
 def _truthy(value: str | None) -> bool:
@@ -91,33 +98,86 @@ def mode() -> tuple[str, str]:
                         "float64 reference math (set TRITON_INTERPRET=1 to run the kernels on CPU)")
 
 
+def _exec_kernels(name: str, path: Path, which: str) -> ModuleType:
+    """Import the kernel source at `path` as module `name` with TRITON_INTERPRET set for `which`
+    for the duration of the import (Triton reads it when @triton.jit decorates)."""
+    old = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1" if which == "interpreter" else "0"
+    try:
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod  # triton resolves the kernels' globals through the module
+        spec.loader.exec_module(mod)
+    finally:
+        if old is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = old
+    return mod
+
+
 def _load(which: str) -> ModuleType:
     with _LOCK:
         if which in _LOADED:
             return _LOADED[which]
         if which == "interpreter" and (problem := interpreter_problem()):
             raise RuntimeError(problem)
-        name = f"lrkv.kernels._kernels_{which}"
-        old = os.environ.get("TRITON_INTERPRET")
-        os.environ["TRITON_INTERPRET"] = "1" if which == "interpreter" else "0"
-        try:
-            spec = importlib.util.spec_from_file_location(name, _KERNEL_FILE)
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[name] = mod  # triton resolves the kernels' globals through the module
-            spec.loader.exec_module(mod)
-        finally:
-            if old is None:
-                os.environ.pop("TRITON_INTERPRET", None)
-            else:
-                os.environ["TRITON_INTERPRET"] = old
-        _LOADED[which] = mod
-        return mod
+        _LOADED[which] = _exec_kernels(f"lrkv.kernels._kernels_{which}", _KERNEL_FILE, which)
+        return _LOADED[which]
+
+
+def load_patched(name: str, old: str, new: str, which: str | None = None) -> ModuleType:
+    """The kernel module with the text `old` of its source replaced by `new`, loaded for mode
+    `which` (default: the current one) as `lrkv.kernels._kernels_WHICH_NAME`, once per process.
+
+    `old` must occur exactly once in the source (ValueError otherwise), so a change cannot
+    silently stop applying when the kernels are edited. Triton reads a kernel's source from
+    its file, so the patched source is written to a file of its own (in the temp directory,
+    named by its content) and imported from there."""
+    if not name.isidentifier():
+        raise ValueError(f"a patched kernel module needs an identifier for a name, got {name!r}")
+    which = which or mode()[0]
+    if which == "fallback":
+        raise RuntimeError("no kernels run here (fallback mode): nothing to patch")
+    key = f"{which}_{name}"
+    with _LOCK:
+        if key in _LOADED:
+            return _LOADED[key]
+        if which == "interpreter" and (problem := interpreter_problem()):
+            raise RuntimeError(problem)
+        src = _KERNEL_FILE.read_text()
+        count = src.count(old)
+        if count != 1:
+            raise ValueError(f"patch {name!r}: its text occurs {count} times in {_KERNEL_FILE.name}, not once: "
+                             f"{old!r}")
+        patched = src.replace(old, new)
+        digest = hashlib.sha256(patched.encode()).hexdigest()[:16]
+        path = Path(tempfile.gettempdir()) / f"lrkv-kernels-{name}-{digest}.py"
+        if not path.exists() or path.read_text() != patched:
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(patched)
+            os.replace(tmp, path)
+        _LOADED[key] = _exec_kernels(f"lrkv.kernels._kernels_{key}", path, which)
+        return _LOADED[key]
+
+
+@contextlib.contextmanager
+def using(module: ModuleType):
+    """Launch the kernels of `module` (a `load_patched` module of the current mode) inside the
+    block, instead of the module `kernels()` would load."""
+    _USING.append(module)
+    try:
+        yield module
+    finally:
+        _USING.pop()
 
 
 def kernels() -> ModuleType | None:
     """The kernel module for the current mode, or None in fallback mode."""
     which, _ = mode()
-    return None if which == "fallback" else _load(which)
+    if which == "fallback":
+        return None
+    return _USING[-1] if _USING else _load(which)
 
 
 def is_interpreted() -> bool:

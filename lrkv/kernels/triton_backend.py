@@ -14,16 +14,13 @@ the GPU and results moved back, so a harness can stay device-agnostic), in the T
 interpreter when TRITON_INTERPRET=1, and nowhere otherwise: in fallback mode the backend
 reports itself unavailable rather than pass the reference math off as the kernel.
 
-`TritonBackend(mutant="scale_rank")` runs the same kernels with one bug in
-(`lrkv.kernels.kernel_mutants`); the harness's mutation tests use it to show the tolerance rule
-rejects each.
+Deliberately broken variants of this backend (bugs the harness must reject) live above the
+kernels: they subclass it and override `_attend`, the one place both levels launch the kernels.
 """
 
 from __future__ import annotations
 
 import contextlib
-
-import functools
 from typing import Any
 
 import torch
@@ -32,10 +29,10 @@ from ..reference.cache import FactoredCache
 from ..reference.lrkv import decode_rope, project_token
 from ..verify.protocol import BaseBackend
 from . import runtime
-from .kernel_mutants import check_mutant
 from .validate import MAX_SPLITS
 
 BATCH_INVARIANT_SPLIT_TOKENS = 256  # batch-invariant mode: one split per this many cache slots
+LAUNCH_OPTIONS = ("num_splits", "group_size", "block_t", "num_warps", "dot", "private", "programs_per_sm")
 
 
 class TritonBackend(BaseBackend):
@@ -50,21 +47,20 @@ class TritonBackend(BaseBackend):
 
     batch_invariant = False  # the default launch picks its split count from the batch (pick_launch)
 
-    def __init__(self, mutant: str | int | None = None, *, batch_invariant: bool = False, **launch: Any):
+    def __init__(self, *, batch_invariant: bool = False, **launch: Any):
         """`launch` overrides the launch shape (num_splits, group_size, block_t, num_warps, dot,
         private, programs_per_sm). batch_invariant=True: the split count comes from the cache's
         slots alone — one split per BATCH_INVARIANT_SPLIT_TOKENS slots — never from the batch or
         the SM count, so a sequence's result does not depend on its neighbours (declared, and
         verified by the harness's batch_invariant property)."""
-        self.mutant = mutant
-        check_mutant(mutant)  # fail early on a bad name
+        unknown = sorted(set(launch) - set(LAUNCH_OPTIONS))
+        if unknown:
+            raise TypeError(f"TritonBackend got unknown launch options {unknown}; known: {', '.join(LAUNCH_OPTIONS)}")
         if not isinstance(batch_invariant, bool):
             raise TypeError(f"batch_invariant must be a bool, got {type(batch_invariant).__name__}")
         self.batch_invariant = batch_invariant
         self.launch = dict(launch)
         self._hints: dict[str, int] = {}  # per-case launch hints from configure()
-        if mutant is not None and mutant != "none":
-            self.name = f"triton[{mutant}]"
         if batch_invariant:
             self.name += "-batch-invariant"
 
@@ -137,15 +133,21 @@ class TritonBackend(BaseBackend):
     def attend(self, q, cache: FactoredCache, basis_k, basis_v, *, scale, rope=None, cu_seqlens_q=None):
         """Decode, paged decode or extend through the kernels' one wrapper (`decode.attend`), the
         inputs moved to the kernels' device and the outputs back."""
-        from .decode import attend
-
         home, dev = q.device, self._device()
         move = self._mover(home)
         if dev is not None and home != dev:
             cache = cache.to(dev)
-        out, lse = attend(move(q), cache, move(basis_k), move(basis_v), scale=scale, rope=rope,
-                          cu_seqlens_q=move(cu_seqlens_q), mutant=self.mutant, **self._launch(cache.t_max))
+        out, lse = self._attend(move(q), cache, move(basis_k), move(basis_v), scale=scale, rope=rope,
+                                cu_seqlens_q=move(cu_seqlens_q))
         return out.to(home), lse.to(home)
+
+    def _attend(self, q, cache: FactoredCache, basis_k, basis_v, *, scale, rope=None, cu_seqlens_q=None):
+        """The kernels' one wrapper, `decode.attend`, with this backend's launch options, on
+        the kernels' device: both levels launch through here."""
+        from .decode import attend
+
+        return attend(q, cache, basis_k, basis_v, scale=scale, rope=rope, cu_seqlens_q=cu_seqlens_q,
+                      **self._launch(cache.t_max))
 
     def _mover(self, home: torch.device):
         dev = self._device()
@@ -158,7 +160,6 @@ class TritonBackend(BaseBackend):
         """project → append (Triton) → decode (Triton) → W_o; mutates and returns `cache`
         like the reference's layer_step."""
         from .append import append
-        from .decode import decode_attention
 
         spec = weights.spec
         if x_t.dim() != 2 or x_t.shape != (cache.batch, spec.d_model):
@@ -176,12 +177,10 @@ class TritonBackend(BaseBackend):
             weights_d = weights
         entries = project_token(weights_d, x_t, positions)
         append(work, entries, positions)
-        fp8 = {} if work.scales is None else {"cache_scales": work.scales}  # an fp8 cache (append quantized)
-        out, _ = decode_attention(
-            entries["q"], work.shared_k, work.shared_v, work.latent_k, work.latent_v,
-            weights_d.basis_k, weights_d.basis_v, work.lengths, scale=spec.head_dim ** -0.5,
-            key_scale=work.key_scale, rope=decode_rope(spec), mutant=self.mutant, **fp8,
-            **self._launch(work.shared_k.shape[1]))
+        out, _ = self._attend(
+            entries["q"], FactoredCache(work.shared_k, work.shared_v, work.latent_k, work.latent_v, work.lengths,
+                                        work.key_scale, work.scales),
+            weights_d.basis_k, weights_d.basis_v, scale=spec.head_dim ** -0.5, rope=decode_rope(spec))
         y = torch.einsum("bhd,hde->be", out, weights_d.w_o)
         if moved:
             for name, t in cache.tensors().items():
@@ -192,18 +191,6 @@ class TritonBackend(BaseBackend):
             cache.lengths = work.lengths.to(cache.lengths.device)
             y = y.to(home)
         return y, cache
-
-
-# `lrkv verify --grid mutants --backend lrkv.kernels.triton_backend:mutant_scale_rank` etc.:
-# zero-argument factories, one per kernel mutant (a test keeps them in step with KERNEL_MUTANTS).
-mutant_no_private_rescale = functools.partial(TritonBackend, mutant="no_private_rescale")
-mutant_length_off_by_one = functools.partial(TritonBackend, mutant="length_off_by_one")
-mutant_wrong_head_basis = functools.partial(TritonBackend, mutant="wrong_head_basis")
-mutant_drop_private_value = functools.partial(TritonBackend, mutant="drop_private_value")
-mutant_scale_rank = functools.partial(TritonBackend, mutant="scale_rank")
-mutant_read_past_length = functools.partial(TritonBackend, mutant="read_past_length")
-mutant_fp16_accumulation = functools.partial(TritonBackend, mutant="fp16_accumulation")
-mutant_separate_softmax = functools.partial(TritonBackend, mutant="separate_softmax")
 
 
 def batch_invariant() -> TritonBackend:

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from lrkv.kernels.compile_check import Variant, compile_aux, compile_variant
-from lrkv.kernels.kernel_mutants import SWITCHES
 
 pytestmark = [
     # On a GPU machine every native test compiles the kernels for real; this module is the
@@ -31,21 +30,27 @@ def _no_spill_promise():
                     "(ci/logs/triton36-rehearsal.log) and has its own measured entry")
 
 
-def _compile(v):
+def _compile(v, **kw):
     try:
-        return compile_variant(v)
+        return compile_variant(v, **kw)
     except FileNotFoundError as e:  # a Triton wheel without its bundled ptxas
         pytest.skip(f"CUDA toolchain of the triton wheel not found: {e}")
 
 
-@pytest.mark.parametrize("variant", [
-    Variant(num_warps=8),  # bf16, H = 18 as 2 x 9, r = 55: the benchmark's main shape
-    Variant(dtype="float16", rope_exact=True, key_scale=True, paged=True, num_warps=8,
-            mutant=SWITCHES["read_past_length"]),
-    Variant(dtype="float64", d_h=32, r=8, group=4),  # the no-tl.dot float64 path
+@pytest.mark.parametrize("variant,mutant", [
+    (Variant(num_warps=8), None),  # bf16, H = 18 as 2 x 9, r = 55: the benchmark's main shape
+    (Variant(dtype="float16", rope_exact=True, key_scale=True, paged=True, num_warps=8), "read_past_length"),
+    (Variant(dtype="float64", d_h=32, r=8, group=4), None),  # the no-tl.dot float64 path
 ], ids=["bf16-main", "fp16-exact-paged-mutant", "fp64-fma"])
-def test_split_kernel_compiles_for_sm90(variant):
-    res = _compile(variant)
+def test_split_kernel_compiles_for_sm90(variant, mutant):
+    # a patched kernel (lrkv.mutants.kernel) must compile too: the GPU gate runs the mutants natively
+    module = None
+    if mutant is not None:
+        from lrkv.mutants.kernel import patched_kernels
+
+        module = patched_kernels(mutant, which="cuda")
+    res = _compile(variant, module=module)
+    assert res["entry"] == ("paged_split_kernel" if variant.paged else "decode_split_kernel")
     if variant == Variant(num_warps=8) and "stack" in res:
         _no_spill_promise()
         assert res["stack"] == 0, f"the main configuration spills registers: {res}"
@@ -87,4 +92,4 @@ def test_combine_and_append_compile_for_sm90():
         res = compile_aux()
     except FileNotFoundError as e:
         pytest.skip(f"CUDA toolchain of the triton wheel not found: {e}")
-    assert {r["kernel"] for r in res} == {"decode_combine_kernel", "append_kernel"}
+    assert {r["kernel"] for r in res} == {"decode_combine_kernel", "append_kernel", "append_fp8_kernel"}

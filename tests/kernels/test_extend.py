@@ -19,6 +19,7 @@ from lrkv.kernels.decode import decode_attention
 from lrkv.kernels.extend import extend_attention
 from lrkv.kernels.testing import assert_passes, check, kernel_case, kernel_inputs, passes, reference, verdicts
 from lrkv.kernels.triton_backend import TritonBackend
+from lrkv.mutants.kernel import WRAPPERS, KernelMutant, patched
 
 from ..test_helpers.device import wide_exact_dtype
 
@@ -60,7 +61,11 @@ def test_kernel_mutants_rejected_in_extend(mutant):
     case = extend_case([6, 3], H=3, d_h=16, r=5, lengths=[24, 10], key_scale=True, seed=34, q_scale=3.0)
     inp = kernel_inputs(case)
     check(extend_attention, case, inputs=inp)
-    bad, bad_lse = inp.call(extend_attention, mutant=mutant)
+    if mutant in WRAPPERS:  # the wrapper runs the correct kernels its wrong way: through its backend
+        bad, bad_lse = inp.call(KernelMutant(mutant).extend_attention)
+    else:
+        with patched(mutant):
+            bad, bad_lse = inp.call(extend_attention)
     assert not passes(case, out=bad, lse=bad_lse), f"mutant {mutant} passed the extend check"
     if mutant == "read_past_length":  # every query but each sequence's last reads a valid slot
         inner = [0, 1, 2, 3, 4, 6, 7]  # (the last ones read NaN garbage past the length)
@@ -121,7 +126,7 @@ def test_no_queries_and_validation_before_launch():
 def test_backend_declares_and_runs_the_new_levels():
     be = TritonBackend()
     assert {"kernel", "kernel-paged", "kernel-extend"} <= be.levels
-    assert "kernel-extend" in TritonBackend(mutant="scale_rank").levels  # extend runs the same split kernel
+    assert "kernel-extend" in KernelMutant("scale_rank").levels  # extend runs the same split kernel
     shape = dict(H=2, d_h=16, r=3, lengths=[12, 5], seed=35)
     ext = extend_case([4, 1], page_size=4, **shape)
     out, lse = kernel_inputs(ext).call(be.extend_attention)

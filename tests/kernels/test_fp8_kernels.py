@@ -360,3 +360,23 @@ def test_granularity_codes_follow_the_reference_names():
     assert kdecode.fp8_part_codes("") == dict.fromkeys(PARTS, 0)
     assert (K.FP8_TENSOR, K.FP8_HEAD, K.FP8_TOKEN, K.FP8_TOKEN_HEAD) == (1, 2, 3, 4)
     assert set(DYNAMIC_GRANULARITIES) == {PER_TOKEN, PER_TOKEN_HEAD}
+
+
+def test_scales_past_int32_indexing_refused(monkeypatch):
+    # the kernels index the fp8 scales with int32 (int64 offsets cost the wide fp8 tile a
+    # register spill): a scale of 2^31 elements is refused before any launch
+    from lrkv.kernels import decode as kdecode
+
+    monkeypatch.setattr(kdecode, "check_cache_scales", lambda *a, **k: None)  # shapes are not the point here
+    parts = {p: torch.zeros(2, 3, 1, 1) for p in PARTS}
+
+    class Scales:
+        def __init__(self, n):
+            self.n = n
+
+        def of(self, part):
+            return torch.zeros(1).expand(self.n)  # no memory behind it
+
+    kdecode.check_fp8_cache(parts, Scales(2 ** 31 - 1))
+    with pytest.raises(ValueError, match=r"cache_scales.shared_k has 2147483648 elements.*int32"):
+        kdecode.check_fp8_cache(parts, Scales(2 ** 31))

@@ -97,8 +97,8 @@ def test_torch_compile_sees_the_triton_op():
 
     def step(q, sk, sv, lk, lv, bk, bv, lengths):
         out, lse = torch.ops.lrkv.factored_decode(
-            q, sk, sv, lk, lv, bk, bv, lengths, None, None, None, None, inp.scale, cfg.num_splits,
-            cfg.split_size, cfg.group_size, cfg.block_t, cfg.num_warps, DOT_MODES[cfg.dot], 0)
+            q, sk, sv, lk, lv, bk, bv, lengths, None, None, None, inp.scale, cfg.num_splits,
+            cfg.split_size, cfg.group_size, cfg.block_t, cfg.num_warps, DOT_MODES[cfg.dot])
         return out.float() * 2.0, lse  # something for inductor to fuse around the op
 
     eager = step(*inp.args())

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from lrkv.kernels import runtime
-from lrkv.kernels.kernel_mutants import KERNEL_MUTANTS
 from lrkv.kernels.testing import policy
 from lrkv.kernels.triton_backend import TritonBackend
+from lrkv.mutants.kernel import KERNEL_MUTANTS, KernelMutant
 from lrkv.verify import grids, runner
 
 pytestmark = pytest.mark.equivalence
@@ -30,7 +30,7 @@ def test_kernel_mutant_fails_the_mutant_grid(name):
     cases = grids.mutant_grid()
     if runtime.is_interpreted():
         cases = [c for c in cases if c.t_max <= 1024] or cases
-    recs = runner.run(cases, [(f"triton:{name}", TritonBackend(mutant=name))], policy(), properties=False)
+    recs = runner.run(cases, [(f"triton:{name}", KernelMutant(name))], policy(), properties=False)
     assert any(r["status"] == "fail" for r in recs), [(r["id"], r["status"]) for r in recs]
     assert not any(r["status"] == "error" for r in recs), [r["reason"] for r in recs if r["status"] == "error"]
 

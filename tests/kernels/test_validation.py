@@ -8,9 +8,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from lrkv.kernels import runtime, triton_backend
+from lrkv.kernels import runtime
 from lrkv.kernels.decode import decode_attention, paged_decode_attention
-from lrkv.kernels.kernel_mutants import KERNEL_MUTANTS, SWITCHES, WRAPPERS, mutant_code
 from lrkv.kernels.testing import assert_passes, kernel_case, kernel_inputs
 from lrkv.kernels.triton_backend import TritonBackend
 from lrkv.reference.rope import ExactRope
@@ -67,7 +66,7 @@ def t(x, **kw):
     (lambda i: dict(num_warps=3), ValueError, r"num_warps must be one of"),
     (lambda i: dict(dot="tf32"), ValueError, r"dot must be one of"),
     (lambda i: dict(dot="lp"), ValueError, r"dot='lp' needs float16/bfloat16"),
-    (lambda i: dict(mutant="typo"), ValueError, r"unknown kernel mutant 'typo'"),
+    (lambda i: dict(mutant="scale_rank"), TypeError, r"unexpected keyword argument 'mutant'"),
     (lambda i: dict(num_splits=2.0), TypeError, r"num_splits must be an int"),
 ], ids=lambda x: x if isinstance(x, str) else None)
 def test_contract_violations_named(case, over, exc, match):
@@ -132,24 +131,9 @@ def test_fallback_is_reference_and_backend_says_unavailable(case, monkeypatch):
     assert not ok and "TRITON_INTERPRET" in why
     out, lse = call(case)  # the reference math, cast back
     assert_passes(case, out=out, lse=lse)
-    with pytest.raises(RuntimeError, match="kernel mutants need the kernel"):
-        call(case, mutant="scale_rank")
+    with pytest.raises(RuntimeError, match="fallback mode"):  # no kernels here to patch
+        runtime.load_patched("scale_rank", "tl.minimum(length, SLOT_LIMIT)", "length")
 
 
-def test_mutant_codes_match_the_kernel_source():
-    K = runtime.kernels()
-    for name, code in SWITCHES.items():
-        assert getattr(K, f"M_{name.upper()}").value == code, name
-    assert not any(hasattr(K, f"M_{name.upper()}") for name in WRAPPERS)  # no mutant-only state in the kernels
-
-
-def test_mutant_registry():
-    assert mutant_code(None) == 0 and mutant_code("none") == 0
-    assert mutant_code("scale_rank") == SWITCHES["scale_rank"] and mutant_code("separate_softmax") == 0
-    with pytest.raises(ValueError, match="unknown kernel mutant 'scale_sqrt_r'"):  # one name per mutant
-        mutant_code("scale_sqrt_r")
-    for name in KERNEL_MUTANTS:  # `--backend lrkv.kernels.triton_backend:mutant_NAME`, one per mutant
-        assert getattr(triton_backend, f"mutant_{name}")().mutant == name
-    with pytest.raises(ValueError):
-        TritonBackend(mutant="nope")
+def test_backend_available_with_the_kernels():
     assert TritonBackend().available()[0]  # live inside this module

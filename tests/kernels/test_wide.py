@@ -1,8 +1,8 @@
 """The wide private path of the decode kernel: one [BLOCK_T, G·r] latent tile per head group,
 every head's private logits (Eq. 6) and private value accumulation (Eq. 7) in one tl.dot each
 against a block-diagonal operand. It must agree with the float64 oracle and with the per-head
-path on every layout it can be handed (contiguous — the vectorised HR_CONTIG addressing —
-strided, head-major, paged), at every group padding; and the launch heuristics and option
+path on every layout it can be handed (contiguous — one contiguous run of G·r latents per
+slot — and strided, head-major or padded views, which the wrapper copies contiguous; paged), at every group padding; and the launch heuristics and option
 checks that choose it must say what they do.
 """
 
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from lrkv.kernels import launch as launch_mod
-from lrkv.kernels.decode import attend, decode_attention, hr_contiguous, paged_decode_attention
+from lrkv.kernels.decode import attend, decode_attention, dense_past_first, paged_decode_attention
 from lrkv.kernels.launch import WIDE_LIMIT_COLUMNS, WIDE_MAX_COLUMNS, pick_launch, tile_in_page
 from lrkv.kernels.testing import check, kernel_case, kernel_inputs
 
@@ -49,7 +49,8 @@ def test_wide_matches_oracle_and_per_head(layout, dtype, rope, key_scale):
     inp = kernel_inputs(case)
     c = inp.cache
     inp = replace(inp, cache=replace(c, latent_k=LAYOUTS[layout](c.latent_k), latent_v=LAYOUTS[layout](c.latent_v)))
-    assert hr_contiguous(inp.cache.latent_k, inp.cache.latent_v) == (layout == "contiguous")
+    # only the contiguous layout is passed as it is; the others are copied before the launch
+    assert dense_past_first(inp.cache.latent_k) == (layout == "contiguous")
     wide = check(decode_attention, case, inputs=inp, private="wide", num_splits=2)
     per_head = check(decode_attention, case, inputs=inp, private="per_head", num_splits=2)
     for a, b in zip(wide, per_head):  # two orders of the same sums: agree to rounding
@@ -125,7 +126,9 @@ def test_wide_nan_garbage_in_neighbouring_heads_not_read():
 
     c = inp.cache
     inp = replace(inp, cache=replace(c, latent_k=fifth_head_nan(c.latent_k), latent_v=fifth_head_nan(c.latent_v)))
-    assert hr_contiguous(inp.cache.latent_k, inp.cache.latent_v)
+    # not dense past its first axis (the slot stride is 5 heads): the wrapper hands the kernel a
+    # contiguous copy of the 4 heads, so the NaN fifth head cannot be read at any group size
+    assert not dense_past_first(inp.cache.latent_k) and not dense_past_first(inp.cache.latent_v)
     for g in (1, 2, 3, 4):
         out, _ = check(decode_attention, case, inputs=inp, private="wide", group_size=g)
         assert torch.isfinite(out).all()
