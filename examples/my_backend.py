@@ -125,8 +125,14 @@ class SplitKDecode:
 
     def paged_decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, lengths,
                                page_table, *, scale, key_scale=None, rope=None, cache_scales=None):
+        return self.gathered_decode(q, (shared_k, shared_v, latent_k, latent_v), basis_k, basis_v, lengths,
+                                    page_table, scale=scale, key_scale=key_scale, rope=rope,
+                                    cache_scales=cache_scales)
+
+    def gathered_decode(self, q, pages, basis_k, basis_v, lengths, page_table, *, scale, key_scale, rope,
+                        cache_scales):
         # gather-then-decode: a real paged kernel reads the pages in place instead
-        parts = [_gather(t, page_table) for t in (shared_k, shared_v, latent_k, latent_v)]
+        parts = [_gather(t, page_table) for t in pages]
         if cache_scales is not None:  # per-token scales live in the page slots too
             cache_scales = dataclasses.replace(cache_scales, **{
                 name: _gather(getattr(cache_scales, name), page_table)

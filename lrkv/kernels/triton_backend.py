@@ -196,3 +196,26 @@ class TritonBackend(BaseBackend):
 def batch_invariant() -> TritonBackend:
     """The Triton backend in its batch-invariant launch mode (registered as 'triton-batch-invariant')."""
     return TritonBackend(batch_invariant=True)
+
+
+class TritonVllmBlocks(TritonBackend):
+    """The paged and extend kernels over vLLM's block pools (cache_layout 'vllm-blocks',
+    registered as 'triton-vllm-blocks'): a block table is a page table whose padding is the
+    null block 0, so the pools and the table go to the kernels as they are — no conversion,
+    and no copy of a token-major (NHD) pool (a head-major one is made dense once per call,
+    docs/kernels.md)."""
+
+    name = "triton-vllm-blocks"
+    levels = frozenset({"kernel-paged", "kernel-extend"})
+    cache_layout = "vllm-blocks"
+
+    def paged_decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, seq_lens,
+                               block_table, *, scale, key_scale=None, rope=None, cache_scales=None):
+        cache = FactoredCache(shared_k, shared_v, latent_k, latent_v, seq_lens, key_scale, cache_scales, block_table)
+        return self.attend(q, cache, basis_k, basis_v, scale=scale, rope=rope)
+
+    def extend_attention(self, q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, seq_lens,
+                         block_table, *, scale, key_scale=None, rope=None, slot_mapping=None, cache_scales=None):
+        # slot_mapping names where the new tokens were written: the cache holds them already
+        cache = FactoredCache(shared_k, shared_v, latent_k, latent_v, seq_lens, key_scale, cache_scales, block_table)
+        return self.attend(q, cache, basis_k, basis_v, scale=scale, rope=rope, cu_seqlens_q=cu_seqlens_q)

@@ -14,6 +14,7 @@ One module per level or topic:
     server     server properties: buffers, outputs written, determinism, batch invariance, compile
     coverage   bugs only one feature reaches: coverage, not a tolerance, must catch them
     tp         the tp level (`lrkv verify --tp P`): wrong tensor-parallel layers
+    layouts    server cache layouts (vllm-blocks, flashinfer-csr, fused-rows) read wrong
     kernel     the Triton kernels: patched copies of their source (lrkv.kernels.runtime.load_patched)
 
 Importing this package imports none of them and registers nothing.

@@ -154,6 +154,19 @@ class FactoredCache:
         return replace(self, lengths=lengths, **{name: view(t) for name, t in self.tensors().items()})
 
 
+def page_counts(cache: FactoredCache) -> torch.Tensor:
+    """[B] int64: the pages each sequence of a paged cache owns, cdiv(lengths, page_size)."""
+    return (cache.lengths.long() + cache.page_size - 1) // cache.page_size
+
+
+def empty_in_order(like: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """An uninitialized tensor of `shape` whose dimensions lie in memory in `like`'s order (a
+    head-major pool stays head-major)."""
+    order = sorted(range(like.dim()), key=lambda d: (-like.stride(d), d))  # outermost first
+    dense = torch.empty([shape[d] for d in order], dtype=like.dtype, device=like.device)
+    return dense.permute([order.index(d) for d in range(like.dim())])
+
+
 def gather_pages(page_table: torch.Tensor, lengths: torch.Tensor, pages: torch.Tensor | None) -> torch.Tensor | None:
     """One paged tensor [P, page, ...] as the contiguous [B, max_pages · page, ...] it stands for.
 

@@ -4,7 +4,8 @@ Writes, from the templates packaged in lrkv/testing/templates/:
 
     lrkv.toml                      the project's config (policy overrides, commented out)
     lrkv_backend.py                a starter backend that passes (flash-decoding in PyTorch,
-                                   decode and paged decode)
+                                   decode and paged decode; --layout: its paged decode in a
+                                   server's cache layout, e.g. vllm-blocks)
     tests/test_lrkv.py             the equivalence suite on that backend, via the pytest plugin
     .github/workflows/lrkv.yml     CI: install lrkv, pytest -m equivalence, lrkv verify, lrkv gate
     .gitignore                     reports/ and the test caches (lines added to an existing one)
@@ -39,6 +40,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..checks import arg_out_dir
+from ..reference.cache_layouts import CACHE_LAYOUTS, DEFAULT as DEFAULT_LAYOUT
 
 EXIT_USAGE = 2
 BASELINE = "lrkv-baseline.json"
@@ -63,6 +65,8 @@ def register(subparsers) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dir", nargs="?", default=".", type=arg_out_dir(), help="the project directory (default: .)")
     p.add_argument("--force", action="store_true", help="overwrite files that exist")
+    p.add_argument("--layout", choices=CACHE_LAYOUTS, default=DEFAULT_LAYOUT,
+                   help="the cache layout of the starter's paged decode (default: pages, the contract's own)")
     p.set_defaults(func=cmd_init)
 
 
@@ -114,13 +118,32 @@ def _merged(path: Path, text: str) -> str | None:
             + "".join(f"{line}\n" for line in missing)) if missing else None
 
 
-def plan(directory: Path, package: str | None = None) -> dict[Path, str]:
-    """Every file `init` writes, with its content (package: LRKV_PACKAGE, default the running lrkv's)."""
+def in_layout(starter: str, layout: str) -> str:
+    """The starter backend with its paged decode in `layout` (templates/layouts/<layout>.tmpl:
+    the contract's paragraph, then the class attribute and the method)."""
+    if layout == DEFAULT_LAYOUT:
+        return starter
+    contract, method = render(f"layouts/{layout}.tmpl").split("#----\n")
+    head, rest = starter.split("    paged_decode_attention(q, <the same four parts", 1)
+    starter = head + contract + rest.split("# vLLM's block table\n", 1)[1]
+    attribute, method = method.split("\n\n", 1)
+    head, rest = starter.split("    def paged_decode_attention(", 1)
+    starter = head + method + "\n" + "    def gathered_decode(" + rest.split("    def gathered_decode(", 1)[1]
+    head, rest = starter.split("    cache_formats = ", 1)
+    line, rest = rest.split("\n", 1)
+    return head + "    cache_formats = " + line + "\n" + attribute + "\n" + rest
+
+
+def plan(directory: Path, package: str | None = None, layout: str = DEFAULT_LAYOUT) -> dict[Path, str]:
+    """Every file `init` writes, with its content (package: LRKV_PACKAGE, default the running lrkv's;
+    layout: the starter's paged cache layout)."""
     values = {"BACKEND_REF": f"{MODULE}:backend", "BACKEND_NAME": "my-backend", "BASELINE": BASELINE,
               "PACKAGE": installed_requirement() if package is None else package}
     files = {}
     for src, dest in FILES.items():
         text = render(src, **values)
+        if src == "backend.py.tmpl":
+            text = in_layout(text, layout)
         if dest in MERGED:
             text = _merged(directory / dest, text)
             if text is None:
@@ -185,11 +208,12 @@ def _undo(placed: list[Path], backups: dict[Path, Path], made: list[Path]) -> No
             pass
 
 
-def init_project(directory: str | Path, *, force: bool = False, package: str | None = None) -> list[Path]:
+def init_project(directory: str | Path, *, force: bool = False, package: str | None = None,
+                 layout: str = DEFAULT_LAYOUT) -> list[Path]:
     """Write the starter files, all or nothing (see the module doc); raise FileExistsError
     naming the first existing one unless force, InitError naming a path that cannot be written."""
     directory = Path(directory)
-    files = plan(directory, package)
+    files = plan(directory, package, layout)
     check_targets(directory, files, force=force)
     made: list[Path] = []  # folders this call created, outermost first
     placed: list[Path] = []
@@ -253,7 +277,7 @@ def cmd_init(args) -> int:
     package = installed_requirement()
     merged = {Path(args.dir) / name for name in MERGED if (Path(args.dir) / name).is_file()}
     try:
-        written = init_project(args.dir, force=args.force, package=package)
+        written = init_project(args.dir, force=args.force, package=package, layout=args.layout)
     except (FileExistsError, InitError) as e:
         print(f"lrkv init: {e} (nothing written)", file=sys.stderr)
         return EXIT_USAGE

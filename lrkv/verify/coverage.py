@@ -27,7 +27,7 @@ from .features import BY_NAME, case_features, level_features
 
 STATUSES = ("covered", "uncovered", "not supported", "optional", "not in grid")
 NOT_RUN = ("not implemented:", "backend unavailable:")  # a level the backend never ran here
-DECLINED = ("unsupported: ", "dtype ", "cache ")  # reason prefixes of a case the backend declined (runner.py)
+DECLINED = ("unsupported: ", "dtype ", "cache ", "not applicable: ")  # reason prefixes of a case the backend declined (runner.py)
 VERIFIED = ("pass", "xfail")  # statuses that cover their case's features
 REASONS_KEPT = 2  # skip reasons shown for an uncovered feature
 

@@ -163,6 +163,8 @@ FP8_SCALES = ("per_tensor", "per_head", "per_token", "per_token_head")
 # τ has no scales and takes the first granularity only (`_fp8_of`)
 FP8_DIMENSIONS = {"cache": ("none", *FP8_FORMATS), "scales": FP8_SCALES}
 PAGE_SIZES = (1, 5, 7, 16)  # one slot; primes not dividing T_max (no shift-and-mask); a whole tile
+PAGE_ORDERS = ("NHD", "HND")  # the latents' stride order in the pages (vLLM's get_kv_cache_stride_order)
+BIG_POOL = 4096  # unused pages below the used ones: page indices near the end of a pool of thousands
 PAGED_T = 48
 
 
@@ -215,7 +217,7 @@ def _paged_case(row: dict) -> Case:
         prefix = min(prefix, 2 * page) if page > 1 else min(prefix, 9)
     adv = row["adversarial"]
     return Case("kernel-paged", _paged_spec(row), row["dtype"], lengths, PAGED_T,
-                pages=Paged(page, row["shuffle"], prefix), nan_garbage=row["garbage"] == "nan",
+                pages=Paged(page, row["shuffle"], prefix, hnd=row["order"] == "HND"), nan_garbage=row["garbage"] == "nan",
                 q_scale=100.0 if adv == "q100" else 1.0, near_cancel=adv == "cancel",
                 splits=5 if adv == "splits5" else 0, seed=sum(map(ord, row["mode"])) % 7, **_fp8_of(row))
 
@@ -232,11 +234,15 @@ def _fp8_of(row: dict) -> dict:
     return {"fp8": Fp8(fmt, granularity, outliers=granularity in ("per_tensor", "per_token"))}
 
 
+# the paged array's dimensions (tests/verify/test_pairs.py checks which pairs it leaves out)
+PAGED_PARAMS = {"mode": tuple(PAGED_MODES), "shape": PAGED_SHAPES, "dtype": ALL, "page": PAGE_SIZES,
+                "lengths": ("boundary", "full", "batch16", "single"), "prefix": (True, False),
+                "shuffle": (True, False), "garbage": ("nan", "finite"),
+                "adversarial": ("none", "q100", "cancel", "splits5"), "order": PAGE_ORDERS, **FP8_DIMENSIONS}
+
+
 def _paged_cases() -> list[Case]:
-    cases = _pairwise({"mode": tuple(PAGED_MODES), "shape": PAGED_SHAPES, "dtype": ALL, "page": PAGE_SIZES,
-                       "lengths": ("boundary", "full", "batch16", "single"), "prefix": (True, False),
-                       "shuffle": (True, False), "garbage": ("nan", "finite"),
-                       "adversarial": ("none", "q100", "cancel", "splits5"), **FP8_DIMENSIONS}, _paged_case)
+    cases = _pairwise(PAGED_PARAMS, _paged_case)
     return cases + [
         # a long paged context with exact RoPE and QK-norm (every page table entry of a 4K sequence)
         Case("kernel-paged", QKN_EXACT, "float32", (4099, 130, 4097), 4099, pages=Paged(16, shared_prefix=128)),
@@ -244,6 +250,8 @@ def _paged_cases() -> list[Case]:
         Case("kernel-paged", AttentionSpec.lrkv(4, 32, 0), "bfloat16", (16, 33, 1, 0), 40,
              pages=Paged(16, shared_prefix=16)),
         Case("kernel-paged", AttentionSpec.lrkv(2, 16, 16, rope="exact"), "float32", (9, 40, 23), 40, pages=Paged(5)),
+        # a pool of thousands of pages, the used ones at its end, head-major, with an empty sequence
+        Case("kernel-paged", QKN, "float32", (9, 20, 1, 0), 24, pages=Paged(4, hnd=True, pool=BIG_POOL), seed=4),
         # a page size that divides nothing, sequences 0 and 1 sharing two pages (the original hand-picked case)
         *_cases("kernel-paged", EXACT, ("float64", "bfloat16"), (37, 21, 14), 40, pages=Paged(7, shared_prefix=14)),
     ]
@@ -268,7 +276,7 @@ def _extend_case(row: dict) -> Case:
     if page == 0 and not row["shuffle"]:
         raise ValueError("a contiguous cache has no page order")
     return Case("kernel-extend", _paged_spec(row), row["dtype"], lengths, 40, extend=Extend(n_new),
-                pages=Paged(page, row["shuffle"] or page == 0, prefix),
+                pages=Paged(page, row["shuffle"] or page == 0, prefix, hnd=row["order"] == "HND"),
                 nan_garbage=row["garbage"] == "nan", seed=sum(map(ord, row["mode"])) % 5, **_fp8_of(row))
 
 
@@ -276,7 +284,7 @@ def _extend_cases() -> list[Case]:
     cases = _pairwise({"mode": tuple(PAGED_MODES), "shape": PAGED_SHAPES, "dtype": ALL, "page": (0, 1, 5, 16),
                        "n_new": ("mixed", "decode", "prefill", "spec"), "lengths": tuple(EXTEND_LENGTHS),
                        "prefix": (True, False), "shuffle": (True, False), "garbage": ("nan", "finite"),
-                       **FP8_DIMENSIONS}, _extend_case)
+                       "order": PAGE_ORDERS, **FP8_DIMENSIONS}, _extend_case)
     e = lambda *a, **kw: _cases("kernel-extend", *a, **kw)  # noqa: E731
     return cases + [
         # one ragged batch with a 66-token chunked-prefill chunk; without the per-tile RoPE of
@@ -285,6 +293,8 @@ def _extend_cases() -> list[Case]:
         # rank 0 (pure shared) and r = d_h, which the array's shapes leave out
         *e(AttentionSpec.lrkv(4, 32, 0), ("float16",), (17, 40, 1), 41, extend=Extend((3, 7, 1)), pages=Paged(5)),
         *e(AttentionSpec.lrkv(2, 16, 16, qk_norm=True), ("float32",), (9, 12), 12, extend=Extend((4, 8))),
+        # one slot per page at the end of a pool of thousands
+        *e(BASE, ("bfloat16",), (13, 6, 1), 16, extend=Extend((5, 6, 1)), pages=Paged(1, pool=BIG_POOL)),
         # exact RoPE with a 20-token chunk in float64
         *e(QKN_EXACT, ("float64",), (24, 9, 5, 12), 24, extend=Extend((20, 1, 5, 0))),
     ]

@@ -43,7 +43,8 @@ from .strategies import PAGED_LEVELS, cases, lrkv_specs, with_fp8
 from .tolerance import load_policy
 
 CORRECT = ("reference", "materialized", "eager", "tiled", "examples.my_backend:backend",
-           "examples.my_paged_backend:backend", "examples.my_extend_backend:backend")
+           "examples.my_paged_backend:backend", "examples.my_extend_backend:backend",
+           "examples.my_vllm_backend:backend", "examples.my_flashinfer_backend:backend")
 # new levels go last: a level's hypothesis stream is seeded by its index, so old seeds replay
 LEVELS = ("kernel", "layer", "layer-model", "kernel-paged", "kernel-extend")
 # layer-model costs one decode step per token; paged / extend need room for several pages and chunks

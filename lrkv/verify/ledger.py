@@ -29,7 +29,7 @@ from .selection import Selection
 
 UNAVAILABLE = "backend unavailable: "
 UNSUPPORTED = "unsupported: "
-NOT_APPLICABLE = ("not implemented: ", "dtype ", "cache ")  # runner.not_applicable's reasons
+NOT_APPLICABLE = ("not implemented: ", "dtype ", "cache ", "not applicable: ")  # runner.not_applicable's reasons
 
 
 @dataclass(frozen=True)
@@ -242,3 +242,4 @@ class _Info:
         self.dtypes = tuple(as_dtype(d) for d in info.get("dtypes", ()))
         self.cache_formats = tuple(info.get("cache_formats", ()))
         self.scale_granularities = tuple(info.get("scale_granularities", ()))
+        self.cache_layout = info.get("cache_layout", "pages")

@@ -16,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from ..reference.cache import FactoredCache
+from ..reference.cache_layouts import DEFAULT as DEFAULT_LAYOUT, check_layout
 from ..spec.fp8_scales import GRANULARITIES
 from .case import CACHE_FORMATS
 
@@ -48,6 +49,9 @@ class BaseBackend:
     # cache_scales=; none by default, so a backend never receives an argument it does not know
     cache_formats: tuple[str, ...] = ()
     scale_granularities: tuple[str, ...] = GRANULARITIES
+    # the server layout its paged entry points take (lrkv.reference.cache_layouts): 'pages' (the
+    # contract's own), 'vllm-blocks', 'flashinfer-csr' or 'fused-rows'
+    cache_layout: str = DEFAULT_LAYOUT
 
     def available(self) -> tuple[bool, str]:
         return True, ""
@@ -87,6 +91,11 @@ class BaseBackend:
 
     def __repr__(self) -> str:
         return f"<backend {self.name} levels={sorted(self.levels)}>"
+
+def cache_layout(backend: Any) -> str:
+    """The server layout a backend's paged entry points take ('pages': the contract's own)."""
+    return getattr(backend, "cache_layout", DEFAULT_LAYOUT)
+
 
 def fp8_claims(backend: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(cache_formats, scale_granularities) a backend claims for fp8 caches (validated by
@@ -134,6 +143,10 @@ def normalize_backend(obj: Any, label: str) -> Any:
     if not dtypes:
         raise ValueError(f"backend {label!r}: dtypes is empty")
     _check_fp8_claims(obj, label)
+    try:
+        check_layout(getattr(obj, "cache_layout", DEFAULT_LAYOUT))
+    except ValueError as e:
+        raise ValueError(f"backend {label!r}: {e}") from None
     for attr in ("deterministic", "batch_invariant", "compile_safe"):  # "yes" would silently be "not declared"
         value = getattr(obj, attr, False)
         if not isinstance(value, bool):

@@ -36,7 +36,8 @@ import torch
 
 from ..reference.fp8 import FP8_WEIGHT_PHASES
 from ..spec import as_dtype, dtype_name
-from .protocol import check_available, fp8_claims
+from ..reference.cache_layouts import DEFAULT as DEFAULT_LAYOUT
+from .protocol import cache_layout, check_available, fp8_claims
 from .bounds import U64, Conditioning, oracle_reference
 from .case import Case, case_shapes
 from .levels import get_level
@@ -203,8 +204,16 @@ def role_of(backend) -> str:
     return "baseline" if getattr(backend, "role", "verified") == "baseline" else "verified"
 
 
+def handed(inputs, backend):
+    """The inputs as the backend is handed them: a paged cache in its cache_layout."""
+    if not (hasattr(inputs, "cache_layout") and inputs.cache.paged):
+        return inputs
+    return inputs.in_layout(cache_layout(backend))
+
+
 def _record(case: Case, backend, label: str) -> dict:
-    return {
+    paged = {"cache_layout": cache_layout(backend)} if case.pages and case.pages.size else {}
+    return paged | {
         "key": f"{backend.name}::{case.id}", "id": case.id, "level": case.level, "backend": backend.name,
         "backend_ref": label, "role": role_of(backend), "dtype": case.dtype, "spec": case.spec.to_dict(),
         "shapes": case_shapes(case), "seed": case.seed, "case": case.to_dict(), "expect": case.expect,
@@ -278,7 +287,7 @@ def run_case(prep: Prepared, backend, label: str, tol: Tolerance, calls: Calls |
     t0 = time.perf_counter()
     expected = {name: shape for name, (shape, _) in prep.expected.items()}
     try:
-        kind, outs = calls.call(label, backend, "call", (case.to_dict(), prep.inputs.clone(), expected),
+        kind, outs = calls.call(label, backend, "call", (case.to_dict(), handed(prep.inputs, backend).clone(), expected),
                                 tol.case_timeout)
     except Timeout as e:
         return error_record(case, backend, label, f"timeout: {e}", seconds=time.perf_counter() - t0)
@@ -344,7 +353,8 @@ def check_properties(prep: Prepared, backend, label: str, tol: Tolerance, calls:
                                       "reason": "no second draw of this case has the same shapes"}
     try:
         raw = calls.call(label, backend, "properties",
-                         (case.to_dict(), prep.inputs, second, wanted, must("batch_invariant")),
+                         (case.to_dict(), handed(prep.inputs, backend), second and handed(second, backend), wanted,
+                          must("batch_invariant")),
                          tol.case_timeout * (len(wanted) + 3))
     except (Exception, SystemExit, Timeout, WorkerDied) as e:  # noqa: BLE001 — recorded per property
         why = f"{'crashed' if isinstance(e, WorkerDied) else type(e).__name__}: {e}"[:REASON_CHARS]
@@ -380,6 +390,8 @@ def backend_info(backend, label: str) -> dict:
     info = {"name": backend.name, "ref": label, "role": role_of(backend), "available": bool(ok),
             "reason": why or "", "levels": sorted(backend.levels), "dtypes": [dtype_name(d) for d in backend.dtypes],
             "description": str(getattr(backend, "description", "")), "declares": declarations(backend)}
+    if cache_layout(backend) != DEFAULT_LAYOUT:  # absent for the contract's own: older reports stay valid
+        info["cache_layout"] = cache_layout(backend)
     formats, grans = fp8_claims(backend)
     if formats:  # absent for a backend without fp8 caches: older reports stay valid
         info.update(cache_formats=list(formats), scale_granularities=list(grans))
@@ -397,6 +409,9 @@ def not_applicable(backend, case: Case) -> str:
     if as_dtype(case.dtype) not in tuple(backend.dtypes):
         return (f"dtype {case.dtype} not supported; backend dtypes: "
                 f"{', '.join(dtype_name(d) for d in backend.dtypes)}")
+    if cache_layout(backend) != DEFAULT_LAYOUT and case.level == "kernel-extend" and not case.pages:
+        return (f"not applicable: a contiguous cache; the backend's cache_layout {cache_layout(backend)!r} "
+                "takes paged caches")
     if case.cache_fp8:
         formats, grans = fp8_claims(backend)
         if case.fp8.format not in formats or case.fp8.granularity not in grans:

@@ -43,6 +43,7 @@ PAGED_LEVELS = ("kernel-paged", "kernel-extend")
 POW2_PAGES = (2, 4, 8, 16, 32)
 ODD_PAGES = (3, 5, 6, 7, 11)  # not powers of two
 WIDE_BATCH = 20  # paged / extend batches occasionally grow to this many sequences
+HUNT_POOL = 1500  # unused pages below the used ones, in one paged case of five
 RARE = (False,) * 7 + (True,)  # "occasionally": about one draw in eight
 
 __all__ = ["ROPE_THETAS", "lrkv_specs", "cases", "paged_cases", "page_sizes", "paged_lengths", "new_tokens",
@@ -167,7 +168,8 @@ def paged_cases(draw, level: str, spec: AttentionSpec, dtype: str, *, batch: int
     Pages (always at kernel-paged, half the time at kernel-extend, else a contiguous cache):
     a size from `page_sizes`, physical pages shuffled or in sequence order, and half the time
     a prefix of whole pages shared by sequences 0 and 1 (their lengths are then drawn >= one
-    page). Lengths: varlen, each often at a boundary (`paged_lengths`). Batch: 1..max_batch,
+    page); latents head-major (HND) half the time, and now and then a pool of 1500 unused pages
+    below the used ones. Lengths: varlen, each often at a boundary (`paged_lengths`). Batch: 1..max_batch,
     occasionally max_batch+1..wide_batch. Extend: n_b per sequence from `new_tokens`; when
     the new tokens are fewer than MIN_ROWS / MIN_OUTPUTS need, whole-length chunks are
     appended as further sequences (except, occasionally, an idle batch: every n_b = 0). Garbage in
@@ -191,14 +193,16 @@ def paged_cases(draw, level: str, spec: AttentionSpec, dtype: str, *, batch: int
             lengths.append(t_max)
             n_new.append(min(t_max, _min_rows(spec) - sum(n_new)))
     shared = page * draw(st.integers(1, min(lengths[:2]) // page)) if share else 0
+    seed = draw(st.integers(0, 2**16))
     return Case(
-        level=level, spec=spec, dtype=dtype, lengths=tuple(lengths), t_max=t_max,
-        seed=draw(st.integers(0, 2**16)),
+        level=level, spec=spec, dtype=dtype, lengths=tuple(lengths), t_max=t_max, seed=seed,
         nan_garbage=draw(st.sampled_from((True, True, False))) if adversarial else True,
         q_scale=draw(st.sampled_from((1.0, 1.0, 100.0))) if adversarial else 1.0,
         near_cancel=draw(st.booleans()) if adversarial and not spec.qk_norm else False,
         splits=0 if extend else draw(st.integers(0, 5)), tile=0 if extend else draw(st.integers(0, 9)),
-        pages=Paged(page, draw(st.sampled_from((True, True, False))) if page else True, shared),
+        # head-major pages and a large pool from the seed, not from new draws: old hunt seeds replay
+        pages=Paged(page, draw(st.sampled_from((True, True, False))) if page else True, shared,
+                    hnd=bool(page) and seed % 2 == 1, pool=HUNT_POOL if page and seed % 5 == 3 else 0),
         extend=Extend(tuple(n_new)),
     )
 

@@ -25,6 +25,7 @@ from .. import __version__
 from ..checks import parse_json
 from .metrics import parse_float
 from .options.fp8 import COMPUTE_KEY
+from .options.paged import LEVELS as PAGED_LEVELS
 
 SCHEMA = "lrkv.tolerance-report/1"
 STATUSES = ("pass", "fail", "error", "skip", "xfail")
@@ -118,7 +119,17 @@ def report_coverage(records: list[dict], policy, backends: list[dict]) -> dict:
     from .coverage import coverage
 
     roles = [b["name"] for b in backends if b.get("role") == "baseline"]
-    return coverage(((r, r["status"]) for r in records), policy.coverage, roles)
+    cov = coverage(((r, r["status"]) for r in records), policy.coverage, roles)
+    for info in backends:  # a server layout's coverage names it: the table is per layout
+        for lv, table in cov.get(info["name"], {}).items():
+            if "cache_layout" in info and lv in PAGED_LEVELS:
+                table["cache_layout"] = info["cache_layout"]
+    return cov
+
+
+def level_label(level: str, table: dict) -> str:
+    """'kernel-paged', or 'kernel-paged [vllm-blocks]' for a backend handed a server layout."""
+    return level + (f" [{table['cache_layout']}]" if table.get("cache_layout") else "")
 
 
 @dataclass(frozen=True)
@@ -272,7 +283,8 @@ def coverage_markdown(cov: dict) -> list[str]:
     for b, levels in cov.items():
         for lv, t in levels.items():
             unc = _names(t, "uncovered")
-            rows.append([b + ("" if t.get("required", True) else " (baseline path)"), lv, f"{t['covered']}/{t['of']}",
+            rows.append([b + ("" if t.get("required", True) else " (baseline path)"), level_label(lv, t),
+                         f"{t['covered']}/{t['of']}",
                          ", ".join(unc) or "—", ", ".join(_names(t, "not supported")) or "—",
                          ", ".join(_names(t, "optional")) or "—"])
     lines = ["", "### Coverage", "",

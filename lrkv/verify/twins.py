@@ -5,7 +5,7 @@ the NaN pages that the grid's exact-RoPE paged case carries. So when a backend d
 case — `supports()` false, or the case's dtype not in its `dtypes` — the runner derives the
 case's *twin*: the nearest variant that changes only capability dimensions
 (features.CAPABILITY_DIMS: layout, RoPE mode, QK-norm, dtype, fp8 cache, fp8 compute, head
-dim, rank, head count),
+dim, rank, head count, and an extend cache's paging — a server-layout backend takes pages only),
 in that order of preference and fewest changes first, keeping every other field (page size,
 shared pages, shuffled and NaN pages, lengths, n_new, splits, q scale, near cancellation,
 garbage, seed). The twin is an ordinary case for the gate; its record id is
@@ -28,6 +28,7 @@ from .features import CAPABILITY_DIMS
 from .options import fp8
 MAX_TRIES = 400  # supports() calls per declined case; the search stops (no twin) beyond
 HEAD_DIMS = (64, 128, 32, 16, 256)  # candidate head dims, nearest (in log2) first
+TWIN_PAGES = (16, 4, 1)  # page sizes a contiguous extend case's twin may take
 DTYPE_PREFERENCE = {  # nearest dtype first: same width, then wider
     "bfloat16": ("float16", "float32", "float64"),
     "float16": ("bfloat16", "float32", "float64"),
@@ -62,6 +63,10 @@ def candidates(case: Case, dim: str) -> list:
         return [r for r in _by_distance(s.rank, near) if r >= 0]
     if dim == "n_heads":
         return [h for h in _by_distance(s.n_heads, (s.n_heads - 1, s.n_heads + 1, 4, 8, 16, 2, 1, 32)) if h >= 1]
+    if dim == "paging":  # extend only: a contiguous cache paged, or a paged one contiguous
+        if case.level != "kernel-extend":
+            return []
+        return [0] if _value(case, dim) else list(TWIN_PAGES)
     raise ValueError(f"unknown capability dimension {dim!r}")
 
 
@@ -70,6 +75,8 @@ def _value(case: Case, dim: str):
         return getattr(case, dim)
     if dim in fp8.DIMS:
         return fp8.twin_value(case, dim)
+    if dim == "paging":
+        return case.pages.size if case.pages else 0
     return getattr(case.spec, dim)
 
 
@@ -93,7 +100,7 @@ def parse_changes(text: str) -> dict:
             if raw not in ("on", "off"):
                 raise ValueError(f"twin changes {text!r}: qk_norm must be on or off")
             out[dim] = raw == "on"
-        elif dim in ("head_dim", "rank", "n_heads"):
+        elif dim in ("head_dim", "rank", "n_heads", "paging"):
             if not raw.isdigit():
                 raise ValueError(f"twin changes {text!r}: {dim} must be an integer")
             out[dim] = int(raw)
@@ -115,6 +122,8 @@ def apply_changes(case: Case, changes: dict) -> Case:
     kw = {d: v for d, v in changes.items() if d in ("layout", "dtype")}
     if set(changes) & set(fp8.DIMS):
         kw["fp8"] = fp8.twin_apply(case.fp8, changes)
+    if "paging" in changes:  # a whole-page prefix keeps being shared only at its own page size
+        kw.update(page_size=changes["paging"], shared_prefix=0, page_shuffle=True)
     expect = case.expect
     if case.level == "layer-model":  # latent RoPE is the model's expected difference (case.py)
         expect = "differ" if s.rope == "latent" else "match"
@@ -129,9 +138,13 @@ def forced_changes(case: Case, backend) -> dict:
     """Changes every twin of `case` needs for `backend`, known from its claims without asking:
     an fp8 case for a backend that reads no fp8 cache is twinned at τ (cache=none), so the
     search spends its tries on the other dimensions."""
-    from .protocol import fp8_claims
+    from .protocol import cache_layout, fp8_claims
+    from ..reference.cache_layouts import DEFAULT
 
-    return {"cache": fp8.NONE} if case.cache_fp8 and not fp8_claims(backend)[0] else {}
+    forced = {"cache": fp8.NONE} if case.cache_fp8 and not fp8_claims(backend)[0] else {}
+    if case.level == "kernel-extend" and not _value(case, "paging") and cache_layout(backend) != DEFAULT:
+        forced["paging"] = TWIN_PAGES[0]  # a server layout takes pages only
+    return forced
 
 
 def find_twin(case: Case, accepts: Callable[[Case], bool], forced: dict | None = None) -> tuple[Case, dict] | None:

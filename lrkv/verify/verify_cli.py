@@ -278,10 +278,11 @@ def _print_properties(console, props: dict) -> None:
 def _print_coverage(console, cov: dict) -> None:
     """One line per backend and level (covered/of), then every uncovered required feature."""
     from .coverage import uncovered
+    from .tolerance_report import level_label
 
     if not cov:
         return
-    parts = [f"{b} {lv} {t['covered']}/{t['of']}" + (f" ({t['not_supported']} not supported)"
+    parts = [f"{b} {level_label(lv, t)} {t['covered']}/{t['of']}" + (f" ({t['not_supported']} not supported)"
                                                        if t.get("not_supported") else "")
              for b, levels in cov.items() for lv, t in levels.items() if t.get("required", True)]
     if parts:

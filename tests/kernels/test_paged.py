@@ -76,3 +76,44 @@ def test_to_contiguous_roundtrip_keeps_nan_garbage():
     owned = torch.zeros(paged.num_pages, dtype=torch.bool)
     owned[paged.page_table.flatten().long().cpu()] = True
     assert paged.shared_k[~owned.to(paged.shared_k.device)].isnan().all()
+
+
+LAYOUT_SPEC_EXACT = dict(rope="exact", qk_norm=True)
+
+
+def _vllm_cases():
+    from lrkv.spec import AttentionSpec
+    from lrkv.verify.case import Case
+
+    s = AttentionSpec.lrkv(3, 8, 2, **LAYOUT_SPEC_EXACT)
+    return [Case.flat("kernel-paged", s, "float32", (5, 8, 0, 4), 12, page_size=4, page_hnd=hnd, seed=1)
+            for hnd in (False, True)] + [
+        Case.flat("kernel-extend", s, "float32", (9, 4, 6, 0), 12, n_new=(3, 0, 6, 0), page_size=4, seed=2),
+        Case.flat("kernel-paged", s, "bfloat16", (9, 4, 6, 0), 12, page_size=3, seed=3, page_hnd=True,
+                  cache_format="float8_e4m3fn", scale_granularity="per_token_head")]
+
+
+def test_the_kernels_take_vllm_block_pools_as_they_are(monkeypatch):
+    """triton-vllm-blocks passes in vLLM's layout (null block 0, head-major pools, extend, fp8),
+    and a token-major pool reaches the kernel without a copy: the same storage, not a conversion."""
+    from lrkv.kernels import decode
+    from lrkv.kernels.triton_backend import TritonVllmBlocks
+    from lrkv.testing import check_backend
+    from lrkv.verify.levels.paged import make_paged_inputs
+
+    report = check_backend(TritonVllmBlocks(), grid=_vllm_cases())
+    assert report.counts["pass"] == 4 and {r["cache_layout"] for r in report.records} == {"vllm-blocks"}
+    copied, real = [], decode._dense_pair
+
+    def spy(k, v):  # the storage of K and V as the kernel gets them
+        out = real(k, v)
+        copied.append([t.data_ptr() for t in out])
+        return out
+    monkeypatch.setattr(decode, "_dense_pair", spy)
+    for case, copies in zip(_vllm_cases()[:2], (False, True)):  # NHD: none; HND latents: made dense once
+        inp = make_paged_inputs(case).in_layout("vllm-blocks")
+        pools = inp.arranged()
+        copied.clear()
+        TritonVllmBlocks().paged_decode_attention(*inp.args(), **inp.kwargs())
+        assert copied[0] == [pools["shared_k"].data_ptr(), pools["shared_v"].data_ptr()]
+        assert (copied[1] != [pools["latent_k"].data_ptr(), pools["latent_v"].data_ptr()]) == copies

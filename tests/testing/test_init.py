@@ -57,6 +57,20 @@ def test_the_starter_backend_passes(tmp_path, monkeypatch):
     assert report.ok and report.counts["pass"] == 7
 
 
+@pytest.mark.parametrize("layout", ["vllm-blocks", "flashinfer-csr", "fused-rows"])
+def test_the_starter_in_a_server_layout_passes(tmp_path, monkeypatch, capsys, layout):
+    assert _init(tmp_path, "--layout", layout) == 0
+    text = (tmp_path / f"{MODULE}.py").read_text()
+    assert f'cache_layout = "{layout}"' in text and text.count("def paged_decode_attention(") == 1
+    module = f"{MODULE}_{layout.replace('-', '_')}"  # the run's worker processes keep modules imported before
+    (tmp_path / f"{module}.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    report = check_backend(f"{module}:backend", grid="quick")
+    paged = [r for r in report.records if r["level"] == "kernel-paged"]
+    assert report.ok and [r for r in paged if r["status"] == "pass"] and not report.failures
+    assert {r["cache_layout"] for r in paged} == {layout}
+
+
 def test_the_starter_backend_is_the_example_backend(tmp_path):
     """examples/my_backend.py and the starter `lrkv init` writes are one backend: the same code
     below their docstrings (only the name differs), so a fix to one cannot miss the other."""

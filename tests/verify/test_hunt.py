@@ -20,7 +20,8 @@ def test_default_hunt_reaches_every_kernel_level():
     assert result["levels"] == list(LEVELS)
     # every correct backend that declares a level is hunted there
     # the example decode backend has a paged decode too (gather-then-decode, as `lrkv init` writes it)
-    assert set(result["by_level"]["kernel-paged"]) == {"reference", "materialized", "eager", "my-paged", "my-splitk"}
+    assert set(result["by_level"]["kernel-paged"]) == {"reference", "materialized", "eager", "my-paged", "my-splitk",
+                                                        "my-vllm", "my-flashinfer"}
     assert set(result["by_level"]["kernel-extend"]) == {"reference", "materialized", "eager", "my-extend"}
     assert not result["false_failures"]
 
@@ -52,6 +53,7 @@ def test_strategies_draw_every_paged_and_extend_feature(level):
     assert 1 in f["pages"] and any(p >= 16 and p & (p - 1) == 0 for p in f["pages"])
     assert f["pages"] & {3, 5, 7} and len({p for p in f["pages"] if p & (p - 1)}) >= 3 and f["not_dividing"]
     assert f["shuffle"] == {True, False} and f["garbage"] == {True, False}
+    assert {c.pages.hnd for c in f["paged"]} == {True, False} and {c.pages.pool for c in f["paged"]} == {0, 1500}
     assert f["shared"] and all(c.pages.shared_prefix % c.pages.size == 0 and c.pages.shared_prefix <= min(c.lengths[:2])
                                for c in f["shared"])
     assert {"0", "1", "t_max", "page", "other"} <= f["lengths"] and f["varlen"]

@@ -40,9 +40,7 @@ def test_the_array_is_the_same_every_run():
 
 
 def _paged_params():
-    return dict(mode=tuple(grids.PAGED_MODES), shape=grids.PAGED_SHAPES, dtype=grids.ALL, page=grids.PAGE_SIZES,
-                lengths=("boundary", "full", "batch16", "single"), prefix=(True, False), shuffle=(True, False),
-                garbage=("nan", "finite"), adversarial=("none", "q100", "cancel", "splits5"), **grids.FP8_DIMENSIONS)
+    return dict(grids.PAGED_PARAMS)
 
 
 def _makes(row) -> bool:

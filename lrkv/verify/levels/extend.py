@@ -19,6 +19,7 @@ import torch
 from ...reference import extend as ref_extend
 from ...reference.extend import query_positions
 from ...reference.cache import FactoredCache
+from ...reference.cache_layouts import DEFAULT as DEFAULT_LAYOUT
 from ...reference.fp8 import PARTS
 from ...reference.rope import ExactRope
 from ..bounds import kernel_conditioning
@@ -42,7 +43,9 @@ class ExtendInputs(ContractInputs):
     basis_v: torch.Tensor
     scale: float
     rope: ExactRope | None = None
+    cache_layout: str = DEFAULT_LAYOUT  # the layout the backend is handed (lrkv.reference.cache_layouts)
     ARGS = ("q", "cu_seqlens_q", *PARTS, "basis_k", "basis_v", "lengths")
+    LAYOUT_ARGS = "EXTEND"
     PAGE_TABLE_KW = True
 
 

@@ -13,6 +13,7 @@ from dataclasses import fields, replace
 import torch
 
 from ...reference.cache import FactoredCache
+from ...reference.cache_layouts import ADAPTERS, DEFAULT as DEFAULT_LAYOUT
 from ...reference.fp8 import is_fp8
 from ...reference.lrkv import project_token
 from ...reference.weights import LRKVWeights, init_lrkv_weights
@@ -25,19 +26,54 @@ class ContractInputs:
     """What every contract's argument bundle (decode, paged decode, extend; DESIGN §4) does:
     a dataclass with a `cache: FactoredCache` field whose ARGS name its positional arguments
     (its own fields or the cache's) and whose PAGE_TABLE_KW says whether the page table
-    travels as a keyword (extend)."""
+    travels as a keyword (extend).
+
+    A paged bundle with a `cache_layout` field other than 'pages' hands its cache to the
+    backend in that server layout (`lrkv.reference.cache_layouts`; LAYOUT_ARGS names the
+    adapter's signature): converted once per bundle, so the server properties' buffers are
+    the layout's tensors themselves, and re-converted by `replace` (a new bundle)."""
 
     ARGS: tuple[str, ...] = ()
     PAGE_TABLE_KW = False
+    LAYOUT_ARGS = "DECODE"  # the adapter's positional names: DECODE, or EXTEND (+ EXTEND_KEYWORDS)
 
     def _get(self, name: str):
         return getattr(self, name) if name in self.__dataclass_fields__ else getattr(self.cache, name)
 
+    def arranged(self) -> dict | None:
+        """The cache's arguments in the bundle's server layout, by contract name (None: the contract's own)."""
+        layout = getattr(self, "cache_layout", DEFAULT_LAYOUT)
+        if layout == DEFAULT_LAYOUT:
+            return None
+        if "_arranged" not in self.__dict__:
+            if not self.cache.paged:
+                raise ValueError(f"cache_layout {layout!r} hands over a paged cache; this case's cache is contiguous")
+            self.__dict__["_arranged"] = ADAPTERS[layout].arrange(self.cache, getattr(self, "cu_seqlens_q", None))
+        return self.__dict__["_arranged"]
+
+    def _layout_names(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        adapter = ADAPTERS[self.cache_layout]
+        return getattr(adapter, self.LAYOUT_ARGS), (adapter.EXTEND_KEYWORDS if self.LAYOUT_ARGS == "EXTEND" else ())
+
     def args(self) -> tuple:
-        return tuple(self._get(n) for n in self.ARGS)
+        laid = self.arranged()
+        if laid is None:
+            return tuple(self._get(n) for n in self.ARGS)
+        return tuple(laid[n] if n in laid else self._get(n) for n in self._layout_names()[0])
 
     def kwargs(self) -> dict:
-        return {"scale": self.scale, "rope": self.rope, **self.cache.contract_kwargs(page_table=self.PAGE_TABLE_KW)}
+        laid = self.arranged()
+        if laid is None:
+            return {"scale": self.scale, "rope": self.rope,
+                    **self.cache.contract_kwargs(page_table=self.PAGE_TABLE_KW)}
+        extra = {n: laid[n] for n in ("cache_scales", *self._layout_names()[1]) if n in laid}
+        return {"scale": self.scale, "rope": self.rope, "key_scale": laid["key_scale"], **extra}
+
+    def in_layout(self, layout: str):
+        """The bundle as a backend of `layout` is handed it (this one for the contract's own)."""
+        if layout == getattr(self, "cache_layout", DEFAULT_LAYOUT):
+            return self
+        return replace(self, cache_layout=layout)
 
     def call(self, fn, **extra):
         """fn(*contract args, **contract kwargs, **extra)."""
@@ -66,9 +102,17 @@ class ContractInputs:
     def named_tensors(self) -> dict[str, torch.Tensor]:
         """Every tensor the backend is handed, by its contract name — an fp8 cache's scales as
         'cache_scales.<part>' (what the server properties snapshot and overwrite)."""
-        out = {n: v for n in (*self.ARGS, "key_scale", "page_table") if isinstance(v := self._get(n), torch.Tensor)}
-        if self.cache.scales is not None:
-            out.update({f"cache_scales.{p}": t for p, t in self.cache.scales.tensors().items()})
+        laid = self.arranged()
+        if laid is not None:
+            names, keywords = self._layout_names()
+            out = {n: v for n in (*names, *keywords, "key_scale")
+                   if isinstance(v := laid[n] if n in laid else self._get(n), torch.Tensor)}
+            scales = laid.get("cache_scales")
+        else:
+            out = {n: v for n in (*self.ARGS, "key_scale", "page_table") if isinstance(v := self._get(n), torch.Tensor)}
+            scales = self.cache.scales
+        if scales is not None:
+            out.update({f"cache_scales.{p}": t for p, t in scales.tensors().items()})
         return out
 
     def dequantize_to(self, dtype: torch.dtype):

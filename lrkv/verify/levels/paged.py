@@ -17,6 +17,7 @@ import torch
 
 from ...reference import paged as ref_paged
 from ...reference.cache import FactoredCache
+from ...reference.cache_layouts import DEFAULT as DEFAULT_LAYOUT
 from ...reference.fp8 import PARTS, is_fp8
 from ...reference.rope import ExactRope
 from ..bounds import kernel_conditioning
@@ -29,6 +30,7 @@ from .kernel import draw_kernel_inputs, quantized
 
 SPARE_PAGES = 2  # pages no sequence owns: garbage a wrong page index can land on
 CACHE = ("shared_k", "shared_v", "latent_k", "latent_v", "key_scale")
+HEADED = ("latent_k", "latent_v", "key_scale", "cache_scales.latent_k", "cache_scales.latent_v")  # [P, page, H, ...]
 
 
 @dataclass
@@ -42,6 +44,7 @@ class PagedInputs(ContractInputs):
     basis_v: torch.Tensor  # [H, d_h, r]
     scale: float
     rope: ExactRope | None = None
+    cache_layout: str = DEFAULT_LAYOUT  # the layout the backend is handed (lrkv.reference.cache_layouts)
     ARGS = ("q", *PARTS, "basis_k", "basis_v", "lengths", "page_table")
 
 
@@ -58,8 +61,10 @@ def paginate(case: Case, cache: dict[str, torch.Tensor]) -> tuple[dict[str, torc
 
     Sequence b's logical page i is physical page page_table[b, i]: a random permutation
     (page_shuffle) of B·cdiv(T_max, page) + SPARE_PAGES pages, in sequence-major order
-    otherwise. With shared_prefix, sequence 1's first pages ARE sequence 0's (equal content:
-    the same tokens were drawn), and its own copies become unused. Pages nobody reads, and
+    otherwise, above `page_pool` unused pages (a large pool puts the used indices near its end).
+    With shared_prefix, sequence 1's first pages ARE sequence 0's (equal content:
+    the same tokens were drawn), and its own copies become unused. `page_hnd` lays the pools
+    with a head axis (latents, key scales, per-token-head scales) out head-major. Pages nobody reads, and
     slots past each length, hold garbage (NaN, or large finite values — and, beside an fp8
     cache, per-token scales as NaN or as finite scales of a plausible size).
     """
@@ -69,7 +74,8 @@ def paginate(case: Case, cache: dict[str, torch.Tensor]) -> tuple[dict[str, torc
     n_pages = B * max_pages + SPARE_PAGES
     order = (torch.randperm(n_pages, generator=generator(case, 40)) if case.pages.shuffle
              else torch.arange(n_pages))
-    table = order[: B * max_pages].reshape(B, max_pages).to(torch.int32)
+    table = (order[: B * max_pages] + case.pages.pool).reshape(B, max_pages).to(torch.int32)
+    n_pages += case.pages.pool
     if case.pages.shared_prefix:
         table[1, : case.pages.shared_prefix // page] = table[0, : case.pages.shared_prefix // page]
     pages = {}
@@ -86,6 +92,8 @@ def paginate(case: Case, cache: dict[str, torch.Tensor]) -> tuple[dict[str, torc
         else:
             pool = FINITE_GARBAGE * torch.randn((n_pages, page, *tail), generator=generator(case, 41 + i),
                                                 dtype=t.dtype)
+        if case.pages.hnd and name in HEADED and pool.dim() > 2:  # [P, page, H, ...] stored as [P, H, page, ...]
+            pool = pool.transpose(1, 2).contiguous().transpose(1, 2)
         pages[name] = ref_paged.scatter_pages(t, table, pool)
     return pages, table
 

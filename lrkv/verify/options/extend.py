@@ -53,6 +53,7 @@ def features() -> list:
         Feature("n_new=length", ext, lambda c: any(0 < n == L for n, L in zip(new(c), c.lengths)),
                 "a prefill from an empty cache"),
         Feature("extend contiguous", ext, lambda c: c.pages is None or c.pages.size == 0,
-                "extend on a contiguous cache"),
-        Feature("extend paged", ext, lambda c: c.pages is not None and c.pages.size > 0, "extend on a paged cache"),
+                "extend on a contiguous cache", dim="paging"),
+        Feature("extend paged", ext, lambda c: c.pages is not None and c.pages.size > 0, "extend on a paged cache",
+                dim="paging"),
     ]

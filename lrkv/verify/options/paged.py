@@ -1,4 +1,5 @@
-"""A paged cache (levels kernel-paged and kernel-extend): slots per page, page order, shared prefix."""
+"""A paged cache (levels kernel-paged and kernel-extend): slots per page, page order, shared prefix,
+the latents' stride order (NHD or head-major HND) and the pool's size."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from . import MAX_T, Feature
 
 LEVELS = ("kernel-paged", "kernel-extend")
 MAX_PAGE_SIZE = 1 << 16
-KEYS = {"page_size": "size", "page_shuffle": "shuffle", "shared_prefix": "shared_prefix"}
+MAX_POOL = 1 << 16
+LARGE_POOL = 1000  # "thousands of pages": the pool size the feature asks for
+KEYS = {"page_size": "size", "page_shuffle": "shuffle", "shared_prefix": "shared_prefix", "page_hnd": "hnd",
+        "page_pool": "pool"}
 
 
 @dataclass(frozen=True)
@@ -17,14 +21,20 @@ class Paged:
     size: int = 0  # slots per page (>= 1 at kernel-paged; 0 at kernel-extend: a contiguous cache)
     shuffle: bool = True  # physical pages in a random order (False: sequence-major order)
     shared_prefix: int = 0  # sequences 0 and 1 share their first shared_prefix tokens' pages (whole pages)
+    hnd: bool = False  # latents, key scales and per-token-head scales head-major in memory ([P, H, page, ...])
+    pool: int = 0  # unused pages below the used ones: a pool of thousands puts page indices near its end
 
     def check(self, case) -> None:
         check_int("page_size", self.size, minimum=0, maximum=MAX_PAGE_SIZE)
         check_bool("page_shuffle", self.shuffle)
         check_int("shared_prefix", self.shared_prefix, minimum=0, maximum=MAX_T)
+        check_bool("page_hnd", self.hnd)
+        check_int("page_pool", self.pool, minimum=0, maximum=MAX_POOL)
         if case.level not in LEVELS:
-            raise ValueError("page_size, page_shuffle and shared_prefix apply to levels kernel-paged and "
-                             "kernel-extend only")
+            raise ValueError("page_size, page_shuffle, shared_prefix, page_hnd and page_pool apply to levels "
+                             "kernel-paged and kernel-extend only")
+        if (self.hnd or self.pool) and self.size < 1:
+            raise ValueError("page_hnd and page_pool need page_size >= 1 (a paged cache)")
         if self.shared_prefix:
             if self.size < 1 or case.batch < 2:
                 raise ValueError("shared_prefix needs page_size >= 1 and at least two sequences")
@@ -37,7 +47,8 @@ class Paged:
 
     def flags(self) -> str:
         return "".join((f"+page{self.size}" if self.size else "", "" if self.shuffle else "+inorder",
-                        f"+prefix{self.shared_prefix}" if self.shared_prefix else ""))
+                        f"+prefix{self.shared_prefix}" if self.shared_prefix else "", "+hnd" if self.hnd else "",
+                        f"+pool{self.pool}" if self.pool else ""))
 
     def shapes(self) -> dict:
         return {"page_size": self.size} if self.size else {}
@@ -64,5 +75,14 @@ def features() -> list:
                 "physical pages in sequence order"),
         Feature("length at page boundary", LEVELS,
                 lambda c: page(c).size > 0 and any(n > 0 and n % page(c).size == 0 for n in c.lengths),
-                "a length that ends exactly on a page"),
+                "a length that ends exactly on a page (its last page full)"),
+        Feature("last page partial", LEVELS,
+                lambda c: page(c).size > 1 and any(n % page(c).size for n in c.lengths),
+                "a last page only partly filled (its length off by one reads garbage)"),
+        Feature("pages head-major (HND)", LEVELS, lambda c: page(c).hnd,
+                "latents laid out [P, H, page, r]: a kernel assuming NHD strides reads the wrong slots"),
+        Feature("pages token-major (NHD)", LEVELS, lambda c: page(c).size > 0 and not page(c).hnd,
+                "latents laid out [P, page, H, r]"),
+        Feature("pool of thousands of pages", LEVELS, lambda c: page(c).pool >= LARGE_POOL,
+                "page indices near the end of a large pool (index arithmetic that overflows or clamps)"),
     ]

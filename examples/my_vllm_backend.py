@@ -1,0 +1,41 @@
+"""A user's paged LRKV decode backend in vLLM's block layout, verified by the lrkv harness:
+
+    lrkv verify --backend examples.my_vllm_backend:backend --level kernel-paged
+
+It declares `cache_layout = "vllm-blocks"`, so the harness hands it the cache as vLLM keeps
+it: per-part block pools `(num_blocks, block_size, …)` whose block 0 is the null block (NaN,
+never a sequence's block), NHD or head-major HND by stride order; `block_table [B, max_blocks]`
+padded with the null block; `seq_lens [B]`. The online softmax over the blocks is the one of
+`my_paged_backend` (a block table is a page table). It depends on nothing from lrkv:
+
+    paged_decode_attention(q [B, H, d_h], shared_k [N, bs, d_h], shared_v [N, bs, d_h],
+                           latent_k [N, bs, H, r], latent_v [N, bs, H, r],
+                           basis_k [H, d_h, r], basis_v [H, d_h, r], seq_lens [B] int32,
+                           block_table [B, max_blocks] int32, *, scale, key_scale=None, rope=None)
+        -> (out [B, H, d_h] in q's dtype, lse [B, H] float32)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from examples.my_paged_backend import attend_pages
+
+
+class VllmBlocksDecode:
+    name = "my-vllm"
+    levels = frozenset({"kernel-paged"})
+    dtypes = (torch.float32, torch.bfloat16, torch.float16)
+    cache_layout = "vllm-blocks"
+
+    def available(self) -> tuple[bool, str]:
+        return True, ""
+
+    def paged_decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, seq_lens,
+                               block_table, *, scale, key_scale=None, rope=None):
+        return attend_pages(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, seq_lens,
+                            lambda i: block_table[:, i], block_table.shape[1], scale=scale, key_scale=key_scale,
+                            rope=rope)
+
+
+backend = VllmBlocksDecode()
