@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -47,6 +48,7 @@ DEFAULT_TIMEOUT_S = 120.0  # one job (the policy's default case_timeout; the tp 
 START_S = 60.0  # the ranks' start-up: fork, unpickle the jobs, join the process group
 DEFAULT_PG_TIMEOUT_S = 60.0  # one collective: a rank waiting longer for a peer gives up
 START_METHOD = "forkserver" if os.name == "posix" else "spawn"  # see _preload
+SPAWN_PREFIX = "lrkv-tp-"  # + <pid>-: a spawn's temporary directory (sweep_stale_spawn_dirs)
 GRACE_S = 2.0  # how long ranks get to exit after one fails, or after SIGTERM before SIGKILL
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -249,7 +251,8 @@ def _spawn(jobs: list[TPJob], tp: int, limits: list[float], start_s: float, pg_t
     import torch.multiprocessing as mp
 
     _preload()
-    with tempfile.TemporaryDirectory(prefix="lrkv-tp-") as tmp:
+    sweep_stale_spawn_dirs()
+    with tempfile.TemporaryDirectory(prefix=f"{SPAWN_PREFIX}{os.getpid()}-") as tmp:
         out = Path(tmp)
         ctx = mp.start_processes(_rank_main, args=(tp, free_port(), jobs, tmp, pg_timeout_s, device), nprocs=tp,
                                  join=False, start_method=START_METHOD)
@@ -269,6 +272,25 @@ def _spawn(jobs: list[TPJob], tp: int, limits: list[float], start_s: float, pg_t
         else:
             why = f"ranks {missing} returned no result: {'; '.join(errs) or detail or 'no result'}"
         return done, (j, why, kind or "failed")
+
+
+def sweep_stale_spawn_dirs(root: str | Path | None = None) -> list[Path]:
+    """Remove the spawn directories (lrkv-tp-<pid>-*) of this user's runs whose process is gone:
+    a run killed by SIGTERM or SIGKILL cannot clean up after itself, so the next one does. A
+    live run's directory, another user's and any other name are left alone."""
+    removed = []
+    for d in Path(root or tempfile.gettempdir()).glob(f"{SPAWN_PREFIX}*-*"):
+        pid = d.name[len(SPAWN_PREFIX):].split("-", 1)[0]
+        try:
+            if not (pid.isdigit() and d.is_dir() and d.stat().st_uid == os.getuid()):
+                continue
+            os.kill(int(pid), 0)  # alive (or another user's): keep
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+        except (OSError, OverflowError):
+            continue
+    return removed
 
 
 def _watch(ctx, out: Path, tp: int, limits: list[float]) -> tuple[str | None, str]:

@@ -19,7 +19,7 @@ import pytest
 
 from lrkv.cli import main
 from lrkv.distributed import runner
-from lrkv.distributed.runner import GRACE_S, TimedOut, TPJob, run_jobs
+from lrkv.distributed.runner import GRACE_S, TimedOut, TPJob, run_jobs, sweep_stale_spawn_dirs
 from lrkv.spec import AttentionSpec as S
 from tests.test_helpers import tp_backends
 
@@ -158,6 +158,8 @@ def test_killing_lrkv_verify_leaves_no_process(tmp_path, sig, code):
         assert proc.wait(30) == code, (tmp_path / "log").read_text()[-2000:]
         assert _wait_for(lambda: not _marked(mark), 10), [
             (pid, Path(f"/proc/{pid}/cmdline").read_bytes()[:120]) for pid in _marked(mark)]
+        sweep_stale_spawn_dirs(tmp_path)  # what the next run does first: a killed run's directory goes
+        assert not list(tmp_path.glob("lrkv-tp-*"))
     finally:
         if proc.poll() is None:  # a failed check must not leave its processes behind
             proc.kill()
@@ -167,3 +169,12 @@ def test_killing_lrkv_verify_leaves_no_process(tmp_path, sig, code):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_stale_spawn_directories_are_swept_and_live_ones_kept(tmp_path):
+    dead, live, other = (tmp_path / n for n in ("lrkv-tp-999999999-x", f"lrkv-tp-{os.getpid()}-y", "lrkv-tp-z"))
+    for d in (dead, live, other):
+        d.mkdir()
+        (d / "0-0.pt").write_bytes(b"partial result")
+    assert sweep_stale_spawn_dirs(tmp_path) == [dead]
+    assert not dead.exists() and live.exists() and other.exists()
