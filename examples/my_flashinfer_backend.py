@@ -20,17 +20,12 @@ from __future__ import annotations
 
 import torch
 
-from examples.my_paged_backend import attend_pages
+from examples.my_paged_backend import PagedDecode, attend_pages
 
 
-class FlashInferCsrDecode:
+class FlashInferCsrDecode(PagedDecode):
     name = "my-flashinfer"
-    levels = frozenset({"kernel-paged"})
-    dtypes = (torch.float32, torch.bfloat16, torch.float16)
     cache_layout = "flashinfer-csr"
-
-    def available(self) -> tuple[bool, str]:
-        return True, ""
 
     def paged_decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, kv_indptr,
                                kv_indices, kv_last_page_len, *, scale, key_scale=None, rope=None):

@@ -17,25 +17,18 @@ padded with the null block; `seq_lens [B]`. The online softmax over the blocks i
 
 from __future__ import annotations
 
-import torch
-
-from examples.my_paged_backend import attend_pages
+from examples.my_paged_backend import PagedDecode
 
 
-class VllmBlocksDecode:
+class VllmBlocksDecode(PagedDecode):
     name = "my-vllm"
-    levels = frozenset({"kernel-paged"})
-    dtypes = (torch.float32, torch.bfloat16, torch.float16)
     cache_layout = "vllm-blocks"
-
-    def available(self) -> tuple[bool, str]:
-        return True, ""
 
     def paged_decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, seq_lens,
                                block_table, *, scale, key_scale=None, rope=None):
-        return attend_pages(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, seq_lens,
-                            lambda i: block_table[:, i], block_table.shape[1], scale=scale, key_scale=key_scale,
-                            rope=rope)
+        # a block table is a page table whose padding is the null block 0 (NaN, past every seq_len)
+        return super().paged_decode_attention(q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v,
+                                              seq_lens, block_table, scale=scale, key_scale=key_scale, rope=rope)
 
 
 backend = VllmBlocksDecode()
