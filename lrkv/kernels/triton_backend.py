@@ -209,13 +209,9 @@ class TritonVllmBlocks(TritonBackend):
     levels = frozenset({"kernel-paged", "kernel-extend"})
     cache_layout = "vllm-blocks"
 
-    def paged_decode_attention(self, q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, seq_lens,
-                               block_table, *, scale, key_scale=None, rope=None, cache_scales=None):
-        cache = FactoredCache(shared_k, shared_v, latent_k, latent_v, seq_lens, key_scale, cache_scales, block_table)
-        return self.attend(q, cache, basis_k, basis_v, scale=scale, rope=rope)
-
-    def extend_attention(self, q, cu_seqlens_q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, seq_lens,
-                         block_table, *, scale, key_scale=None, rope=None, slot_mapping=None, cache_scales=None):
+    # vLLM's decode is the pages contract with its own names (seq_lens, block_table), so the
+    # inherited paged_decode_attention takes it as it is; its extend has block_table positional.
+    def extend_attention(self, *args, slot_mapping=None, **kw):
         # slot_mapping names where the new tokens were written: the cache holds them already
-        cache = FactoredCache(shared_k, shared_v, latent_k, latent_v, seq_lens, key_scale, cache_scales, block_table)
-        return self.attend(q, cache, basis_k, basis_v, scale=scale, rope=rope, cu_seqlens_q=cu_seqlens_q)
+        *args, block_table = args
+        return super().extend_attention(*args, page_table=block_table, **kw)

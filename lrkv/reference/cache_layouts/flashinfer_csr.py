@@ -4,7 +4,7 @@
 how many rows of its last page hold tokens. A sequence with no token has no page and a last
 page length of 0 (FlashInfer has no empty sequences; the contract's lengths may be 0).
 
-    decode:  (q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, kv_indptr, kv_indices,
+    decode:  (q, *PARTS, basis_k, basis_v, kv_indptr, kv_indices,
               kv_last_page_len, *, scale, key_scale, rope[, cache_scales])
     extend:  (q, cu_seqlens_q, <the same>, *, scale, key_scale, rope[, cache_scales])
 """

@@ -4,7 +4,7 @@ NaN throughout — so the pool is the cache's pages shifted by one; `block_table
 names each sequence's blocks and pads with the null block; `seq_lens [B]`; an extend also gets
 `slot_mapping [N]`, the flat slot (block · block_size + row) each new token was written to.
 
-    decode:  (q, shared_k, shared_v, latent_k, latent_v, basis_k, basis_v, seq_lens, block_table,
+    decode:  (q, *PARTS, basis_k, basis_v, seq_lens, block_table,
               *, scale, key_scale, rope[, cache_scales])
     extend:  (q, cu_seqlens_q, <the same>, *, scale, key_scale, rope, slot_mapping[, cache_scales])
 """
