@@ -169,7 +169,7 @@ class TritonBackend(BaseBackend):
         moved = dev is not None and cache.shared_k.device != dev
         work = cache
         if moved:
-            work = FactoredCache(**{k: (None if v is None else v.to(dev)) for k, v in vars(cache).items()})  # scales too
+            work = cache.to(dev)  # scales and page table too
             weights_d = weights.__class__(**{k: (v.to(dev) if isinstance(v, torch.Tensor) else v)
                                              for k, v in vars(weights).items()})
             x_t, positions = x_t.to(dev), positions.to(dev)
@@ -177,10 +177,8 @@ class TritonBackend(BaseBackend):
             weights_d = weights
         entries = project_token(weights_d, x_t, positions)
         append(work, entries, positions)
-        out, _ = self._attend(
-            entries["q"], FactoredCache(work.shared_k, work.shared_v, work.latent_k, work.latent_v, work.lengths,
-                                        work.key_scale, work.scales),
-            weights_d.basis_k, weights_d.basis_v, scale=spec.head_dim ** -0.5, rope=decode_rope(spec))
+        out, _ = self._attend(entries["q"], work, weights_d.basis_k, weights_d.basis_v,
+                              scale=spec.head_dim ** -0.5, rope=decode_rope(spec))
         y = torch.einsum("bhd,hde->be", out, weights_d.w_o)
         if moved:
             for name, t in cache.tensors().items():
