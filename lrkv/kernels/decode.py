@@ -306,7 +306,8 @@ def attend(q: torch.Tensor, cache: FactoredCache, basis_k: torch.Tensor, basis_v
     """The one wrapper behind decode, paged decode (a paged cache) and extend (cu_seqlens_q):
     Eqs. 6–7 over a FactoredCache. Validates the contract (`check`), then the launch; an fp8
     cache's scales are checked either way. Fallback mode runs the float64 reference `attend`
-    on the float inputs upcast, cast back to the contract's dtypes."""
+    on the float inputs upcast, cast back to the contract's dtypes. The launch options
+    (num_splits … programs_per_sm) override `pick_launch`'s row; the public entries pass theirs here."""
     check_fp8_cache(dict(zip(PARTS, cache.parts)), cache.scales)
     if check:
         validate_cache_inputs(q, cache, basis_k, basis_v, scale=scale, rope=rope, cu_seqlens_q=cu_seqlens_q)
@@ -341,15 +342,9 @@ def decode_attention(
     scale: float,
     key_scale: torch.Tensor | None = None,  # [B, T_max, H]
     rope: ExactRope | None = None,
-    num_splits: int | None = None,
-    group_size: int | None = None,
-    block_t: int | None = None,
-    num_warps: int | None = None,
     check: bool = True,
-    dot: str | None = None,
-    private: str | None = None,
-    programs_per_sm: int | None = None,
     cache_scales: CacheScales | None = None,  # fp8 cache: [] / [H] / [B, T_max] / [B, T_max, H] scales
+    **launch,  # num_splits, group_size, block_t, num_warps, dot, private, programs_per_sm: `attend`'s
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Factored decode over a contiguous cache (Eqs. 6–7). Returns out [B, H, d_h], lse [B, H].
 
@@ -358,9 +353,7 @@ def decode_attention(
     `cache_scales` (module doc); its dtypes and scale shapes are checked either way.
     """
     return attend(q, FactoredCache(shared_k, shared_v, latent_k, latent_v, lengths, key_scale, cache_scales),
-                  basis_k, basis_v, scale=scale, rope=rope, check=check, num_splits=num_splits,
-                  group_size=group_size, block_t=block_t, num_warps=num_warps, dot=dot,
-                  private=private, programs_per_sm=programs_per_sm)
+                  basis_k, basis_v, scale=scale, rope=rope, check=check, **launch)
 
 
 def paged_decode_attention(
@@ -377,20 +370,12 @@ def paged_decode_attention(
     scale: float,
     key_scale: torch.Tensor | None = None,  # [P, page, H]
     rope: ExactRope | None = None,
-    num_splits: int | None = None,
-    group_size: int | None = None,
-    block_t: int | None = None,
-    num_warps: int | None = None,
     check: bool = True,
-    dot: str | None = None,
-    private: str | None = None,
-    programs_per_sm: int | None = None,
     cache_scales: CacheScales | None = None,  # fp8 cache: per-token scales paged [P, page(, H)]
+    **launch,  # the launch options, as decode_attention's
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Factored decode over a paged cache: slot t of sequence b is page_table[b, t // page],
     row t % page. Exact RoPE rotates by the logical slot t. Same outputs as `decode_attention`;
     an fp8 cache's per-token scales are read at the same physical page and row as its parts."""
     cache = FactoredCache(shared_k, shared_v, latent_k, latent_v, lengths, key_scale, cache_scales, page_table)
-    return attend(q, cache, basis_k, basis_v, scale=scale, rope=rope, check=check, num_splits=num_splits,
-                  group_size=group_size, block_t=block_t, num_warps=num_warps, dot=dot,
-                  private=private, programs_per_sm=programs_per_sm)
+    return attend(q, cache, basis_k, basis_v, scale=scale, rope=rope, check=check, **launch)

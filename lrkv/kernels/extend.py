@@ -44,15 +44,9 @@ def extend_attention(
     key_scale: torch.Tensor | None = None,  # [B, T_max, H]  (paged: [P, page, H])
     rope: ExactRope | None = None,
     page_table: torch.Tensor | None = None,  # [B, max_pages] int32
-    group_size: int | None = None,
-    block_t: int | None = None,
-    num_warps: int | None = None,
-    dot: str | None = None,
     check: bool = True,
-    num_splits: int | None = None,
-    private: str | None = None,
-    programs_per_sm: int | None = None,
     cache_scales: CacheScales | None = None,  # fp8 cache (DESIGN §4.1)
+    **launch,  # the launch options, as decode_attention's
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Causal factored attention (Eqs. 6–7) for ragged queries. Returns out [N, H, d_h], lse [N, H].
 
@@ -60,5 +54,4 @@ def extend_attention(
     splits divide each token's causal range 0 … p (splits past p are empty and ignored)."""
     cache = FactoredCache(shared_k, shared_v, latent_k, latent_v, lengths, key_scale, cache_scales, page_table)
     return attend(q, cache, basis_k, basis_v, scale=scale, rope=rope, cu_seqlens_q=cu_seqlens_q, check=check,
-                  num_splits=num_splits, group_size=group_size, block_t=block_t, num_warps=num_warps,
-                  dot=dot, private=private, programs_per_sm=programs_per_sm)
+                  **launch)

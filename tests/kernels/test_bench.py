@@ -18,7 +18,8 @@ from lrkv.bench.families import FAMILIES, make_inputs, reference_step, step_args
 from lrkv.bench.grid import BenchGrid
 from lrkv.bench.runner import RunOptions, run_bench
 from lrkv.kernels import runtime
-from lrkv.kernels.decode import decode_attention
+from lrkv.kernels.decode import attend
+from lrkv.kernels.triton_backend import LAUNCH_OPTIONS
 from lrkv.spec import PAPER_SCALES, PaperScale
 
 pytestmark = pytest.mark.own_kernel_mode  # the interpreter per test, or none at all
@@ -76,8 +77,8 @@ def test_runner_times_the_triton_rows_in_the_interpreter(tiny_scale):
 
 def test_sweep_points_cover_the_kernels_launch_knobs():
     knobs = sweep_mod.KNOBS
-    params = inspect.signature(decode_attention).parameters
-    assert set(knobs) <= set(params)  # every swept knob is a launch option of the kernel
+    params = inspect.signature(attend).parameters  # the one wrapper; the public entries pass **launch to it
+    assert set(knobs) <= set(LAUNCH_OPTIONS) <= set(params)  # every swept knob is a launch option of the kernel
     pts = sweep_mod.sweep_points(dict(block_t=(16, 32), num_warps=(4,), group_size=(2, 9, 18), private=("wide",),
                                       programs_per_sm=(2,)), n_heads=4)
     assert {p["group_size"] for p in pts} == {2, 4}  # 9 and 18 clamp to H = 4, once
