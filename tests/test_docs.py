@@ -35,3 +35,39 @@ def test_the_readme_contract_examples_run_as_written():
         scope: dict = {}
         exec(compile(code, "README.md (The decode contract)", "exec"), scope)
         assert scope["rotated"].shape == scope["private_k"].shape
+
+
+def _doc_block_runner():
+    import importlib.machinery
+    import importlib.util
+
+    loader = importlib.machinery.SourceFileLoader("doc_block", str(ROOT / "ci" / "doc-block"))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("doc_block", loader))
+    loader.exec_module(module)
+    return module
+
+
+def test_ci_runs_the_readme_quick_starts_verbatim_with_their_promised_exits():
+    """.ci/run runs Quick start 1 and 3 through ci/doc-block, which takes a line's promised
+    exit from its comment: the mutant line must exit 1, every other line 0."""
+    from tests.test_helpers.doc_blocks import blocks
+
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    for heading in ("Quick start 1", "Quick start 3"):
+        assert f'ci/doc-block README.md "{heading}" sh' in ci, heading
+    runner = _doc_block_runner()
+    (qs1,) = blocks(ROOT / "README.md", "Quick start 1", "sh")
+    promised = runner.commands(qs1)
+    assert [want for cmd, want in promised if "lrkv.mutants." in cmd] == [1]  # the broken kernel
+    assert [want for cmd, want in promised if "lrkv.mutants." not in cmd] == [0, 0, 0]
+    assert runner.commands("# only a comment\n\nlrkv proofs   # a table\n") == [("lrkv proofs   # a table", 0)]
+
+
+def test_doc_block_fails_a_line_that_breaks_its_promise(tmp_path, capsys):
+    doc = tmp_path / "doc.md"
+    doc.write_text("## Try\n\n```sh\ntrue\nfalse   # refused: exit 1\ntrue   # exit 3\n```\n", encoding="utf-8")
+    runner = _doc_block_runner()
+    assert runner.main([str(doc), "Try", "sh"]) == 1  # the third line exits 0, not 3
+    assert "FAILED: exit 0" in capsys.readouterr().out
+    doc.write_text("## Try\n\n```sh\ntrue\nfalse   # refused: exit 1\n```\n", encoding="utf-8")
+    assert runner.main([str(doc), "Try", "sh"]) == 0
