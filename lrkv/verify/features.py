@@ -31,7 +31,7 @@ LONG_T = 4096  # a context at least this long is "long" (split-K and RoPE angles
 BIG_BATCH, HUGE_BATCH = 16, 64  # kernels switch split counts on batch size (kernels/launch.py pick_launch)
 WIDE_HEAD = 128  # head_dim above this: register tiling changes (Triton kernels often require <= 128)
 # the capability dimensions a twin may change, in its order of preference (twins.py)
-CAPABILITY_DIMS = ("layout", "rope", "qk_norm", "dtype", *options.fp8.DIMS, "head_dim", "rank", "n_heads", "paging")
+CAPABILITY_DIMS = ("layout", "rope", "qk_norm", "dtype", *options.fp8.DIMS, "head_dim", "rank", "n_heads", *options.paged.DIMS)
 
 
 ALL_KERNEL = KERNEL_LEVELS

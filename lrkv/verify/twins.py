@@ -25,10 +25,9 @@ from collections.abc import Callable
 
 from .case import Case
 from .features import CAPABILITY_DIMS
-from .options import fp8
+from .options import fp8, paged
 MAX_TRIES = 400  # supports() calls per declined case; the search stops (no twin) beyond
 HEAD_DIMS = (64, 128, 32, 16, 256)  # candidate head dims, nearest (in log2) first
-TWIN_PAGES = (16, 4, 1)  # page sizes a contiguous extend case's twin may take
 DTYPE_PREFERENCE = {  # nearest dtype first: same width, then wider
     "bfloat16": ("float16", "float32", "float64"),
     "float16": ("bfloat16", "float32", "float64"),
@@ -63,10 +62,8 @@ def candidates(case: Case, dim: str) -> list:
         return [r for r in _by_distance(s.rank, near) if r >= 0]
     if dim == "n_heads":
         return [h for h in _by_distance(s.n_heads, (s.n_heads - 1, s.n_heads + 1, 4, 8, 16, 2, 1, 32)) if h >= 1]
-    if dim == "paging":  # extend only: a contiguous cache paged, or a paged one contiguous
-        if case.level != "kernel-extend":
-            return []
-        return [0] if _value(case, dim) else list(TWIN_PAGES)
+    if dim in paged.DIMS:
+        return paged.twin_candidates(case)
     raise ValueError(f"unknown capability dimension {dim!r}")
 
 
@@ -75,8 +72,8 @@ def _value(case: Case, dim: str):
         return getattr(case, dim)
     if dim in fp8.DIMS:
         return fp8.twin_value(case, dim)
-    if dim == "paging":
-        return case.pages.size if case.pages else 0
+    if dim in paged.DIMS:
+        return paged.twin_value(case)
     return getattr(case.spec, dim)
 
 
@@ -100,7 +97,7 @@ def parse_changes(text: str) -> dict:
             if raw not in ("on", "off"):
                 raise ValueError(f"twin changes {text!r}: qk_norm must be on or off")
             out[dim] = raw == "on"
-        elif dim in ("head_dim", "rank", "n_heads", "paging"):
+        elif dim in ("head_dim", "rank", "n_heads", *paged.DIMS):
             if not raw.isdigit():
                 raise ValueError(f"twin changes {text!r}: {dim} must be an integer")
             out[dim] = int(raw)
@@ -122,8 +119,8 @@ def apply_changes(case: Case, changes: dict) -> Case:
     kw = {d: v for d, v in changes.items() if d in ("layout", "dtype")}
     if set(changes) & set(fp8.DIMS):
         kw["fp8"] = fp8.twin_apply(case.fp8, changes)
-    if "paging" in changes:  # a whole-page prefix keeps being shared only at its own page size
-        kw.update(page_size=changes["paging"], shared_prefix=0, page_shuffle=True)
+    if set(changes) & set(paged.DIMS):
+        kw.update(paged.twin_apply(changes["paging"]))
     expect = case.expect
     if case.level == "layer-model":  # latent RoPE is the model's expected difference (case.py)
         expect = "differ" if s.rope == "latent" else "match"
@@ -142,8 +139,8 @@ def forced_changes(case: Case, backend) -> dict:
     from ..reference.cache_layouts import DEFAULT
 
     forced = {"cache": fp8.NONE} if case.cache_fp8 and not fp8_claims(backend)[0] else {}
-    if case.level == "kernel-extend" and not _value(case, "paging") and cache_layout(backend) != DEFAULT:
-        forced["paging"] = TWIN_PAGES[0]  # a server layout takes pages only
+    if case.level == "kernel-extend" and not paged.twin_value(case) and cache_layout(backend) != DEFAULT:
+        forced["paging"] = paged.TWIN_PAGES[0]  # a server layout takes pages only
     return forced
 
 

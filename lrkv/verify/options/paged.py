@@ -12,6 +12,8 @@ LEVELS = ("kernel-paged", "kernel-extend")
 MAX_PAGE_SIZE = 1 << 16
 MAX_POOL = 1 << 16
 LARGE_POOL = 1000  # "thousands of pages": the pool size the feature asks for
+DIMS = ("paging",)  # its twin dimension (lrkv.verify.twins): an extend case's cache paged or contiguous
+TWIN_PAGES = (16, 4, 1)  # page sizes a contiguous extend case's twin may take, nearest first
 KEYS = {"page_size": "size", "page_shuffle": "shuffle", "shared_prefix": "shared_prefix", "page_hnd": "hnd",
         "page_pool": "pool"}
 
@@ -52,6 +54,24 @@ class Paged:
 
     def shapes(self) -> dict:
         return {"page_size": self.size} if self.size else {}
+
+
+def twin_value(case) -> int:
+    return case.pages.size if case.pages else 0
+
+
+def twin_candidates(case) -> list[int]:
+    """Extend only: a contiguous cache paged (a server layout takes pages only), or a paged one
+    contiguous."""
+    if case.level != "kernel-extend":
+        return []
+    return [0] if twin_value(case) else list(TWIN_PAGES)
+
+
+def twin_apply(size: int) -> dict:
+    """The case fields of a twin at page size `size`: a whole-page prefix keeps being shared only
+    at its own page size."""
+    return dict(page_size=size, shared_prefix=0, page_shuffle=True)
 
 
 def features() -> list:
