@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from ..spec import ROPE_MODES, AttentionSpec
-from .case import KERNEL_LEVELS, Case, Extend, Paged
+from .case import KERNEL_LEVELS, Case, Extend
+from .options import extend, paged
 from .options.fp8 import with_fp8  # noqa: F401  (the fp8 option's strategy, drawn from a case)
 from .levels.kernel import make_kernel_inputs
 from .levels.layer import make_layer_inputs
@@ -40,13 +41,10 @@ ROPE_THETAS = (10000.0, 500.0)
 MIN_OUTPUTS = 16
 MIN_ROWS = 4
 PAGED_LEVELS = ("kernel-paged", "kernel-extend")
-POW2_PAGES = (2, 4, 8, 16, 32)
-ODD_PAGES = (3, 5, 6, 7, 11)  # not powers of two
 WIDE_BATCH = 20  # paged / extend batches occasionally grow to this many sequences
-HUNT_POOL = 1500  # unused pages below the used ones, in one paged case of five
 RARE = (False,) * 7 + (True,)  # "occasionally": about one draw in eight
 
-__all__ = ["ROPE_THETAS", "lrkv_specs", "cases", "paged_cases", "page_sizes", "paged_lengths", "new_tokens",
+__all__ = ["ROPE_THETAS", "lrkv_specs", "cases", "paged_cases",
            "kernel_inputs", "layer_inputs", "caches", "paged_inputs",
            "extend_inputs", "register_profiles",
            "load_profile", "repro_command", "PROFILES"]
@@ -121,89 +119,49 @@ def _min_rows(spec: AttentionSpec) -> int:
     return max(1, -(-MIN_ROWS // H), -(-MIN_OUTPUTS // (H * d_h)))
 
 
-def page_sizes(t_max: int):
-    """Slots per page: 1; a power of two up to 32; a non-power of two (3, 5, 6, 7, 11); a size
-    that does not divide T_max (when one exists below it); T_max itself (one page); or a page
-    larger than T_max (one page, slots past T_max in it)."""
-    not_dividing = [p for p in range(2, t_max) if t_max % p]
-    return st.one_of(
-        st.just(1),
-        st.sampled_from(POW2_PAGES),
-        st.sampled_from(ODD_PAGES),
-        st.sampled_from(not_dividing) if not_dividing else st.just(t_max + 1),
-        st.sampled_from((t_max, t_max + 1, t_max + 3)),
-    )
-
-
-def paged_lengths(t_max: int, page: int, lo: int = 0):
-    """A length in [lo, T_max], often a boundary: 0, 1, T_max, or a multiple of the page ± 1."""
-    marks = {0, 1, t_max}
-    if page:
-        for k in range(1, t_max // page + 1):
-            marks.update((k * page - 1, k * page, k * page + 1))
-    marks = sorted(n for n in marks if lo <= n <= t_max)
-    return st.one_of(st.integers(lo, t_max), st.sampled_from(marks))
-
-
-def new_tokens(length: int):
-    """n_b for a sequence of `length` tokens: 0 (idle), 1 (decode), 2–8 (speculative
-    verification, a short chunk), or occasionally a longer chunk (9 … length: prefill)."""
-    kinds = [st.just(0)]
-    if length >= 1:
-        kinds += [st.just(1), st.just(1)]
-    if length >= 2:
-        few = st.integers(2, min(8, length))
-        kinds += [few, few]
-    if length >= 9:
-        kinds.append(st.integers(9, length))
-    return st.one_of(*kinds)
-
-
 @st.composite
 def paged_cases(draw, level: str, spec: AttentionSpec, dtype: str, *, batch: int | None = None,
                 max_batch: int = 3, min_t: int = 1, max_t: int = 24, adversarial: bool = True,
                 wide_batch: int = WIDE_BATCH) -> Case:
-    """A kernel-paged or kernel-extend Case for `spec` at `dtype`.
+    """A kernel-paged or kernel-extend Case for `spec` at `dtype`, composed from the options'
+    draws in an order that old hunt seeds replay.
 
-    Pages (always at kernel-paged, half the time at kernel-extend, else a contiguous cache):
-    a size from `page_sizes`, physical pages shuffled or in sequence order, and half the time
-    a prefix of whole pages shared by sequences 0 and 1 (their lengths are then drawn >= one
-    page); latents head-major (HND) half the time, and now and then a pool of 1500 unused pages
-    below the used ones. Lengths: varlen, each often at a boundary (`paged_lengths`). Batch: 1..max_batch,
-    occasionally max_batch+1..wide_batch. Extend: n_b per sequence from `new_tokens`; when
-    the new tokens are fewer than MIN_ROWS / MIN_OUTPUTS need, whole-length chunks are
-    appended as further sequences (except, occasionally, an idle batch: every n_b = 0). Garbage in
-    unused slots and pages: NaN or large finite values.
+    Pages (always at kernel-paged, half the time at kernel-extend, else a contiguous cache): a
+    size from `options.paged.sizes`; half the time a prefix of whole pages shared by sequences 0
+    and 1 (their lengths are then drawn >= one page); order, HND and pool from
+    `options.paged.draw_option`. Lengths: varlen, each often at a boundary
+    (`options.paged.lengths`). Batch: 1..max_batch, occasionally max_batch+1..wide_batch.
+    Extend: n_b per sequence from `options.extend.new_tokens`; when the new tokens are fewer than
+    MIN_ROWS / MIN_OUTPUTS need, whole-length chunks are appended as further sequences (except,
+    occasionally, an idle batch: every n_b = 0). Garbage in unused slots and pages: NaN or large
+    finite values.
     """
-    extend = level == "kernel-extend"
+    is_extend = level == "kernel-extend"
     if batch is not None:
         B = batch
     else:
         wide = wide_batch > max_batch and draw(st.sampled_from(RARE))
         B = draw(st.integers(max_batch + 1, wide_batch) if wide else st.integers(1, max_batch))
-        if not extend:
+        if not is_extend:
             B = max(B, _min_rows(spec))
     t_max = draw(st.integers(min_t, max_t))
-    page = draw(page_sizes(t_max)) if level == "kernel-paged" or draw(st.booleans()) else 0
+    page = draw(paged.sizes(t_max)) if level == "kernel-paged" or draw(st.booleans()) else 0
     share = bool(page) and B >= 2 and page <= t_max and draw(st.booleans())
-    lengths = [draw(paged_lengths(t_max, page, lo=page if share and b < 2 else 0)) for b in range(B)]
-    n_new = [draw(new_tokens(n)) for n in lengths] if extend else []
-    if extend and batch is None and sum(n_new) < _min_rows(spec) and (sum(n_new) or not draw(st.sampled_from(RARE))):
+    lengths = [draw(paged.lengths(t_max, page, lo=page if share and b < 2 else 0)) for b in range(B)]
+    n_new = [draw(extend.new_tokens(n)) for n in lengths] if is_extend else []
+    if is_extend and batch is None and sum(n_new) < _min_rows(spec) and (sum(n_new) or not draw(st.sampled_from(RARE))):
         while sum(n_new) < _min_rows(spec):  # more rows for the rule's statistics: full chunks
             lengths.append(t_max)
             n_new.append(min(t_max, _min_rows(spec) - sum(n_new)))
-    shared = page * draw(st.integers(1, min(lengths[:2]) // page)) if share else 0
+    shared = paged.draw_prefix(draw, page, lengths) if share else 0
     seed = draw(st.integers(0, 2**16))
     return Case(
         level=level, spec=spec, dtype=dtype, lengths=tuple(lengths), t_max=t_max, seed=seed,
         nan_garbage=draw(st.sampled_from((True, True, False))) if adversarial else True,
         q_scale=draw(st.sampled_from((1.0, 1.0, 100.0))) if adversarial else 1.0,
         near_cancel=draw(st.booleans()) if adversarial and not spec.qk_norm else False,
-        splits=0 if extend else draw(st.integers(0, 5)), tile=0 if extend else draw(st.integers(0, 9)),
-        # head-major pages and a large pool from the seed, not from new draws: old hunt seeds replay
-        pages=Paged(page, draw(st.sampled_from((True, True, False))) if page else True, shared,
-                    hnd=bool(page) and seed % 2 == 1, pool=HUNT_POOL if page and seed % 5 == 3 else 0),
-        extend=Extend(tuple(n_new)),
+        splits=0 if is_extend else draw(st.integers(0, 5)), tile=0 if is_extend else draw(st.integers(0, 9)),
+        pages=paged.draw_option(draw, page, shared, seed), extend=Extend(tuple(n_new)),
     )
 
 

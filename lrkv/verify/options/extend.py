@@ -40,6 +40,22 @@ class Extend:
         return {"n_new": list(self.n_new)}
 
 
+def new_tokens(length: int):
+    """The hypothesis draw of n_b for a sequence of `length` tokens: 0 (idle), 1 (decode), 2–8
+    (speculative verification, a short chunk), or occasionally a longer chunk (9 … length: prefill)."""
+    from hypothesis import strategies as st  # with a draw, not with the case
+
+    kinds = [st.just(0)]
+    if length >= 1:
+        kinds += [st.just(1), st.just(1)]
+    if length >= 2:
+        few = st.integers(2, min(8, length))
+        kinds += [few, few]
+    if length >= 9:
+        kinds.append(st.integers(9, length))
+    return st.one_of(*kinds)
+
+
 def features() -> list:
     """The extend features (lrkv.verify.features): idle, decode, speculative, chunk and prefill rows."""
 

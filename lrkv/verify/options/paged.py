@@ -14,6 +14,9 @@ MAX_POOL = 1 << 16
 LARGE_POOL = 1000  # "thousands of pages": the pool size the feature asks for
 DIMS = ("paging",)  # its twin dimension (lrkv.verify.twins): an extend case's cache paged or contiguous
 TWIN_PAGES = (16, 4, 1)  # page sizes a contiguous extend case's twin may take, nearest first
+POW2_SIZES = (2, 4, 8, 16, 32)  # the sizes a drawn case takes (`sizes`)
+ODD_SIZES = (3, 5, 6, 7, 11)  # not powers of two
+HUNT_POOL = 1500  # unused pages below the used ones, in one drawn paged case of five
 KEYS = {"page_size": "size", "page_shuffle": "shuffle", "shared_prefix": "shared_prefix", "page_hnd": "hnd",
         "page_pool": "pool"}
 
@@ -72,6 +75,53 @@ def twin_apply(size: int) -> dict:
     """The case fields of a twin at page size `size`: a whole-page prefix keeps being shared only
     at its own page size."""
     return dict(page_size=size, shared_prefix=0, page_shuffle=True)
+
+
+# The option's hypothesis draws (lrkv.verify.strategies composes them into a case, in an order
+# that old hunt seeds replay). hypothesis is imported when a draw is made, not with the case.
+
+def sizes(t_max: int):
+    """Slots per page: 1; a power of two up to 32; a non-power of two (3, 5, 6, 7, 11); a size
+    that does not divide T_max (when one exists below it); T_max itself (one page); or a page
+    larger than T_max (one page, slots past T_max in it)."""
+    from hypothesis import strategies as st
+
+    not_dividing = [p for p in range(2, t_max) if t_max % p]
+    return st.one_of(
+        st.just(1),
+        st.sampled_from(POW2_SIZES),
+        st.sampled_from(ODD_SIZES),
+        st.sampled_from(not_dividing) if not_dividing else st.just(t_max + 1),
+        st.sampled_from((t_max, t_max + 1, t_max + 3)),
+    )
+
+
+def lengths(t_max: int, size: int, lo: int = 0):
+    """A length in [lo, T_max], often a boundary: 0, 1, T_max, or a multiple of the page ± 1."""
+    from hypothesis import strategies as st
+
+    marks = {0, 1, t_max}
+    if size:
+        for k in range(1, t_max // size + 1):
+            marks.update((k * size - 1, k * size, k * size + 1))
+    marks = sorted(n for n in marks if lo <= n <= t_max)
+    return st.one_of(st.integers(lo, t_max), st.sampled_from(marks))
+
+
+def draw_prefix(draw, size: int, lengths: list[int]) -> int:
+    """A shared prefix of whole pages, at most sequences 0 and 1's lengths."""
+    from hypothesis import strategies as st
+
+    return size * draw(st.integers(1, min(lengths[:2]) // size))
+
+
+def draw_option(draw, size: int, shared: int, seed: int) -> Paged:
+    """The option of a drawn case: shuffled two times in three; head-major pages and a large pool
+    from the seed, not from new draws, so that old hunt seeds replay."""
+    from hypothesis import strategies as st
+
+    shuffle = draw(st.sampled_from((True, True, False))) if size else True
+    return Paged(size, shuffle, shared, hnd=bool(size) and seed % 2 == 1, pool=HUNT_POOL if size and seed % 5 == 3 else 0)
 
 
 def features() -> list:

@@ -1,6 +1,12 @@
+import subprocess
+import sys
+
 import pytest
+from hypothesis import find, given, settings
+from hypothesis import strategies as st
 
 from lrkv.verify.case import Case, Paged
+from lrkv.verify.options import paged as options
 from lrkv.verify.grids import BASE
 
 
@@ -37,3 +43,47 @@ def test_head_major_pages_and_a_large_pool_are_flags_of_the_id():
     case = paged(page_size=4, page_hnd=True, page_pool=1500)
     assert case.pages == Paged(4, hnd=True, pool=1500) and case.id.endswith("+page4+hnd+pool1500")
     assert Case.from_json(case.to_json()) == case
+
+
+# The option's hypothesis draws (`lrkv.verify.strategies.paged_cases` composes them).
+
+@given(t_max=st.integers(1, 64), data=st.data())
+def test_a_drawn_page_size_is_positive_and_a_drawn_length_stays_in_range(t_max, data):
+    size = data.draw(options.sizes(t_max))
+    lo = data.draw(st.integers(0, t_max))
+    n = data.draw(options.lengths(t_max, size, lo))
+    assert 1 <= size <= t_max + 3 and lo <= n <= t_max
+
+
+@pytest.mark.parametrize("t_max, kind", [
+    (12, lambda p: p == 1), (12, lambda p: p in (16, 32)), (12, lambda p: p in (3, 5, 6, 7, 11)),
+    (12, lambda p: 12 % p), (12, lambda p: p > 12), (2, lambda p: p == 3),  # no size below 2 fails to divide it
+    (1, lambda p: p in options.ODD_SIZES),  # at T_max 1 only the odd sizes give 3, 5, 6, 7 or 11
+])
+def test_every_kind_of_page_size_is_drawn(t_max, kind):
+    find(options.sizes(t_max), kind, settings=settings(database=None))
+
+
+def test_lengths_are_often_at_a_page_boundary():
+    for target in (0, 1, 3, 4, 5, 12):  # T_max 12, page 4: 0, 1, T_max and k·4 ± 1
+        find(options.lengths(12, 4), lambda n, t=target: n == t, settings=settings(database=None))
+
+
+@given(size=st.integers(1, 8), lengths=st.lists(st.integers(8, 40), min_size=2, max_size=4), data=st.data())
+def test_a_drawn_shared_prefix_is_whole_pages_within_both_sequences(size, lengths, data):
+    shared = data.draw(st.composite(lambda draw: options.draw_prefix(draw, size, lengths))())
+    assert shared >= size and shared % size == 0 and shared <= min(lengths[:2])
+
+
+@given(size=st.integers(0, 8), seed=st.integers(0, 2**16), data=st.data())
+def test_the_drawn_option_takes_head_major_pages_and_a_large_pool_from_the_seed(size, seed, data):
+    opt = data.draw(st.composite(lambda draw: options.draw_option(draw, size, 0, seed))())
+    assert opt.size == size and opt.hnd == (size > 0 and seed % 2 == 1)
+    assert opt.pool == (options.HUNT_POOL if size and seed % 5 == 3 else 0) and (opt.shuffle or size > 0)
+
+
+def test_a_case_and_its_options_load_without_hypothesis():
+    """The draws import hypothesis when they draw: `lrkv gate` and `--case` never need it."""
+    code = ("import sys\nimport lrkv.verify.case, lrkv.verify.options.paged, lrkv.verify.options.extend\n"
+            "assert 'hypothesis' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
