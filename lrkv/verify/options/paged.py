@@ -121,7 +121,8 @@ def draw_option(draw, size: int, shared: int, seed: int) -> Paged:
     from hypothesis import strategies as st
 
     shuffle = draw(st.sampled_from((True, True, False))) if size else True
-    return Paged(size, shuffle, shared, hnd=bool(size) and seed % 2 == 1, pool=HUNT_POOL if size and seed % 5 == 3 else 0)
+    return Paged(size, shuffle, shared, hnd=bool(size) and seed % 2 == 1,
+                 pool=HUNT_POOL if size and seed % 5 == 3 else 0)
 
 
 def features() -> list:
