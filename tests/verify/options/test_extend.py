@@ -31,7 +31,7 @@ def test_the_extend_option_owns_its_flags_and_shapes():
 
 @pytest.mark.parametrize("length", [0, 1, 2, 8, 9, 40])
 def test_a_drawn_new_token_count_is_part_of_the_length(length):
-    with pytest.raises(NoSuchExample):  # hypothesis tries the bounds first: one past the length is found
+    with pytest.raises(NoSuchExample):  # a search for a count outside [0, length] finds none
         find(new_tokens(length), lambda n: not 0 <= n <= length, settings=settings(database=None))
 
 

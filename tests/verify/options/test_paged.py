@@ -52,7 +52,7 @@ def test_a_drawn_page_size_is_positive_and_a_drawn_length_stays_in_range(t_max, 
     size = data.draw(options.sizes(t_max))
     lo = data.draw(st.integers(0, t_max))
     n = data.draw(options.lengths(t_max, size, lo))
-    assert 1 <= size <= t_max + 3 and lo <= n <= t_max
+    assert 1 <= size <= max(options.POW2_SIZES[-1], t_max + 3) and lo <= n <= t_max
 
 
 @pytest.mark.parametrize("t_max, kind", [
