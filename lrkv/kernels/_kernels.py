@@ -140,20 +140,28 @@ def _mm(a, b, DOT: tl.constexpr, A_EXACT: tl.constexpr):
 
 # ---- which slots a program reads ----------------------------------------------------------
 @triton.jit
-def _extend_row(pid_b, CU, NSEQ, LENGTHS, SLOT_LIMIT, BLOCK_B: tl.constexpr):
-    """Extend: program row n is query token n of the ragged batch (CU = cu_seqlens_q [NSEQ+1]).
-    Returns (b, length): its sequence b — the count of cu[b+1] <= n — and its causal length
-    p + 1, p = lengths[b] − n_b + (n − cu[b]) its position (validated; clamped for safety)."""
+def _extend_block(pid, CU, BLK, NSEQ, LENGTHS, SLOT_LIMIT, BLOCK_B: tl.constexpr, BLOCK_Q: tl.constexpr):
+    """Extend: program row `pid` is token block k = pid − blk[b] of its sequence b — the count
+    of blk[b+1] <= pid (BLK: blocks before each sequence, [NSEQ+1]; CU = cu_seqlens_q itself
+    when BLOCK_Q = 1, so a block is a token). Returns (b, the block's first query row cu[b] +
+    k·BLOCK_Q, its causal length p + 1 with p = lengths[b] − n_b + k·BLOCK_Q its position, the
+    block's tokens min(BLOCK_Q, n_b − k·BLOCK_Q)). A row past the last block (the grid is an
+    upper bound) finds no sequence: it gets no tokens."""
     seq = 0
     for b0 in range(0, NSEQ, BLOCK_B):
         offs_b = b0 + tl.arange(0, BLOCK_B)
-        ends = tl.load(CU + 1 + offs_b, mask=offs_b < NSEQ, other=2147483647)  # [BLOCK_B]  cu[b+1]
-        seq += _rsum(tl.where(ends <= pid_b, 1, 0), 0)
+        ends = tl.load(BLK + 1 + offs_b, mask=offs_b < NSEQ, other=2147483647)  # [BLOCK_B]  blk[b+1]
+        seq += _rsum(tl.where(ends <= pid, 1, 0), 0)
     b64 = seq.to(tl.int64)
-    start = tl.load(CU + b64, mask=seq >= 0, other=0)
-    end = tl.load(CU + b64 + 1, mask=seq >= 0, other=0)
-    seq_len = tl.load(LENGTHS + b64, mask=seq >= 0, other=0).to(tl.int32)
-    return b64, tl.minimum(seq_len - (end - start) + (pid_b - start) + 1, SLOT_LIMIT)
+    found = seq < NSEQ
+    blk0 = tl.load(BLK + b64, mask=found, other=0)
+    start = tl.load(CU + b64, mask=found, other=0)
+    end = tl.load(CU + b64 + 1, mask=found, other=0)
+    seq_len = tl.load(LENGTHS + b64, mask=found, other=0).to(tl.int32)
+    first = (pid - blk0) * BLOCK_Q  # the block's first token, within the sequence's new ones
+    n_tok = tl.where(found, tl.minimum(end - start - first, BLOCK_Q), 0)
+    length = tl.minimum(seq_len - (end - start) + first + 1, SLOT_LIMIT)  # validated; clamped for safety
+    return b64, (start + first).to(tl.int64), length, n_tok
 
 
 @triton.jit
@@ -217,13 +225,19 @@ def _shared_values(acc_s, alpha, p, SV, srow, tmask, offs_d, dmask, DOT: tl.cons
 
 
 @triton.jit
-def _online_softmax(m_i, l_i, logits):
+def _online_softmax(m_i, l_i, logits, GUARD: tl.constexpr = False):
     """One step of the online softmax over a tile of SUMMED logits [BLOCK_H, BLOCK_T]:
     (m_new, alpha = exp(m_old − m_new), p = exp(logits − m_new), l_new). Masked slots carry
-    −inf logits, so p is 0 there; m_new is finite because every tile has a valid slot."""
+    −inf logits, so p is 0 there. One query token per program: m_new is finite because every
+    tile has a valid slot. A block of tokens (GUARD) has rows whose causal range ends before
+    the tile or the split: their m stays −inf, and exp(−inf − −inf) would be NaN, so they
+    subtract 0 instead (alpha = p = 0, l = 0: an empty row, as the combine expects)."""
     m_new = tl.maximum(m_i, _rmax(logits, 1))  # [BLOCK_H]
-    alpha = tl.exp(m_i - m_new)  # [BLOCK_H]
-    p = tl.exp(logits - m_new[:, None])  # [BLOCK_H, BLOCK_T]
+    m_ref = m_new
+    if GUARD:
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp(m_i - m_ref)  # [BLOCK_H]
+    p = tl.exp(logits - m_ref[:, None])  # [BLOCK_H, BLOCK_T]
     return m_new, alpha, p, l_i * alpha + _rsum(p, 1)
 
 
@@ -325,61 +339,120 @@ def _head_basis(BK, h, H, D, R, offs_d, offs_r, dmask, rmask):
     return bk, dv, rv
 
 
+# A program's rows are (query token, head) pairs: row i is token i // GROUP of the program's
+# block of BLOCK_Q tokens and head i % GROUP of its group; `rsel` holds that head, or −1 for a
+# padded row, so where(rsel == hh) selects head hh's rows. Decode has one token: rows are heads.
+# With one token a head's product is a vector (broadcast-and-sum); with a block of tokens it is
+# a tl.dot of the head's rows against its tile, which every token of the block shares.
+# The head loops stay loops (not tl.static_range): unrolled, the compiler hoists every head's
+# tile and keeps them live — fp8 caches then spill under Triton 3.6 at 16 warps, and a block
+# of tokens keeps every head's tl.dot staging buffers in shared memory (past the 227 KB a block
+# may hold at 64 rows); compile_check, both Tritons.
+
+
 @triton.jit
-def _q_latent(Q_ROW, BK, pid_g, rows, offs_d, offs_r, dmask, rmask, H, D, R,
-              BLOCK_H: tl.constexpr, BLOCK_R: tl.constexpr, GROUP: tl.constexpr, ACC_FP64: tl.constexpr):
-    """q_h B_h^K for every head of the group (Eq. 6's private query): [BLOCK_H, BLOCK_R].
+def _q_latent_head(q_lat, q, Q_ROW, BK, h, hh, rsel, offs_d, offs_r, dmask, rmask, H, D, R,
+                   BLOCK_Q: tl.constexpr, DOT: tl.constexpr, ACC_FP64: tl.constexpr, LP: tl.constexpr):
+    """q_lat [BLOCK_H, BLOCK_R] with head h's rows set to q B_h^K (Eq. 6's private query)."""
+    bk, dv, rv = _head_basis(BK, h, H, D, R, offs_d, offs_r, dmask, rmask)  # [BLOCK_D, BLOCK_R]
+    if BLOCK_Q == 1:
+        qh = tl.load(Q_ROW + h * D + offs_d, mask=dv, other=0.0)  # [BLOCK_D]  the token's q_h
+        ql = _rsum(_to_acc(qh, ACC_FP64)[:, None] * _to_acc(bk, ACC_FP64), 0)  # [BLOCK_R]
+        out = tl.where(rsel[:, None] == hh, ql[None, :], q_lat)
+    else:
+        qm = tl.where(rsel[:, None] == hh, q, 0.0)  # [BLOCK_H, BLOCK_D]  head h's token rows
+        out = tl.where(rsel[:, None] == hh, _mm(qm, _ld(bk, DOT, ACC_FP64, LP), DOT, True), q_lat)
+    return out
+
+
+@triton.jit
+def _q_latent(q, Q_ROW, BK, pid_g, rsel, offs_d, offs_r, dmask, rmask, H, D, R,
+              BLOCK_H: tl.constexpr, BLOCK_R: tl.constexpr, GROUP: tl.constexpr, BLOCK_Q: tl.constexpr,
+              DOT: tl.constexpr, ACC_FP64: tl.constexpr, LP: tl.constexpr):
+    """q_h B_h^K for every row (Eq. 6's private query): [BLOCK_H, BLOCK_R], once per program.
 
     One head at a time, because a [BLOCK_H, BLOCK_D, BLOCK_R] product does not fit in
-    registers at d_h = 128. Q_ROW points at the query token's [H, d_h] row.
+    registers at d_h = 128. Q_ROW points at the query token's [H, d_h] row (one token); q
+    [BLOCK_H, BLOCK_D] holds every row's query (a block of tokens).
     """
     q_lat = tl.full([BLOCK_H, BLOCK_R], 0.0, dtype=tl.float64 if ACC_FP64 else tl.float32)
     for hh in range(GROUP):
-        h = pid_g * GROUP + hh
-        bk, dv, rv = _head_basis(BK, h, H, D, R, offs_d, offs_r, dmask, rmask)
-        qh = tl.load(Q_ROW + h * D + offs_d, mask=dv, other=0.0)  # [BLOCK_D]
-        ql = _rsum(_to_acc(qh, ACC_FP64)[:, None] * _to_acc(bk, ACC_FP64), 0)  # [BLOCK_R]
-        q_lat = tl.where(rows[:, None] == hh, ql[None, :], q_lat)
+        q_lat = _q_latent_head(q_lat, q, Q_ROW, BK, pid_g * GROUP + hh, hh, rsel, offs_d, offs_r, dmask, rmask,
+                               H, D, R, BLOCK_Q, DOT, ACC_FP64, LP)
     return q_lat
 
 
 @triton.jit
-def _private_logits_per_head(logits, q_lat, LK, lrow, tmask, offs_r, rmask, rows, pid_g, H, R,
-                             GROUP: tl.constexpr, ACC_FP64: tl.constexpr):
-    """logits [BLOCK_H, BLOCK_T] + (q_h B_h^K) R_h^{K T}, Eq. 6's private term, one head at a
-    time: a [heads, BLOCK_T, r] tile would not fit in registers (it spills at H = 16, r = 64);
-    rows move in and out of the per-group [BLOCK_H, ...] blocks with where(rows == hh), which
-    is cheap next to the loads."""
-    for hh in range(GROUP):
-        h = pid_g * GROUP + hh
-        rv = rmask & ((offs_r * 0 + h) < H)
+def _private_logits_head(logits, q_lat, LK, lrow, tmask, offs_r, rmask, rsel, h, hh, H, R,
+                         BLOCK_Q: tl.constexpr, DOT: tl.constexpr, ACC_FP64: tl.constexpr, LP: tl.constexpr):
+    """logits [BLOCK_H, BLOCK_T] + (q B_h^K) R_h^{K T} on head h's rows (Eq. 6's private term)."""
+    rv = rmask & ((offs_r * 0 + h) < H)
+    if BLOCK_Q == 1:
         zk = tl.load(LK + lrow[:, None] + h * R + offs_r[None, :],
                      mask=tmask[:, None] & rv[None, :], other=0.0)  # [BLOCK_T, BLOCK_R]  R_h^K
-        ql = _rsum(tl.where(rows[:, None] == hh, q_lat, 0.0), 0)  # [BLOCK_R]  q_h B_h^K
+        ql = _rsum(tl.where(rsel[:, None] == hh, q_lat, 0.0), 0)  # [BLOCK_R]  q_h B_h^K
         lh = _rsum(_to_acc(zk, ACC_FP64) * ql[None, :], 1)  # [BLOCK_T]  (q_h B_h^K) R_h^{K T}
-        logits = tl.where(rows[:, None] == hh, logits + lh[None, :], logits)
+        out = tl.where(rsel[:, None] == hh, logits + lh[None, :], logits)
+    else:
+        zkT = tl.load(LK + lrow[None, :] + h * R + offs_r[:, None],
+                      mask=rv[:, None] & tmask[None, :], other=0.0)  # [BLOCK_R, BLOCK_T]  R_h^{K T}
+        lh = _mm(tl.where(rsel[:, None] == hh, q_lat, 0.0), _ld(zkT, DOT, ACC_FP64, LP), DOT, False)
+        out = tl.where(rsel[:, None] == hh, logits + lh, logits)  # lh [BLOCK_H, BLOCK_T]
+    return out
+
+
+@triton.jit
+def _private_logits_per_head(logits, q_lat, LK, lrow, tmask, offs_r, rmask, rsel, pid_g, H, R,
+                             GROUP: tl.constexpr, BLOCK_Q: tl.constexpr, DOT: tl.constexpr, ACC_FP64: tl.constexpr,
+                             LP: tl.constexpr):
+    """logits [BLOCK_H, BLOCK_T] + (q_h B_h^K) R_h^{K T}, Eq. 6's private term, one head at a
+    time: a [heads, BLOCK_T, r] tile would not fit in registers (it spills at H = 16, r = 64);
+    rows move in and out of the per-group [BLOCK_H, ...] blocks with where(rsel == hh), which
+    is cheap next to the loads."""
+    for hh in range(GROUP):
+        logits = _private_logits_head(logits, q_lat, LK, lrow, tmask, offs_r, rmask, rsel, pid_g * GROUP + hh, hh,
+                                      H, R, BLOCK_Q, DOT, ACC_FP64, LP)
     return logits
 
 
 @triton.jit
-def _private_values_per_head(acc_p, p, LV, lrow, tmask, offs_r, rmask, rows, pid_g, H, R,
-                             GROUP: tl.constexpr, ACC_FP64: tl.constexpr):
+def _private_values_head(acc_p, p, LV, lrow, tmask, offs_r, rmask, rsel, h, hh, H, R, BLOCK_Q: tl.constexpr,
+                         DOT: tl.constexpr, ACC_FP64: tl.constexpr, LP: tl.constexpr, CS, slot, static,
+                         GRAN: tl.constexpr):
+    """acc_p [BLOCK_H, BLOCK_R] + this tile's a R_h^V on head h's rows. A block of tokens over
+    an fp8 R^V under DOT_LP takes the scale here (`_fp8_lp_values`); otherwise it is on p."""
+    rv = rmask & ((offs_r * 0 + h) < H)
+    zv = tl.load(LV + lrow[:, None] + h * R + offs_r[None, :],
+                 mask=tmask[:, None] & rv[None, :], other=0.0)  # [BLOCK_T, BLOCK_R]  R_h^V
+    if BLOCK_Q == 1:
+        ph = _rsum(tl.where(rsel[:, None] == hh, p, 0.0), 0)  # [BLOCK_T]  head h's softmax weights
+        ch = _rsum(ph[:, None] * _to_acc(zv, ACC_FP64), 0)  # [BLOCK_R]  a_h R_h^V (this tile)
+        out = tl.where(rsel[:, None] == hh, acc_p + ch[None, :], acc_p)
+    else:
+        pm = tl.where(rsel[:, None] == hh, p, 0.0)  # [BLOCK_H, BLOCK_T]  head h's rows' weights
+        if DOT == DOT_LP and GRAN != FP8_NONE:
+            ch = _fp8_lp_values(pm, zv, CS, slot, H, tmask, offs_r * 0 + h, rv, static, GRAN, LP)
+        else:
+            ch = _mm(pm, _ld(zv, DOT, ACC_FP64, LP), DOT, False)  # [BLOCK_H, BLOCK_R]
+        out = tl.where(rsel[:, None] == hh, acc_p + ch, acc_p)
+    return out
+
+
+@triton.jit
+def _private_values_per_head(acc_p, p, LV, lrow, tmask, offs_r, rmask, rsel, pid_g, H, R, GROUP: tl.constexpr,
+                             BLOCK_Q: tl.constexpr, DOT: tl.constexpr, ACC_FP64: tl.constexpr, LP: tl.constexpr,
+                             CS, slot, static, GRAN: tl.constexpr):
     """acc_p [BLOCK_H, BLOCK_R] + this tile's a_h R_h^V for every head, one head at a time
     (Eq. 7's private term before B_h^V, which stage 2 applies once)."""
     for hh in range(GROUP):
-        h = pid_g * GROUP + hh
-        rv = rmask & ((offs_r * 0 + h) < H)
-        zv = tl.load(LV + lrow[:, None] + h * R + offs_r[None, :],
-                     mask=tmask[:, None] & rv[None, :], other=0.0)  # [BLOCK_T, BLOCK_R]  R_h^V
-        ph = _rsum(tl.where(rows[:, None] == hh, p, 0.0), 0)  # [BLOCK_T]  head h's softmax weights
-        ch = _rsum(ph[:, None] * _to_acc(zv, ACC_FP64), 0)  # [BLOCK_R]  a_h R_h^V (this tile)
-        acc_p = tl.where(rows[:, None] == hh, acc_p + ch[None, :], acc_p)
+        acc_p = _private_values_head(acc_p, p, LV, lrow, tmask, offs_r, rmask, rsel, pid_g * GROUP + hh, hh, H, R,
+                                     BLOCK_Q, DOT, ACC_FP64, LP, CS, slot, static, GRAN)
     return acc_p
 
 
 # ---- exact RoPE: the private logits of rotated keys, per head and slot --------------------
 @triton.jit
-def _private_logits_rope(logits, Q_ROW, BK, LK, lrow, tmask, ROPE, offs_t, offs_d, offs_r, dmask, rmask, rows,
+def _private_logits_rope(logits, Q_ROW, BK, LK, lrow, tmask, ROPE, offs_t, offs_d, offs_r, dmask, rmask, rsel,
                          pid_g, H, D, R, GROUP: tl.constexpr, DOT: tl.constexpr, ACC_FP64: tl.constexpr,
                          LP: tl.constexpr):
     """logits [BLOCK_H, BLOCK_T] + q_h · rope(z_j B_h^T, j) for every head, one head at a time.
@@ -410,7 +483,7 @@ def _private_logits_rope(logits, Q_ROW, BK, LK, lrow, tmask, ROPE, offs_t, offs_
         z = tl.load(LK + lrow[:, None] + h * R + offs_r[None, :],
                     mask=tmask[:, None] & rv[None, :], other=0.0)  # [BLOCK_T, BLOCK_R]  R_h^K
         lh = _rsum(qb * _to_acc(z, ACC_FP64), 1)  # [BLOCK_T]  q_h · rope(z_j B_h^T, j)
-        logits = tl.where(rows[:, None] == hh, logits + lh[None, :], logits)
+        logits = tl.where(rsel[:, None] == hh, logits + lh[None, :], logits)
     return logits
 
 
@@ -435,11 +508,12 @@ def _wide_cols(pid_g, H, R, GROUP: tl.constexpr, BLOCK_GR: tl.constexpr):
 
 
 @triton.jit
-def _q_block_diag(Q_ROW, BK, heads, hmask, rows, hc, jc, head_c, cmask, H, D, R,
+def _q_block_diag(Q, qrow, BK, hmask, rsel, hc, jc, head_c, cmask, H, D, R,
                   BLOCK_H: tl.constexpr, BLOCK_GR: tl.constexpr, DOT: tl.constexpr, ACC_FP64: tl.constexpr,
                   LP: tl.constexpr):
-    """The block-diagonal private query [BLOCK_H, BLOCK_GR]: row g holds q_g B_g^K (Eq. 6's
-    private query) in head g's r columns and zeros elsewhere.
+    """The block-diagonal private query [BLOCK_H, BLOCK_GR]: a row of head g holds q B_g^K
+    (Eq. 6's private query) in head g's r columns and zeros elsewhere (qrow [BLOCK_H]: each
+    row's q offset).
 
     Q_group [BLOCK_H, d_h] @ [B_h0 | B_h1 | ...] [d_h, G·r] in 16-wide slices of d_h (a whole
     [d_h, G·r] basis tile would not fit in registers), then masked to the diagonal blocks: the
@@ -450,12 +524,12 @@ def _q_block_diag(Q_ROW, BK, heads, hmask, rows, hc, jc, head_c, cmask, H, D, R,
     for d0 in range(0, D, 16):
         offs = d0 + tl.arange(0, 16)
         dm = offs < D
-        qc = tl.load(Q_ROW + heads[:, None] * D + offs[None, :],
+        qc = tl.load(Q + qrow[:, None] + offs[None, :],
                      mask=hmask[:, None] & dm[None, :], other=0.0)  # [BLOCK_H, 16]
         bc = tl.load(BK + _basis_at(head_c[None, :], offs[:, None], jc[None, :], H, D, R),
                      mask=dm[:, None] & cmask[None, :], other=0.0)  # [16, BLOCK_GR]  B_{h(c)}^K
         acc += _mm(_to_acc(qc, ACC_FP64), _ld(bc, DOT, ACC_FP64, LP), DOT, True)
-    return tl.where(rows[:, None] == hc[None, :], acc, 0.0)
+    return tl.where(rsel[:, None] == hc[None, :], acc, 0.0)
 
 
 @triton.jit
@@ -520,26 +594,38 @@ def _store_softmax_state(M, L, ACC_S, m_i, l_i, acc_s, base, hmask, offs_d, dmas
 
 
 @triton.jit
-def _store_private_wide(ACC_P, acc_pw, prog64, pid_s, num_splits, rows, hmask, hc, jc, head_c, cmask, H, R):
-    """The block diagonal of acc_pw [BLOCK_H, BLOCK_GR] — row g, the columns of head g, which
-    is a_g R_g^V — into the scratch rows' acc_p; the off-diagonal products are dropped."""
-    base_c = (prog64 * H + head_c) * num_splits + pid_s  # [BLOCK_GR]
-    tl.store(ACC_P + (base_c * R + jc)[None, :] + rows[:, None] * 0, acc_pw,
-             mask=(rows[:, None] == hc[None, :]) & cmask[None, :] & hmask[:, None])
+def _store_private_wide(ACC_P, acc_pw, prog64, rtok, pid_s, num_splits, rsel, hmask, hc, jc, head_c, cmask, H, R,
+                        BLOCK_Q: tl.constexpr):
+    """The block diagonal of acc_pw [BLOCK_H, BLOCK_GR] — a row of head g, the columns of head
+    g, which is a R_g^V — into the scratch rows' acc_p; the off-diagonal products are dropped.
+    One token: a column's scratch row is the same for every row, so it is computed per column."""
+    keep = (rsel[:, None] == hc[None, :]) & cmask[None, :] & hmask[:, None]
+    if BLOCK_Q == 1:
+        base_c = (prog64 * H + head_c) * num_splits + pid_s  # [BLOCK_GR]
+        tl.store(ACC_P + (base_c * R + jc)[None, :] + rsel[:, None] * 0, acc_pw, mask=keep)
+    else:
+        base = ((prog64 + rtok)[:, None] * H + head_c[None, :]) * num_splits + pid_s  # [BLOCK_H, BLOCK_GR]
+        tl.store(ACC_P + base * R + jc[None, :], acc_pw, mask=keep)
 
 
 # ---- stage 1: the tile loop every entry shares ---------------------------------------------
 @triton.jit
 def _attend_split(Q, SK, SV, LK, LV, BK, KS, ROPE, SCALE, WS, CS_SK, CS_SV, CS_LK, CS_LV, PT,
-                  prog64, b64, length, H, D, R, SPLIT_SIZE, SLOT_LIMIT, PAGE_SIZE, NUM_PAGES, s_sb, s_lb, s_ksb,
-                  GROUP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
-                  BLOCK_R: tl.constexpr, DOT: tl.constexpr, WIDE: tl.constexpr, BLOCK_GR: tl.constexpr,
-                  FP8: tl.constexpr, TILE_IN_PAGE: tl.constexpr):
-    """One (query row, head group, split) program of stage 1: the online softmax of Eq. 6
+                  prog64, b64, length, n_tok, n_rows, H, D, R, SPLIT_SIZE, SLOT_LIMIT, PAGE_SIZE, NUM_PAGES,
+                  s_sb, s_lb, s_ksb, GROUP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr,
+                  BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr, DOT: tl.constexpr, WIDE: tl.constexpr,
+                  BLOCK_GR: tl.constexpr, FP8: tl.constexpr, TILE_IN_PAGE: tl.constexpr, BLOCK_Q: tl.constexpr):
+    """One (query tokens, head group, split) program of stage 1: the online softmax of Eq. 6
     over the split's slots, its partial state (m, l, a_h S_V, a_h R_h^V) stored for Eq. 7.
 
-    Query row `prog64` reads cache row `b64` up to `length` slots (the entries work these
-    out: decode and paged decode from lengths[b], extend from cu_seqlens_q). Optional parts
+    Query rows prog64 … prog64 + n_tok − 1 (n_tok <= BLOCK_Q: decode and paged decode have
+    one, extend a block of one sequence's new tokens) read cache row `b64`, the first up to
+    `length` slots and each next one slot further (causal); the entries work these out, decode
+    and paged decode from lengths[b], extend from cu_seqlens_q. Every cache tile is loaded
+    once for the whole block, so extend's loads grow with the cache, not with tokens × cache
+    (FlashAttention's forward shares a K/V tile among a block of queries the same way); the
+    program's BLOCK_H rows are its (token, head) pairs. n_rows: the grid's query rows (the
+    scratch's). Optional parts
     come as None, and Triton compiles each combination as its own kernel: KS (QK-RMSNorm
     key_scale), ROPE (exact RoPE's [slots, 2, d_h] cos/sin table), PT (a paged cache's
     [B, max_pages] table), CS_* (an fp8 part's float32 scale, FP8 its granularity codes).
@@ -572,14 +658,27 @@ def _attend_split(Q, SK, SV, LK, LV, BK, KS, ROPE, SCALE, WS, CS_SK, CS_SV, CS_L
         max_pages = 0
         slots = SLOT_LIMIT  # [B, T_max, ...]
 
-    # ---- the split's slot range: [split_lo, split_hi), the length clamped to the allocation
+    # ---- the split's slot range: [split_lo, split_hi), up to the block's longest causal range
+    # (its last token's), clamped to the allocation
     split_lo = pid_s * SPLIT_SIZE
-    split_hi = tl.minimum(split_lo + SPLIT_SIZE, tl.minimum(length, SLOT_LIMIT))
+    if BLOCK_Q == 1:
+        last = length
+    else:
+        last = tl.where(n_tok > 0, length + n_tok - 1, 0)
+    split_hi = tl.minimum(split_lo + SPLIT_SIZE, tl.minimum(last, SLOT_LIMIT))
 
-    # ---- the head group and the index vectors
-    rows = tl.arange(0, BLOCK_H)  # head slot within the group
-    heads = pid_g * GROUP + rows  # [BLOCK_H] global head index
-    hmask = (rows < GROUP) & (heads < H)
+    # ---- the program's rows, (token, head) pairs, and the index vectors
+    rows = tl.arange(0, BLOCK_H)
+    if BLOCK_Q == 1:
+        rtok = rows * 0  # [BLOCK_H] token of the row within the block
+        rhead = rows  # [BLOCK_H] head of the row within the group
+    else:
+        rtok = rows // GROUP
+        rhead = rows % GROUP
+    heads = pid_g * GROUP + rhead  # [BLOCK_H] global head index
+    hmask = (rhead < GROUP) & (heads < H) & (rtok < n_tok)
+    rsel = tl.where(hmask, rhead, -1)  # the row's head in the group; −1: a padded row
+    qrow = (prog64 + rtok) * (H * D) + heads * D  # [BLOCK_H] int64: the row's q (q is [rows, H, d_h])
     offs_d = tl.arange(0, BLOCK_D)
     offs_r = tl.arange(0, BLOCK_R)
     dmask = offs_d < D
@@ -589,20 +688,23 @@ def _attend_split(Q, SK, SV, LK, LV, BK, KS, ROPE, SCALE, WS, CS_SK, CS_SV, CS_L
     # argument would be passed as float32 and cost the float64 path 8 digits.
     sm_scale = _to_acc(tl.load(SCALE, mask=pid_s >= 0, other=1.0), ACC_FP64)
 
-    # ---- load q for the group: [BLOCK_H, BLOCK_D] (q is a contiguous [rows, H, d_h])
-    Q_ROW = Q + prog64 * (H * D)
-    q = _to_acc(tl.load(Q_ROW + heads[:, None] * D + offs_d[None, :],
+    # ---- load q for the rows: [BLOCK_H, BLOCK_D]
+    Q_ROW = Q + prog64 * (H * D)  # one token: its [H, d_h] row
+    q = _to_acc(tl.load(Q + qrow[:, None] + offs_d[None, :],
                         mask=hmask[:, None] & dmask[None, :], other=0.0), ACC_FP64)
 
-    # ---- the private query, once per program (exact RoPE rotates it per tile instead)
+    # ---- the private query, once per program (exact RoPE rotates it per tile instead; it
+    # runs one token per program: its rotated query is per head and slot)
+    if ROPE is not None:
+        tl.static_assert(BLOCK_Q == 1, "exact RoPE runs one query token per program")
     if ROPE is None and not WIDE:
-        q_lat = _q_latent(Q_ROW, BK, pid_g, rows, offs_d, offs_r, dmask, rmask, H, D, R,
-                          BLOCK_H, BLOCK_R, GROUP, ACC_FP64)  # [BLOCK_H, BLOCK_R]
+        q_lat = _q_latent(q, Q_ROW, BK, pid_g, rsel, offs_d, offs_r, dmask, rmask, H, D, R,
+                          BLOCK_H, BLOCK_R, GROUP, BLOCK_Q, DOT, ACC_FP64, LP)  # [BLOCK_H, BLOCK_R]
     if WIDE:
         col, hc, jc, head_c, cmask = _wide_cols(pid_g, H, R, GROUP, BLOCK_GR)
         if ROPE is None:
             q_bd, q_bd_lo = _q_block_diag_halves(
-                _q_block_diag(Q_ROW, BK, heads, hmask, rows, hc, jc, head_c, cmask, H, D, R,
+                _q_block_diag(Q, qrow, BK, hmask, rsel, hc, jc, head_c, cmask, H, D, R,
                               BLOCK_H, BLOCK_GR, DOT, ACC_FP64, LP),
                 DOT, LP)  # [BLOCK_H, BLOCK_GR] each
         acc_p = tl.full([BLOCK_H, BLOCK_GR], 0.0, dtype=q.dtype)  # a_h R^V over the whole wide axis
@@ -643,12 +745,12 @@ def _attend_split(Q, SK, SV, LK, LV, BK, KS, ROPE, SCALE, WS, CS_SK, CS_SV, CS_L
             logits = logits * 0.0
         if ROPE is not None:
             logits = _private_logits_rope(logits, Q_ROW, BK, LK, lrow, tmask, ROPE, offs_t, offs_d, offs_r, dmask,
-                                          rmask, rows, pid_g, H, D, R, GROUP, DOT, ACC_FP64, LP)
+                                          rmask, rsel, pid_g, H, D, R, GROUP, DOT, ACC_FP64, LP)
         elif WIDE:
             logits = _private_logits_wide(logits, q_bd, q_bd_lo, LK, lrow, col, tmask, cmask, DOT, ACC_FP64, LP)
         else:
-            logits = _private_logits_per_head(logits, q_lat, LK, lrow, tmask, offs_r, rmask, rows, pid_g, H, R,
-                                              GROUP, ACC_FP64)
+            logits = _private_logits_per_head(logits, q_lat, LK, lrow, tmask, offs_r, rmask, rsel, pid_g, H, R,
+                                              GROUP, BLOCK_Q, DOT, ACC_FP64, LP)
         if CACHE_FP8:
             logits = shared_term + _fp8_scaled(logits, st_lk, CS_LK, slot, H, tmask, heads, hmask, FP8_LK, ACC_FP64)
         if KS is not None:
@@ -658,9 +760,11 @@ def _attend_split(Q, SK, SV, LK, LV, BK, KS, ROPE, SCALE, WS, CS_SK, CS_SV, CS_L
             logits = logits * ks
         # masked slots become −inf through `where`, never through arithmetic: NaN garbage stays out
         logits = tl.where(tmask[None, :], logits * sm_scale, float("-inf"))
+        if BLOCK_Q > 1:  # causal: the row of token i of the block attends length + i slots
+            logits = tl.where(offs_t[None, :] < (length + rtok)[:, None], logits, float("-inf"))
 
-        # one online softmax per head over the summed logits
-        m_new, alpha, p, l_i = _online_softmax(m_i, l_i, logits)
+        # one online softmax per row over the summed logits
+        m_new, alpha, p, l_i = _online_softmax(m_i, l_i, logits, BLOCK_Q > 1)
 
         # Eq. 7: both accumulators rescaled by alpha, then this tile's a_h S_V and a_h R_h^V
         # (fp8: the weights that meet each value part carry that part's scale — with fp32
@@ -670,7 +774,7 @@ def _attend_split(Q, SK, SV, LK, LV, BK, KS, ROPE, SCALE, WS, CS_SK, CS_SV, CS_L
         if CACHE_FP8:
             if DOT != DOT_LP:
                 p_s = _fp8_scaled(p, st_sv, CS_SV, slot, H, tmask, heads, hmask, FP8_SV, ACC_FP64)
-            if DOT != DOT_LP or not WIDE:  # the per-head private path has no tile product
+            if DOT != DOT_LP or (not WIDE and BLOCK_Q == 1):  # one token per head: no tile product
                 p_p = _fp8_scaled(p, st_lv, CS_LV, slot, H, tmask, heads, hmask, FP8_LV, ACC_FP64)
         acc_s = _shared_values(acc_s, alpha, p_s, SV, srow, tmask, offs_d, dmask, DOT, ACC_FP64, LP,
                                CS_SV, slot, st_sv, FP8_SV)
@@ -679,16 +783,17 @@ def _attend_split(Q, SK, SV, LK, LV, BK, KS, ROPE, SCALE, WS, CS_SK, CS_SV, CS_L
             acc_p = _private_values_wide(acc_p, p_p, LV, lrow, col, tmask, cmask, DOT, ACC_FP64, LP,
                                          CS_LV, slot, H, head_c, st_lv, FP8_LV)
         else:
-            acc_p = _private_values_per_head(acc_p, p_p, LV, lrow, tmask, offs_r, rmask, rows, pid_g, H, R,
-                                             GROUP, ACC_FP64)
+            acc_p = _private_values_per_head(acc_p, p_p, LV, lrow, tmask, offs_r, rmask, rsel, pid_g, H, R,
+                                             GROUP, BLOCK_Q, DOT, ACC_FP64, LP, CS_LV, slot, st_lv, FP8_LV)
         m_i = m_new
 
-    # ---- store the split's partial state (scratch rows [rows, H, splits])
-    ACC_S, ACC_P, M, L = _scratch(WS, tl.num_programs(0).to(tl.int64) * H * num_splits, D, R)
-    base = (prog64 * H + heads) * num_splits + pid_s  # [BLOCK_H]
+    # ---- store the split's partial state (scratch rows [n_rows, H, splits])
+    ACC_S, ACC_P, M, L = _scratch(WS, n_rows.to(tl.int64) * H * num_splits, D, R)
+    base = ((prog64 + rtok) * H + heads) * num_splits + pid_s  # [BLOCK_H]
     _store_softmax_state(M, L, ACC_S, m_i, l_i, acc_s, base, hmask, offs_d, dmask, D)
     if WIDE:
-        _store_private_wide(ACC_P, acc_p, prog64, pid_s, num_splits, rows, hmask, hc, jc, head_c, cmask, H, R)
+        _store_private_wide(ACC_P, acc_p, prog64, rtok, pid_s, num_splits, rsel, hmask, hc, jc, head_c, cmask, H, R,
+                            BLOCK_Q)
     else:
         tl.store(ACC_P + base[:, None] * R + offs_r[None, :], acc_p, mask=hmask[:, None] & rmask[None, :])
 
@@ -717,8 +822,8 @@ def decode_split_kernel(
     b64 = pid_b.to(tl.int64)
     length = tl.load(LENGTHS + pid_b, mask=pid_b >= 0, other=0).to(tl.int32)
     _attend_split(Q, SK, SV, LK, LV, BK, KS, ROPE, SCALE, WS, CS_SK, CS_SV, CS_LK, CS_LV, None,
-                  b64, b64, length, H, D, R, SPLIT_SIZE, SLOT_LIMIT, 1, 0, s_sb, s_lb, s_ksb,
-                  GROUP, BLOCK_H, BLOCK_T, BLOCK_D, BLOCK_R, DOT, WIDE, BLOCK_GR, FP8, False)
+                  b64, b64, length, 1, tl.num_programs(0), H, D, R, SPLIT_SIZE, SLOT_LIMIT, 1, 0, s_sb, s_lb, s_ksb,
+                  GROUP, BLOCK_H, BLOCK_T, BLOCK_D, BLOCK_R, DOT, WIDE, BLOCK_GR, FP8, False, 1)
 
 
 @triton.jit(do_not_specialize=["SPLIT_SIZE", "SLOT_LIMIT", "PAGE_SIZE", "NUM_PAGES"])
@@ -737,29 +842,33 @@ def paged_split_kernel(
     b64 = pid_b.to(tl.int64)
     length = tl.load(LENGTHS + pid_b, mask=pid_b >= 0, other=0).to(tl.int32)
     _attend_split(Q, SK, SV, LK, LV, BK, KS, ROPE, SCALE, WS, CS_SK, CS_SV, CS_LK, CS_LV, PT,
-                  b64, b64, length, H, D, R, SPLIT_SIZE, SLOT_LIMIT, PAGE_SIZE, NUM_PAGES, s_sb, s_lb, s_ksb,
-                  GROUP, BLOCK_H, BLOCK_T, BLOCK_D, BLOCK_R, DOT, WIDE, BLOCK_GR, FP8, TILE_IN_PAGE)
+                  b64, b64, length, 1, tl.num_programs(0), H, D, R, SPLIT_SIZE, SLOT_LIMIT, PAGE_SIZE, NUM_PAGES,
+                  s_sb, s_lb, s_ksb, GROUP, BLOCK_H, BLOCK_T, BLOCK_D, BLOCK_R, DOT, WIDE, BLOCK_GR, FP8,
+                  TILE_IN_PAGE, 1)
 
 
-@triton.jit(do_not_specialize=["SPLIT_SIZE", "SLOT_LIMIT", "NSEQ", "PAGE_SIZE", "NUM_PAGES"])
+@triton.jit(do_not_specialize=["SPLIT_SIZE", "SLOT_LIMIT", "NSEQ", "N_ROWS", "PAGE_SIZE", "NUM_PAGES"])
 def extend_split_kernel(
-    Q, SK, SV, LK, LV, BK, KS, ROPE, LENGTHS, CU, PT, SCALE, WS,  # q [N, H, d_h]; CU [NSEQ + 1]; PT or None
+    Q, SK, SV, LK, LV, BK, KS, ROPE, LENGTHS, CU, BLK, PT, SCALE, WS,  # q [N, H, d_h]; CU, BLK [NSEQ + 1]
     CS_SK, CS_SV, CS_LK, CS_LV,
-    H, D, R, SPLIT_SIZE, SLOT_LIMIT, NSEQ, PAGE_SIZE, NUM_PAGES,
+    H, D, R, SPLIT_SIZE, SLOT_LIMIT, NSEQ, N_ROWS, PAGE_SIZE, NUM_PAGES,  # N_ROWS: N
     s_sb, s_lb, s_ksb,
     GROUP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_R: tl.constexpr, DOT: tl.constexpr, WIDE: tl.constexpr, BLOCK_GR: tl.constexpr, FP8: tl.constexpr,
-    TILE_IN_PAGE: tl.constexpr, BLOCK_B: tl.constexpr,
+    TILE_IN_PAGE: tl.constexpr, BLOCK_B: tl.constexpr, BLOCK_Q: tl.constexpr,
 ):
     """Stage 1 of extend (chunked prefill, speculative verification; DESIGN §4), contiguous or
-    paged: program row n is query token n of a ragged batch (`_extend_row`), and the same
-    split loop runs over its causal slots 0 … p (Eqs. 6–7). The same stage 2 merges."""
-    pid_n = tl.program_id(0)
-    b64, length = _extend_row(pid_n, CU, NSEQ, LENGTHS, SLOT_LIMIT, BLOCK_B)
+    paged: program row k is the k-th block of up to BLOCK_Q new tokens of one sequence of a
+    ragged batch (`_extend_block`; BLK [NSEQ + 1] counts the blocks before each sequence, CU
+    itself when BLOCK_Q = 1), and the same split loop runs over the block's causal slots, each
+    token's 0 … p (Eqs. 6–7). Rows past the last block have no tokens and store nothing. The
+    same stage 2 merges, per query token."""
+    pid = tl.program_id(0)
+    b64, token0, length, n_tok = _extend_block(pid, CU, BLK, NSEQ, LENGTHS, SLOT_LIMIT, BLOCK_B, BLOCK_Q)
     _attend_split(Q, SK, SV, LK, LV, BK, KS, ROPE, SCALE, WS, CS_SK, CS_SV, CS_LK, CS_LV, PT,
-                  pid_n.to(tl.int64), b64, length, H, D, R, SPLIT_SIZE, SLOT_LIMIT, PAGE_SIZE, NUM_PAGES,
+                  token0, b64, length, n_tok, N_ROWS, H, D, R, SPLIT_SIZE, SLOT_LIMIT, PAGE_SIZE, NUM_PAGES,
                   s_sb, s_lb, s_ksb, GROUP, BLOCK_H, BLOCK_T, BLOCK_D, BLOCK_R, DOT, WIDE, BLOCK_GR, FP8,
-                  TILE_IN_PAGE)
+                  TILE_IN_PAGE, BLOCK_Q)
 
 
 @triton.jit(do_not_specialize=["NUM_SPLITS"])

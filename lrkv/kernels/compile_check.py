@@ -46,12 +46,13 @@ class Variant:
     page_size: int = 16  # paged variants: tiles inside one page when it divides by block_t
     fp8: str = ""  # an fp8 cache: "e4m3" | "e5m2" (parts stored so, float32 scales); "": none
     fp8_granularity: str = "per_token_head"  # fp8 only: the scales' granularity (DESIGN §4.1)
+    block_q: int = 1  # extend: query tokens per program (the rows are block_q x group)
 
     @classmethod
     def from_launch(cls, cfg, *, r: int, d_h: int, dtype: str = "bfloat16", **kw) -> "Variant":
         """The variant a `launch.LaunchConfig` compiles (its group, tile, warps, private path)."""
         return cls(dtype=dtype, group=cfg.group_size, d_h=d_h, r=r, block_t=cfg.block_t,
-                   num_warps=cfg.num_warps, dot=cfg.dot, private=cfg.private, **kw)
+                   num_warps=cfg.num_warps, dot=cfg.dot, private=cfg.private, block_q=getattr(cfg, "block_q", 1), **kw)
 
 
 DEFAULT_VARIANTS = (
@@ -108,6 +109,19 @@ def _signature(fn, ptr_types: dict[str, str], const: dict[str, object]):
             sig[name] = "i32"
     constexprs = {(fn.arg_names.index(k),): v for k, v in const.items()}
     return sig, constexprs
+
+
+def _divisibility(fn, sig: dict[str, str], v: Variant) -> dict:
+    """The divisibility-by-16 facts a real launch gives the compiler (Triton specialises every
+    16-byte-aligned pointer and every integer argument divisible by 16 that is not listed in
+    do_not_specialize): without them the loads are not vectorised and the registers counted
+    here are not the GPU's. Pointers: torch's allocations are aligned. Integers: d_h, and the
+    cache strides (T_max · d_h, T_max · H · r, T_max · H: T_max and a page of 16 are multiples
+    of 16; another page size only where it is one). H and r are taken as not (18, 55)."""
+    strides_aligned = not v.paged or v.page_size % 16 == 0
+    ints = {"D": v.d_h % 16 == 0, "s_sb": strides_aligned, "s_lb": strides_aligned, "s_ksb": strides_aligned}
+    return {(i,): [["tt.divisibility", 16]] for i, name in enumerate(fn.arg_names)
+            if sig.get(name, "constexpr") != "constexpr" and (sig[name].startswith("*") or ints.get(name, False))}
 
 
 def _resource_usage(cubin: bytes) -> dict[str, int]:
@@ -167,8 +181,8 @@ def compile_variant(v: Variant, arch: int = 90, *, extend: bool = False, module=
         ptrs["ROPE"] = f"*{acc}"
     if v.paged:
         ptrs["PT"] = "*i32"
-    ptrs.update(LENGTHS="*i32", SCALE=f"*{acc}", WS=f"*{acc}", CU="*i32")
-    const = dict(GROUP=v.group, BLOCK_H=next_pow2(v.group, 16), BLOCK_T=v.block_t,
+    ptrs.update(LENGTHS="*i32", SCALE=f"*{acc}", WS=f"*{acc}", CU="*i32", BLK="*i32")
+    const = dict(GROUP=v.group, BLOCK_H=next_pow2(v.group * v.block_q, 16), BLOCK_T=v.block_t,
                  BLOCK_D=next_pow2(v.d_h, 16), BLOCK_R=next_pow2(v.r, 16), DOT=DOT_MODES[dot],
                  WIDE=v.private == "wide", BLOCK_GR=next_pow2(v.group * v.r, 16) if v.private == "wide" else 16,
                  FP8=fp8_code(v.fp8_granularity if v.fp8 else ""))
@@ -177,12 +191,12 @@ def compile_variant(v: Variant, arch: int = 90, *, extend: bool = False, module=
     if "TILE_IN_PAGE" in kernel.arg_names:
         const["TILE_IN_PAGE"] = v.paged and v.page_size % v.block_t == 0
     if extend:
-        const["BLOCK_B"] = 16
+        const.update(BLOCK_B=16, BLOCK_Q=v.block_q)
     sig, constexprs = _signature(kernel, ptrs, const)
     t0 = time.perf_counter()
     with warnings.catch_warnings():  # triton 3.9's one-time notice about TRITON_DEFAULT_FP_FUSION
         warnings.filterwarnings("ignore", message=".*TRITON_DEFAULT_FP_FUSION.*")
-        k = triton.compile(ASTSource(kernel, sig, constexprs),
+        k = triton.compile(ASTSource(kernel, sig, constexprs, _divisibility(kernel, sig, v)),
                            target=GPUTarget("cuda", arch, 32), options=dict(num_warps=v.num_warps))
     usage = _resource_usage(k.asm["cubin"])
     return dict(kernel="decode_split_kernel[extend]" if extend else "decode_split_kernel",

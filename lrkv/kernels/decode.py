@@ -188,10 +188,11 @@ def factored_decode(
     scale_lk: torch.Tensor | None = None,  # [], [H], [rows, slots] or [rows, slots, H]
     scale_lv: torch.Tensor | None = None,
     fp8_granularity: str = "",  # the scales' granularity; "" for a cache at compute precision
+    block_q: int = 1,  # extend: query tokens of one sequence per program
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Launch stage 1 (splits) on a (rows, head groups, splits) grid — a row is a batch row,
-    or with `cu_seqlens_q` a query token of the ragged extend batch — then stage 2 (merge)
-    on (rows, heads). No checks here: the wrappers validate, and this body must stay
+    or with `cu_seqlens_q` a block of up to `block_q` query tokens of one sequence of the
+    ragged extend batch — then stage 2 (merge) on (query rows, heads). No checks here: the wrappers validate, and this body must stay
     traceable by torch.compile (no data-dependent Python). Tensors not laid out as the
     kernels take them (unit last stride, dense past the first axis) are copied first."""
     K = runtime.kernels()
@@ -218,17 +219,24 @@ def factored_decode(
     pt = None if page_table is None else page_table.contiguous()
     cs = [None if t is None else t.contiguous() for t in (scale_sk, scale_sv, scale_lk, scale_lv)]
     strides = (sk.stride(0), lk.stride(0), 0 if ks is None else ks.stride(0))
-    meta = dict(GROUP=group_size, BLOCK_H=next_pow2(group_size, 16), BLOCK_T=block_t, BLOCK_D=block_d,
+    meta = dict(GROUP=group_size, BLOCK_H=next_pow2(group_size * block_q, 16), BLOCK_T=block_t, BLOCK_D=block_d,
                 BLOCK_R=block_r, DOT=dot, WIDE=wide, BLOCK_GR=next_pow2(group_size * R, 16) if wide else 16,
                 FP8=fp8_code(fp8_granularity), num_warps=num_warps)
     in_page = paged and tile_in_page(page, block_t, split_size)
     grid = (B, n_groups, num_splits)
     if cu_seqlens_q is not None:
         n_seq = cu_seqlens_q.shape[0] - 1
+        blocks = cu_seqlens_q  # a block per token
+        if block_q > 1:  # the token blocks before each sequence: cumsum of ⌈n_b / block_q⌉ (on the device)
+            n_b = cu_seqlens_q[1:] - cu_seqlens_q[:-1]
+            blocks = torch.cat((cu_seqlens_q[:1] * 0, torch.cumsum((n_b + block_q - 1) // block_q, 0))).to(
+                torch.int32)
+            # Σ ⌈n_b / block_q⌉ <= min(N, ⌈N / block_q⌉ + NSEQ): an upper bound known without a sync
+            grid = (min(B, -(-B // block_q) + n_seq), n_groups, num_splits)
         _traceable(K.extend_split_kernel)[grid](
-            q, sk, sv, lk, lv, basis_k, ks, rope_table, lengths, cu_seqlens_q, pt, scale_t, ws, *cs,
-            H, D, R, split_size, slots, n_seq, page, n_pages, *strides,
-            TILE_IN_PAGE=in_page, BLOCK_B=min(next_pow2(n_seq, 16), MAX_BLOCK_B), **meta)
+            q, sk, sv, lk, lv, basis_k, ks, rope_table, lengths, cu_seqlens_q, blocks, pt, scale_t, ws, *cs,
+            H, D, R, split_size, slots, n_seq, B, page, n_pages, *strides,
+            TILE_IN_PAGE=in_page, BLOCK_B=min(next_pow2(n_seq, 16), MAX_BLOCK_B), BLOCK_Q=block_q, **meta)
     elif paged:
         _traceable(K.paged_split_kernel)[grid](
             q, sk, sv, lk, lv, basis_k, ks, rope_table, lengths, pt, scale_t, ws, *cs,
@@ -256,7 +264,7 @@ def _device_ok(t: torch.Tensor) -> tuple[bool, str]:
 
 
 def run_factored_decode(q, cache: FactoredCache, basis_k, basis_v, *, scale, rope, num_splits, group_size, block_t,
-                        num_warps, dot, private=None, programs_per_sm=None, cu_seqlens_q=None):
+                        num_warps, dot, private=None, programs_per_sm=None, cu_seqlens_q=None, block_q=None):
     """Pick the launch shape and run the custom op — decode, paged decode and (with
     `cu_seqlens_q`) extend alike, over an fp8 cache with `cache.scales`."""
     extend = cu_seqlens_q is not None
@@ -265,7 +273,8 @@ def run_factored_decode(q, cache: FactoredCache, basis_k, basis_v, *, scale, rop
                       slots=cache.t_max, dtype=q.dtype, device=q.device, num_splits=num_splits,
                       group_size=group_size, block_t=block_t, num_warps=num_warps, dot=dot, private=private,
                       programs_per_sm=programs_per_sm, rope_exact=rope is not None, paged=cache.paged,
-                      extend=extend, fp8=cache.scales is not None)
+                      extend=extend, fp8=cache.scales is not None, block_q=block_q,
+                      seqs=cu_seqlens_q.shape[0] - 1 if extend else None)
     sc = cache.scales
     fp8_args = () if sc is None else (*(sc.of(p) for p in PARTS), sc.granularity)
     table = None
@@ -274,18 +283,19 @@ def run_factored_decode(q, cache: FactoredCache, basis_k, basis_v, *, scale, rop
     return torch.ops.lrkv.factored_decode(
         q, *cache.parts, basis_k, basis_v, cache.lengths, cache.page_table, cache.key_scale, table, float(scale),
         cfg.num_splits, cfg.split_size, cfg.group_size, cfg.block_t, cfg.num_warps, DOT_MODES[cfg.dot],
-        cfg.private == "wide", cu_seqlens_q, *fp8_args,
+        cfg.private == "wide", cu_seqlens_q, *fp8_args, block_q=cfg.block_q,
     )
 
 
 def check_launch(q: torch.Tensor, tensors: dict, *, num_splits, group_size, block_t, num_warps, dot,
-                 private=None, programs_per_sm=None, r: int) -> None:
+                 private=None, programs_per_sm=None, block_q=None, rope_exact: bool = False, r: int) -> None:
     """The kernel-side checks every layout shares, after the layout's own contract check:
     launch options and (when a kernel will run) device placement and strides."""
     check_launch_options(num_splits=num_splits, group_size=group_size, block_t=block_t,
                          num_warps=num_warps, H=q.shape[1], dot=dot, dtype=q.dtype,
                          interpreted=runtime.is_interpreted(), private=private,
-                         programs_per_sm=programs_per_sm)
+                         programs_per_sm=programs_per_sm, block_q=block_q,
+                         extend=tensors.get("cu_seqlens_q") is not None, rope_exact=rope_exact)
     if private == "wide":
         on_gpu = q.device.type == "cuda" and not runtime.is_interpreted()
         ok, why = wide_applies(r, default_dot(q.dtype, on_gpu) if dot is None else dot)
@@ -302,7 +312,7 @@ def check_launch(q: torch.Tensor, tensors: dict, *, num_splits, group_size, bloc
 def attend(q: torch.Tensor, cache: FactoredCache, basis_k: torch.Tensor, basis_v: torch.Tensor, *, scale: float,
            rope: ExactRope | None = None, cu_seqlens_q: torch.Tensor | None = None, check: bool = True,
            num_splits=None, group_size=None, block_t=None, num_warps=None, dot=None, private=None,
-           programs_per_sm=None) -> tuple[torch.Tensor, torch.Tensor]:
+           programs_per_sm=None, block_q=None) -> tuple[torch.Tensor, torch.Tensor]:
     """The one wrapper behind decode, paged decode (a paged cache) and extend (cu_seqlens_q):
     Eqs. 6–7 over a FactoredCache. Validates the contract (`check`), then the launch; an fp8
     cache's scales are checked either way. Fallback mode runs the float64 reference `attend`
@@ -315,7 +325,8 @@ def attend(q: torch.Tensor, cache: FactoredCache, basis_k: torch.Tensor, basis_v
                              basis_v=basis_v, lengths=cache.lengths, page_table=cache.page_table,
                              key_scale=cache.key_scale, **scale_tensors(cache.scales)),
                      num_splits=num_splits, group_size=group_size, block_t=block_t, num_warps=num_warps, dot=dot,
-                     private=private, programs_per_sm=programs_per_sm, r=cache.latent_k.shape[3])
+                     private=private, programs_per_sm=programs_per_sm, block_q=block_q, rope_exact=rope is not None,
+                     r=cache.latent_k.shape[3])
     if runtime.mode()[0] == "fallback":
         # fp8 parts pass as stored (the reference dequantizes them with their scales)
         f = lambda t: t.to(torch.float64) if t.is_floating_point() and not is_fp8(t.dtype) else t  # noqa: E731
@@ -325,7 +336,7 @@ def attend(q: torch.Tensor, cache: FactoredCache, basis_k: torch.Tensor, basis_v
         return out.to(q.dtype), lse.to(accumulation_dtype(q.dtype))
     return run_factored_decode(q, cache, basis_k, basis_v, scale=scale, rope=rope, num_splits=num_splits,
                                group_size=group_size, block_t=block_t, num_warps=num_warps, dot=dot,
-                               private=private, programs_per_sm=programs_per_sm,
+                               private=private, programs_per_sm=programs_per_sm, block_q=block_q,
                                cu_seqlens_q=None if cu_seqlens_q is None else cu_seqlens_q.to(torch.int32))
 
 

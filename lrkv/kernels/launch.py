@@ -6,24 +6,28 @@ Every field can be overridden by the caller (`decode_attention(..., block_t=32)`
 left None is chosen here, in this order:
 
   1. `dot` — how tile products run, from the dtype (`default_dot`).
-  2. `private` — how the rank-r stream is read: `PRIVATE_DEFAULT[(gpu, rope)]`, else "wide"
-     wherever it applies (`wide_applies`). "wide": the group's latents as one
-     [BLOCK_T, G·r] tile, every head's private logits and values in one tl.dot each against
-     a block-diagonal operand; "per_head": one [BLOCK_T, r] tile and product per head.
-  3. `group_size` — heads per program (`group_rule`): up to MAX_GROUP, on the wide path at
-     most WIDE_MAX_COLUMNS // r (over an fp8 cache WIDE_MAX_COLUMNS_FP8 // r), balanced
-     (H = 18 runs as 2 groups of 9, not 16 + 2; over an fp8 cache as 5 groups of 4). Each
-     group re-reads the shared K/V stream, so fewer groups = fewer bytes; the group is padded
-     to BLOCK_H >= 16 rows anyway (tl.dot's minimum M).
-  4. `block_t`, `num_warps` — `LAUNCH_TABLE[(gpu, private, rope, paged)]` on a GPU with
+  2. `private` — how the rank-r stream is read: `PRIVATE_DEFAULT[(gpu, rope)]` ("per_head"
+     on the GPU and, so that its tests run the GPU's path, in the interpreter; "wide" only
+     when asked for, where `wide_applies`). "per_head": one [BLOCK_T, r] tile and product per
+     head; "wide": the group's latents as one [BLOCK_T, G·r] tile, every head's private
+     logits and values in one tl.dot each against a block-diagonal operand.
+  3. `block_q` (extend only) — query tokens of one sequence per program (`token_block_rule`):
+     every token of a block shares each loaded cache tile, so extend's loads grow with the
+     cache, not with tokens × cache.
+  4. `group_size` — heads per program (`group_rule`): up to MAX_GROUP, on the wide path at
+     most WIDE_MAX_COLUMNS // r (over an fp8 cache WIDE_MAX_COLUMNS_FP8 // r), with a token
+     block at most EXTEND_ROWS // block_q, balanced (H = 18 runs as 2 groups of 9, not 16 + 2).
+     Each group re-reads the shared K/V stream, so fewer groups = fewer bytes; a program's
+     (token, head) rows are padded to BLOCK_H >= 16 anyway (tl.dot's minimum M).
+  5. `block_t`, `num_warps` — `LAUNCH_TABLE[(gpu, private, rope, paged)]` on a GPU with
      tl.dot products (under a Triton older than TRITON_TIER and over a 16-bit cache, its
      `gpu/triton<3.9` entry first: the compiler makes the tile); everywhere else (the
      interpreter, float64's broadcast-and-sum products on a GPU, an unlisted key) the size
      rule (`size_rule`), and in the interpreter its own tile rule (`interpreter_tile`) on top.
-  5. `num_splits` — the occupancy rule (`occupancy_rule`): at most `programs_per_sm`
-     (b, group, split) programs per SM, in whole waves, each split at least MIN_SPLIT_SLOTS
-     slots, at most MAX_SPLITS, in whole tiles; a caller's count is used as is, even when it leaves splits
-     empty (the tests use 17 splits over 37 slots).
+  6. `num_splits` — the occupancy rule (`occupancy_rule`): at most `programs_per_sm`
+     (row, group, split) programs per SM, in whole waves, each split at least MIN_SPLIT_SLOTS
+     slots, at most MAX_SPLITS, in whole tiles; a caller's count is used as is, even when it
+     leaves splits empty (the tests use 17 splits over 37 slots).
 
 The evidence named by the table is committed: `ci/logs/compile-check-sm90.json` (registers
 and spills for sm_90, `python3 -m lrkv.kernels.compile_check`, no GPU needed) and
@@ -50,6 +54,12 @@ WIDE_MAX_COLUMNS = 512  # default cap on G·r for the wide private tile (registe
 WIDE_MAX_COLUMNS_FP8 = 256
 WIDE_LIMIT_COLUMNS = 2048  # an explicit group_size may go this far; past it the tile cannot fit
 PROGRAMS_PER_SM = 2  # default occupancy target of the split heuristic (the committed H200 runs)
+# Extend: query tokens of one sequence per program, at most. A block of tokens runs one head
+# per program — its rows are the block's tokens, as in FlashAttention's forward — because with
+# several heads the per-head selects and products of its rows spill at 16 warps (4 heads x 4
+# tokens: 32–112 bytes), and 32 rows spill too; 16 tokens of one head do not, but over an fp8
+# cache (8–24 bytes; compile_check, both Tritons).
+EXTEND_ROWS = 16
 
 COMPILE_REPORT = "ci/logs/compile-check-sm90.json"
 H200_RUN = "ci/gpu-results/h200-summary.md"
@@ -95,6 +105,7 @@ class LaunchConfig:
     private: str = "per_head"  # 'wide' | 'per_head': how the rank-r stream is read (module doc)
     block_gr: int = 16  # the wide tile's columns: group_size · r padded to a power of two >= 16
     programs_per_sm: int = PROGRAMS_PER_SM  # the occupancy rule's target
+    block_q: int = 1  # extend: query tokens of one sequence per program, sharing each cache tile
 
 
 # ----------------------------------------------------------------------------- the table
@@ -108,19 +119,24 @@ class TileChoice:
     warps_for_tiles: tuple[int, ...] = BLOCK_T_CHOICES  # tiles num_warps holds for; a caller's other tile: size_rule
 
 
-_WIDE = TileChoice(16, 8, f"{COMPILE_REPORT}: wide, 16 slots x 8 warps is the largest shape without a spill at "
-                          "both paper scales (235 registers at H=18/r=55 and at H=32/r=54, bf16); 32 slots "
-                          "spill 40 bytes at 8 warps, 280 at 16. Speed not yet measured (the GPU sweep decides)")
-_WIDE_PAGED = TileChoice(16, 8, f"{COMPILE_REPORT}: wide, paged at page 16 (one page per tile), 16 x 8: no "
-                                "spill at bf16 (229 registers), none at float16 with key_scale (245)")
-_WIDE_ROPE = TileChoice(16, 8, f"{COMPILE_REPORT}: wide with exact RoPE, 16 x 8 spills 56 bytes; taken only "
+# The targets every default launch is held to (tests/kernels/test_compile.py, both Tritons):
+# no spill, and at least 16 resident warps per SM — loads in flight to cover the memory latency.
+# The 2026-12-04 H200 profile of the old default (wide, 16 x 8) found 255 registers, spills and
+# one 8-warp block per SM: 13–22 % of the copy bandwidth.
+_PER_HEAD = TileChoice(16, 16, f"{COMPILE_REPORT}: per-head, 16 slots x 16 warps: 93–124 registers, no spill on "
+                               "Triton 3.6 and 3.9, decode / paged / extend, bf16 / fp16 / fp8, both paper scales "
+                               "(one 16-warp block per SM: 16 warps). 8 warps hold 123–175 (2 blocks only under "
+                               "128); wide spills at 16 warps (Triton 3.6 caps it at 64 registers). Speed: the "
+                               "next GPU run (predicted in docs/kernels.md)", warps_for_tiles=(16, 32))
+_PER_HEAD_ROPE = TileChoice(16, 16, f"{COMPILE_REPORT}: per-head exact RoPE, 16 x 16 spills 40–88 bytes (the "
+                                    "rotated query's [16, d_h] tile is the dot's left operand, held by every "
+                                    "warp), 8 warps hold 224–248 registers without a spill: one block of 8 warps. "
+                                    "16 warps per SM with a small spill over 8 without one; not measured")
+_WIDE = TileChoice(16, 8, f"{COMPILE_REPORT}: wide, 16 slots x 8 warps: ~200 registers without a spill at both "
+                          "paper scales under Triton 3.9 (8 warps per SM); 16 warps spill. Taken only when "
+                          "private='wide' is asked for (PRIVATE_DEFAULT)")
+_WIDE_ROPE = TileChoice(16, 8, f"{COMPILE_REPORT}: wide with exact RoPE, 16 x 8 spills; taken only "
                                "when private='wide' is asked for (PRIVATE_DEFAULT)")
-_PER_HEAD = TileChoice(64, 4, f"{H200_RUN}: launch-shape sweep at H=18, d_h=128, r=55, B=8, T=32K, bf16: 64 "
-                              "slots x 4 warps 1.24 ms, 16 x 8 5.60 ms (4.5x); paged per-head not measured",
-                       warps_for_tiles=(64, 128))
-_PER_HEAD_ROPE = TileChoice(32, 8, f"{COMPILE_REPORT}: per-head exact RoPE, 32 x 8 spills 40 bytes where the "
-                                   "64 x 4 shape the H200 run measured it with (6.54 ms, 5.2x rope none) spills "
-                                   "2144; 16-slot tiles re-read B_h^K twice as often. Speed not yet measured")
 
 _WIDE_TRITON_36 = TileChoice(32, 4, f"{H200_SWEEP}: wide at H=18, d_h=128, r=55, B=8, T=32K, bf16, Triton 3.6: "
                                     "32 slots x 4 warps, group 9, 1.278 ms against 2.128 ms at 16 x 8 (1.66x), "
@@ -131,14 +147,14 @@ _WIDE_TRITON_36 = TileChoice(32, 4, f"{H200_SWEEP}: wide at H=18, d_h=128, r=55,
 # "sm_90/triton<3.9": the compiler makes the tile — Triton 3.6 (torch 2.11's) spills where
 # 3.9 does not, and was measured; its entries come first there, the "sm_90" ones otherwise.
 LAUNCH_TABLE: dict[tuple[str, str, str, bool], TileChoice] = {
-    ("sm_90", "wide", "none", False): _WIDE,
-    ("sm_90", "wide", "none", True): _WIDE_PAGED,
-    ("sm_90", "wide", "exact", False): _WIDE_ROPE,
-    ("sm_90", "wide", "exact", True): _WIDE_ROPE,
     ("sm_90", "per_head", "none", False): _PER_HEAD,
     ("sm_90", "per_head", "none", True): _PER_HEAD,
     ("sm_90", "per_head", "exact", False): _PER_HEAD_ROPE,
     ("sm_90", "per_head", "exact", True): _PER_HEAD_ROPE,
+    ("sm_90", "wide", "none", False): _WIDE,
+    ("sm_90", "wide", "none", True): _WIDE,
+    ("sm_90", "wide", "exact", False): _WIDE_ROPE,
+    ("sm_90", "wide", "exact", True): _WIDE_ROPE,
     ("sm_90/triton<3.9", "wide", "none", False): _WIDE_TRITON_36,
 }
 TRITON_TIER = (3, 9)  # Triton releases before this one look up the "sm_90/triton<3.9" entries first
@@ -151,15 +167,18 @@ def triton_before_tier() -> bool:
     except ValueError:  # a dev build's version string: treat it as current
         return False
 
-# (gpu, rope) -> (private path, evidence); elsewhere "wide" wherever it applies, so the
-# interpreter tests run the path the GPU runs.
-PRIVATE_DEFAULT: dict[tuple[str, str], tuple[str, str]] = {
-    ("sm_90", "none"): ("wide", f"{COMPILE_REPORT}: the wide tile compiles without a spill at the table's "
-                                "shape; its speed against per_head is for the GPU sweep to measure"),
-    ("sm_90", "exact"): ("per_head", "exact RoPE's private logits are per head and slot on either path (a "
-                                     "rotated query per head, projected through B_h^K every tile), so the "
-                                     f"per-head path takes its own tile: {COMPILE_REPORT} spills 40 bytes "
-                                     "per-head at 32 x 8 against 56 wide at 16 x 8"),
+# (gpu, rope) -> (private path, evidence); elsewhere (the interpreter) the same, so the
+# interpreter's tests run the path the GPU runs.
+_PER_HEAD_WHY = (f"{COMPILE_REPORT}: the per-head path fits 16 warps per SM without a spill at both paper scales "
+                 "and on both Tritons; the wide tile's block-diagonal query and accumulator ([16, G·r] each) "
+                 "do not (~200 registers at 8 warps, spills at 16)")
+_ROPE_WHY = ("exact RoPE's private logits are per head and slot on either path (a rotated query per head, "
+             f"projected through B_h^K every tile); {COMPILE_REPORT}: the wide path spills with it")
+PRIVATE_DEFAULT: dict[tuple[str | None, str], tuple[str, str]] = {
+    ("sm_90", "none"): ("per_head", _PER_HEAD_WHY),
+    ("sm_90", "exact"): ("per_head", _ROPE_WHY),
+    (None, "none"): ("per_head", _PER_HEAD_WHY),
+    (None, "exact"): ("per_head", _ROPE_WHY),
 }
 
 
@@ -181,12 +200,13 @@ def interpreter_tile(block_t: int, slots: int, extend: bool) -> int:
     return min(128, max(block_t, next_pow2(-(-slots // 8))))
 
 
-def group_rule(H: int, r: int, private: str, fp8: bool = False) -> int:
+def group_rule(H: int, r: int, private: str, fp8: bool = False, block_q: int = 1) -> int:
     """Heads per program: up to MAX_GROUP (on the wide path G·r <= WIDE_MAX_COLUMNS, or
-    WIDE_MAX_COLUMNS_FP8 over an fp8 cache), balanced."""
-    cap = MAX_GROUP
+    WIDE_MAX_COLUMNS_FP8 over an fp8 cache; one with a block of extend tokens, EXTEND_ROWS),
+    balanced."""
+    cap = MAX_GROUP if block_q == 1 else 1
     if private == "wide":
-        cap = max(1, min(MAX_GROUP, (WIDE_MAX_COLUMNS_FP8 if fp8 else WIDE_MAX_COLUMNS) // max(r, 1)))
+        cap = max(1, min(cap, (WIDE_MAX_COLUMNS_FP8 if fp8 else WIDE_MAX_COLUMNS) // max(r, 1)))
     n_groups = -(-H // cap)
     return -(-H // n_groups)  # balanced: 18 heads -> 2 x 9, not 16 + 2
 
@@ -203,6 +223,17 @@ def occupancy_rule(rows: int, n_groups: int, slots: int, block_t: int, programs_
     split_size = -(-max(slots, 1) // num_splits)
     split_size = -(-split_size // block_t) * block_t  # whole tiles per split
     return max(1, -(-max(slots, 1) // split_size)), split_size
+
+
+def token_block_rule(tokens: int, seqs: int, rope_exact: bool, dot: str) -> int:
+    """Extend's query tokens per program: a sequence's new tokens (⌈tokens / seqs⌉, the
+    batch's mean), at most EXTEND_ROWS; one where a block cannot run — exact RoPE (its query
+    is rotated per head and slot) and dot='fma' (float64 on a GPU: a block's products would be
+    broadcast-and-sum tiles of [rows, d_h, r]). Every token of a block shares each cache tile;
+    a block runs one head per program (`group_rule`), so each head re-reads the shared stream."""
+    if rope_exact or dot == "fma":
+        return 1
+    return max(1, min(-(-tokens // max(seqs, 1)), EXTEND_ROWS))
 
 
 def wide_applies(r: int, dot: str) -> tuple[bool, str]:
@@ -227,21 +258,27 @@ def pick_launch(
     num_splits: int | None = None, group_size: int | None = None, block_t: int | None = None,
     num_warps: int | None = None, dot: str | None = None, private: str | None = None,
     programs_per_sm: int | None = None, rope_exact: bool = False, paged: bool = False,
-    extend: bool = False, fp8: bool = False, sm90_sms: int | None = None,
+    extend: bool = False, fp8: bool = False, sm90_sms: int | None = None, block_q: int | None = None,
+    seqs: int | None = None,
 ) -> LaunchConfig:
     """The launch shape for a call; every argument left None is chosen as the module doc
-    says. For extend, B is the number of query tokens (the rows of the grid); fp8: the cache
-    is fp8 (the wide group's column cap, WIDE_MAX_COLUMNS_FP8). sm90_sms: choose as an sm_90
-    GPU with that many SMs would, wherever this runs (the traffic model's GPU launch)."""
+    says. For extend, B is the number of query tokens and `seqs` the sequences they belong
+    to (default B: one token each); fp8: the cache is fp8 (the wide group's column cap,
+    WIDE_MAX_COLUMNS_FP8). sm90_sms: choose as an sm_90 GPU with that many SMs would,
+    wherever this runs (the traffic model's GPU launch)."""
     interpreted = runtime.is_interpreted() if sm90_sms is None else False
     on_gpu = sm90_sms is not None or (device.type == "cuda" and not interpreted)
     gpu = "sm_90" if on_gpu else None
     rope = "exact" if rope_exact else "none"
     dot = default_dot(dtype, on_gpu) if dot is None else dot
     if private is None:
-        default = PRIVATE_DEFAULT.get((gpu, rope), ("wide", ""))[0]
+        default = PRIVATE_DEFAULT[(gpu, rope)][0]
         private = "wide" if default == "wide" and wide_applies(r, dot)[0] else "per_head"
-    group_size = group_rule(H, r, private, fp8) if group_size is None else group_size
+    if not extend:
+        block_q = 1
+    elif block_q is None:
+        block_q = token_block_rule(B, seqs or B, rope_exact, dot)
+    group_size = group_rule(H, r, private, fp8, block_q) if group_size is None else group_size
     n_groups = -(-H // group_size)
     block_h, block_d, block_r = next_pow2(group_size, 16), next_pow2(d_h, 16), next_pow2(r, 16)
     block_gr = next_pow2(group_size * r, 16) if private == "wide" else 16
@@ -261,12 +298,14 @@ def pick_launch(
 
     programs_per_sm = PROGRAMS_PER_SM if programs_per_sm is None else programs_per_sm
     if num_splits is None:
-        num_splits, split_size = occupancy_rule(B, n_groups, slots, block_t, programs_per_sm,
+        rows = -(-B // block_q)  # the grid's rows: token blocks (balanced), batch rows for decode
+        num_splits, split_size = occupancy_rule(rows, n_groups, slots, block_t, programs_per_sm,
                                                 sm90_sms or num_sms(device))
     else:
         split_size = max(1, -(-slots // num_splits))
-    return LaunchConfig(num_splits, split_size, group_size, n_groups, block_h, block_t, block_d, block_r,
-                        num_warps, dot, dtype == torch.float64, private, block_gr, programs_per_sm)
+    return LaunchConfig(num_splits, split_size, group_size, n_groups, next_pow2(group_size * block_q, 16), block_t,
+                        block_d, block_r, num_warps, dot, dtype == torch.float64, private, block_gr, programs_per_sm,
+                        block_q)
 
 
 def tile_in_page(page_size: int, block_t: int, split_size: int | None = None) -> bool:

@@ -45,11 +45,12 @@ DOT_CHOICES = ("ieee", "lp", "fma", "tf32x3")
 
 PRIVATE_CHOICES = ("wide", "per_head")
 MAX_PROGRAMS_PER_SM = 64
+MAX_BLOCK_Q = 64  # extend's query tokens per program: (token, head) rows live in registers
 
 
 def check_launch_options(*, num_splits, group_size, block_t, num_warps, H: int, dot=None,
                          dtype: torch.dtype | None = None, interpreted: bool = False, private=None,
-                         programs_per_sm=None) -> None:
+                         programs_per_sm=None, block_q=None, extend: bool = False, rope_exact: bool = False) -> None:
     def _int(name, v):
         if isinstance(v, bool) or not isinstance(v, int):
             raise TypeError(f"{name} must be an int or None, got {type(v).__name__}")
@@ -76,6 +77,18 @@ def check_launch_options(*, num_splits, group_size, block_t, num_warps, H: int, 
         _int("programs_per_sm", programs_per_sm)
         if not 1 <= programs_per_sm <= MAX_PROGRAMS_PER_SM:
             raise ValueError(f"programs_per_sm must lie in [1, {MAX_PROGRAMS_PER_SM}], got {programs_per_sm}")
+    if block_q is not None:
+        _int("block_q", block_q)
+        if not 1 <= block_q <= MAX_BLOCK_Q:
+            raise ValueError(f"block_q must lie in [1, {MAX_BLOCK_Q}], got {block_q}")
+        if block_q > 1 and not extend:
+            raise ValueError(f"block_q={block_q}: query-token blocks are extend's (cu_seqlens_q); decode has one "
+                             "token per sequence")
+        if block_q > 1 and rope_exact:
+            raise ValueError(f"block_q={block_q} with exact RoPE: its query is rotated per head and slot, so it runs "
+                             "one token per program (block_q=1)")
+        if block_q > 1 and dot == "fma":
+            raise ValueError(f"block_q={block_q} with dot='fma': a token block's products need tl.dot")
     if dot is not None:
         if dot not in DOT_CHOICES:
             raise ValueError(f"dot must be one of {DOT_CHOICES} or None, got {dot!r}")

@@ -48,12 +48,12 @@ from ..reference.cache import FactoredCache
 # name -> (text of lrkv/kernels/_kernels.py, its replacement); each text occurs there once
 PATCHES: dict[str, tuple[str, str]] = {
     "no_private_rescale": ("acc_p = acc_p * alpha[:, None]", "acc_p = acc_p"),
-    "length_off_by_one": ("tl.minimum(length, SLOT_LIMIT)", "tl.minimum(length - 1, SLOT_LIMIT)"),
+    "length_off_by_one": ("    split_lo = pid_s * SPLIT_SIZE\n", "    split_lo = pid_s * SPLIT_SIZE\n    length = length - 1\n"),
     "wrong_head_basis": ("return h * (D * R) + d * R + j", "return (h + 1) % H * (D * R) + d * R + j"),
     "drop_private_value": ("out = out_s + out_p", "out = out_s"),
     "scale_rank": ("sm_scale = _to_acc(tl.load(SCALE, mask=pid_s >= 0, other=1.0), ACC_FP64)",
                    "sm_scale = 1.0 / tl.sqrt(R * 1.0)"),
-    "read_past_length": ("tl.minimum(length, SLOT_LIMIT)", "tl.minimum(length + 1, SLOT_LIMIT)"),
+    "read_past_length": ("    split_lo = pid_s * SPLIT_SIZE\n", "    split_lo = pid_s * SPLIT_SIZE\n    length = length + 1\n"),
     "fp16_accumulation": ("        m_i = m_new\n",
                           "        m_i = m_new; l_i = l_i.to(tl.float16).to(l_i.dtype); "
                           "acc_s = acc_s.to(tl.float16).to(acc_s.dtype); acc_p = acc_p.to(tl.float16).to(acc_p.dtype)\n"),

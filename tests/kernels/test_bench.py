@@ -174,11 +174,15 @@ def test_recorded_launch_shape_is_the_variants_own(monkeypatch):
                   shared_k=torch.empty(8, 32768, spec.head_dim, dtype=torch.bfloat16, device="meta"))
     real = decode_mod.pick_launch
 
+    asked = []
+
     def as_if_cuda(**kw):  # the inputs are on "meta": decide as a CUDA run would
+        asked.append(kw["rope_exact"])
         return real(**{**kw, "device": torch.device("cuda")})
 
     monkeypatch.setattr(decode_mod, "pick_launch", as_if_cuda)
     plain = TritonSteps().launch_config(inputs, spec)
     rope = TritonSteps("rope").launch_config(inputs, spec)
-    assert (plain["private"], plain["block_t"]) == ("wide", 16)
-    assert (rope["private"], rope["block_t"], rope["num_warps"]) == ("per_head", 32, 8)
+    assert asked == [False, True]  # each row asks for its own variant's launch
+    assert (plain["private"], plain["block_t"], plain["num_warps"]) == ("per_head", 16, 16)
+    assert (rope["private"], rope["block_t"], rope["num_warps"]) == ("per_head", 16, 16)

@@ -78,10 +78,10 @@ def test_gpu_default_launch_compiles_without_spills(H, r, paged, fp8, granularit
     monkeypatch.setattr(launch.runtime, "is_interpreted", lambda: False)
     cfg = launch.pick_launch(B=8, H=H, d_h=128, r=r, slots=32768, dtype=torch.bfloat16,
                              device=torch.device("cuda"), paged=paged, fp8=bool(fp8))
-    assert cfg.private == "wide" and cfg.dot == "lp"
+    assert cfg.private == "per_head" and cfg.dot == "lp"
     res = _compile(Variant.from_launch(cfg, r=r, d_h=128, paged=paged, page_size=16,  # vLLM's page size
                                        fp8=fp8, fp8_granularity=granularity or "per_token_head"))
-    assert res["variant"]["private"] == "wide" and res["variant"]["group"] == cfg.group_size
+    assert res["variant"]["private"] == "per_head" and res["variant"]["group"] == cfg.group_size
     if "stack" not in res:
         pytest.skip("cuobjdump not bundled with this triton: register usage unknown")
     assert res["stack"] == 0, f"the GPU default launch spills registers: {res}"

@@ -67,7 +67,10 @@ def test_kernel_mutants_rejected_in_extend(mutant):
         with patched(mutant):
             bad, bad_lse = inp.call(extend_attention)
     assert not passes(case, out=bad, lse=bad_lse), f"mutant {mutant} passed the extend check"
-    if mutant == "read_past_length":  # every query but each sequence's last reads a valid slot
+    if mutant == "read_past_length":  # one token per program: every query but each sequence's last
+        with patched(mutant):          # reads a valid slot (a block of tokens shares the garbage one)
+            bad, bad_lse = inp.call(extend_attention, block_q=1)
+        assert not passes(case, out=bad, lse=bad_lse), f"mutant {mutant} passed the extend check at block_q=1"
         inner = [0, 1, 2, 3, 4, 6, 7]  # (the last ones read NaN garbage past the length)
         assert torch.isfinite(bad[inner]).all()
         bound = verdicts(case, out=bad)["out"][1]

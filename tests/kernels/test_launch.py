@@ -14,115 +14,122 @@ from lrkv.kernels import launch
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# What pick_launch chose for these calls when its rules were nested ifs (recorded from that
-# code, before the table; the split counts since the occupancy rule rounds down to whole
-# waves): mode | B,H,d_h,r,slots | dtype | rope | private | block_t | kind
-#   -> private, dot, group, tile, warps, splits. gpu: a 132-SM CUDA device (an H200).
+# What pick_launch chooses for these calls (recorded when the per-head path became the default
+# and extend got token blocks; a change of a pick is a change of this table, reviewed):
+# mode | B,H,d_h,r,slots | dtype | rope | private | block_t | kind (extendN: N new tokens a
+# sequence) -> private, dot, group, tile, warps, splits, token block. gpu: a 132-SM CUDA
+# device (an H200).
 PICKS = """
-gpu    8,18,128,55,32768  bf16 none  -        -  decode | wide     lp   g9  t16  w8 s16
-gpu    8,18,128,55,32768  bf16 exact -        -  decode | per_head lp   g9  t32  w8 s16
-gpu    8,18,128,55,32768  fp16 none  -        -  decode | wide     lp   g9  t16  w8 s16
-gpu    8,18,128,55,32768  fp16 exact -        -  decode | per_head lp   g9  t32  w8 s16
-gpu    8,18,128,55,32768  fp32 none  -        -  decode | wide     ieee g9  t16  w8 s16
-gpu    8,18,128,55,32768  fp32 exact -        -  decode | per_head ieee g9  t32  w8 s16
-gpu    8,18,128,55,32768  fp64 none  -        -  decode | per_head fma  g9  t16  w8 s16
-gpu    8,18,128,55,32768  fp64 exact -        -  decode | per_head fma  g9  t16  w8 s16
-gpu    8,32,128,54,32768  bf16 none  -        -  decode | wide     lp   g8  t16  w8 s8
-gpu    8,32,128,54,32768  bf16 exact -        -  decode | per_head lp   g16 t32  w8 s16
-gpu    8,32,128,54,32768  fp16 none  -        -  decode | wide     lp   g8  t16  w8 s8
-gpu    8,32,128,54,32768  fp16 exact -        -  decode | per_head lp   g16 t32  w8 s16
-gpu    8,32,128,54,32768  fp32 none  -        -  decode | wide     ieee g8  t16  w8 s8
-gpu    8,32,128,54,32768  fp32 exact -        -  decode | per_head ieee g16 t32  w8 s16
-gpu    8,32,128,54,32768  fp64 none  -        -  decode | per_head fma  g16 t16  w8 s16
-gpu    8,32,128,54,32768  fp64 exact -        -  decode | per_head fma  g16 t16  w8 s16
-gpu    3,5,32,7,40        bf16 none  -        -  decode | wide     lp   g5  t16  w8 s1
-gpu    3,5,32,7,40        bf16 exact -        -  decode | per_head lp   g5  t32  w8 s1
-gpu    3,5,32,7,40        fp16 none  -        -  decode | wide     lp   g5  t16  w8 s1
-gpu    3,5,32,7,40        fp16 exact -        -  decode | per_head lp   g5  t32  w8 s1
-gpu    3,5,32,7,40        fp32 none  -        -  decode | wide     ieee g5  t16  w8 s1
-gpu    3,5,32,7,40        fp32 exact -        -  decode | per_head ieee g5  t32  w8 s1
-gpu    3,5,32,7,40        fp64 none  -        -  decode | per_head fma  g5  t16  w4 s1
-gpu    3,5,32,7,40        fp64 exact -        -  decode | per_head fma  g5  t16  w4 s1
-gpu    1,4,32,8,64        bf16 none  -        -  decode | wide     lp   g4  t16  w8 s1
-gpu    1,4,32,8,64        bf16 exact -        -  decode | per_head lp   g4  t32  w8 s1
-gpu    1,4,32,8,64        fp16 none  -        -  decode | wide     lp   g4  t16  w8 s1
-gpu    1,4,32,8,64        fp16 exact -        -  decode | per_head lp   g4  t32  w8 s1
-gpu    1,4,32,8,64        fp32 none  -        -  decode | wide     ieee g4  t16  w8 s1
-gpu    1,4,32,8,64        fp32 exact -        -  decode | per_head ieee g4  t32  w8 s1
-gpu    1,4,32,8,64        fp64 none  -        -  decode | per_head fma  g4  t16  w4 s1
-gpu    1,4,32,8,64        fp64 exact -        -  decode | per_head fma  g4  t16  w4 s1
-interp 8,18,128,55,32768  bf16 none  -        -  decode | wide     ieee g9  t128 w8 s1
-interp 8,18,128,55,32768  bf16 exact -        -  decode | wide     ieee g9  t128 w8 s1
-interp 8,18,128,55,32768  fp16 none  -        -  decode | wide     lp   g9  t128 w8 s1
-interp 8,18,128,55,32768  fp16 exact -        -  decode | wide     lp   g9  t128 w8 s1
-interp 8,18,128,55,32768  fp32 none  -        -  decode | wide     ieee g9  t128 w8 s1
-interp 8,18,128,55,32768  fp32 exact -        -  decode | wide     ieee g9  t128 w8 s1
-interp 8,18,128,55,32768  fp64 none  -        -  decode | wide     ieee g9  t128 w8 s1
-interp 8,18,128,55,32768  fp64 exact -        -  decode | wide     ieee g9  t128 w8 s1
-interp 8,32,128,54,32768  bf16 none  -        -  decode | wide     ieee g8  t128 w8 s1
-interp 8,32,128,54,32768  bf16 exact -        -  decode | wide     ieee g8  t128 w8 s1
-interp 8,32,128,54,32768  fp16 none  -        -  decode | wide     lp   g8  t128 w8 s1
-interp 8,32,128,54,32768  fp16 exact -        -  decode | wide     lp   g8  t128 w8 s1
-interp 8,32,128,54,32768  fp32 none  -        -  decode | wide     ieee g8  t128 w8 s1
-interp 8,32,128,54,32768  fp32 exact -        -  decode | wide     ieee g8  t128 w8 s1
-interp 8,32,128,54,32768  fp64 none  -        -  decode | wide     ieee g8  t128 w8 s1
-interp 8,32,128,54,32768  fp64 exact -        -  decode | wide     ieee g8  t128 w8 s1
-interp 3,5,32,7,40        bf16 none  -        -  decode | wide     ieee g5  t32  w4 s1
-interp 3,5,32,7,40        bf16 exact -        -  decode | wide     ieee g5  t32  w4 s1
-interp 3,5,32,7,40        fp16 none  -        -  decode | wide     lp   g5  t32  w4 s1
-interp 3,5,32,7,40        fp16 exact -        -  decode | wide     lp   g5  t32  w4 s1
-interp 3,5,32,7,40        fp32 none  -        -  decode | wide     ieee g5  t32  w4 s1
-interp 3,5,32,7,40        fp32 exact -        -  decode | wide     ieee g5  t32  w4 s1
-interp 3,5,32,7,40        fp64 none  -        -  decode | wide     ieee g5  t32  w4 s1
-interp 3,5,32,7,40        fp64 exact -        -  decode | wide     ieee g5  t32  w4 s1
-interp 1,4,32,8,64        bf16 none  -        -  decode | wide     ieee g4  t32  w4 s1
-interp 1,4,32,8,64        bf16 exact -        -  decode | wide     ieee g4  t32  w4 s1
-interp 1,4,32,8,64        fp16 none  -        -  decode | wide     lp   g4  t32  w4 s1
-interp 1,4,32,8,64        fp16 exact -        -  decode | wide     lp   g4  t32  w4 s1
-interp 1,4,32,8,64        fp32 none  -        -  decode | wide     ieee g4  t32  w4 s1
-interp 1,4,32,8,64        fp32 exact -        -  decode | wide     ieee g4  t32  w4 s1
-interp 1,4,32,8,64        fp64 none  -        -  decode | wide     ieee g4  t32  w4 s1
-interp 1,4,32,8,64        fp64 exact -        -  decode | wide     ieee g4  t32  w4 s1
-cpu    8,18,128,55,32768  bf16 none  -        -  decode | wide     ieee g9  t16  w8 s1
-cpu    8,18,128,55,32768  bf16 exact -        -  decode | wide     ieee g9  t16  w8 s1
-cpu    8,18,128,55,32768  fp16 none  -        -  decode | wide     lp   g9  t16  w8 s1
-cpu    8,18,128,55,32768  fp16 exact -        -  decode | wide     lp   g9  t16  w8 s1
-cpu    8,18,128,55,32768  fp32 none  -        -  decode | wide     ieee g9  t16  w8 s1
-cpu    8,18,128,55,32768  fp32 exact -        -  decode | wide     ieee g9  t16  w8 s1
-cpu    8,18,128,55,32768  fp64 none  -        -  decode | wide     ieee g9  t16  w8 s1
-cpu    8,18,128,55,32768  fp64 exact -        -  decode | wide     ieee g9  t16  w8 s1
-cpu    8,32,128,54,32768  bf16 none  -        -  decode | wide     ieee g8  t16  w8 s1
-cpu    8,32,128,54,32768  bf16 exact -        -  decode | wide     ieee g8  t16  w8 s1
-cpu    8,32,128,54,32768  fp16 none  -        -  decode | wide     lp   g8  t16  w8 s1
-cpu    8,32,128,54,32768  fp16 exact -        -  decode | wide     lp   g8  t16  w8 s1
-cpu    8,32,128,54,32768  fp32 none  -        -  decode | wide     ieee g8  t16  w8 s1
-cpu    8,32,128,54,32768  fp32 exact -        -  decode | wide     ieee g8  t16  w8 s1
-cpu    8,32,128,54,32768  fp64 none  -        -  decode | wide     ieee g8  t16  w8 s1
-cpu    8,32,128,54,32768  fp64 exact -        -  decode | wide     ieee g8  t16  w8 s1
-cpu    3,5,32,7,40        bf16 none  -        -  decode | wide     ieee g5  t32  w4 s1
-cpu    3,5,32,7,40        bf16 exact -        -  decode | wide     ieee g5  t32  w4 s1
-cpu    3,5,32,7,40        fp16 none  -        -  decode | wide     lp   g5  t32  w4 s1
-cpu    3,5,32,7,40        fp16 exact -        -  decode | wide     lp   g5  t32  w4 s1
-cpu    3,5,32,7,40        fp32 none  -        -  decode | wide     ieee g5  t32  w4 s1
-cpu    3,5,32,7,40        fp32 exact -        -  decode | wide     ieee g5  t32  w4 s1
-cpu    3,5,32,7,40        fp64 none  -        -  decode | wide     ieee g5  t32  w4 s1
-cpu    3,5,32,7,40        fp64 exact -        -  decode | wide     ieee g5  t32  w4 s1
-cpu    1,4,32,8,64        bf16 none  -        -  decode | wide     ieee g4  t32  w4 s1
-cpu    1,4,32,8,64        bf16 exact -        -  decode | wide     ieee g4  t32  w4 s1
-cpu    1,4,32,8,64        fp16 none  -        -  decode | wide     lp   g4  t32  w4 s1
-cpu    1,4,32,8,64        fp16 exact -        -  decode | wide     lp   g4  t32  w4 s1
-cpu    1,4,32,8,64        fp32 none  -        -  decode | wide     ieee g4  t32  w4 s1
-cpu    1,4,32,8,64        fp32 exact -        -  decode | wide     ieee g4  t32  w4 s1
-cpu    1,4,32,8,64        fp64 none  -        -  decode | wide     ieee g4  t32  w4 s1
-cpu    1,4,32,8,64        fp64 exact -        -  decode | wide     ieee g4  t32  w4 s1
-gpu    8,18,128,55,32768  bf16 none  per_head -  decode | per_head lp   g9  t64  w4 s16
-gpu    8,18,128,55,32768  bf16 none  per_head 16 decode | per_head lp   g9  t16  w8 s16
-gpu    8,18,128,55,32768  bf16 exact per_head 64 decode | per_head lp   g9  t64  w8 s16
-gpu    8,18,128,55,32768  bf16 exact wide     -  decode | wide     lp   g9  t16  w8 s16
-gpu    8,18,128,55,32768  fp64 none  -        -  decode | per_head fma  g9  t16  w8 s16
-interp 3,5,32,7,40        fp64 none  -        -  extend | wide     ieee g5  t32  w4 s1
-interp 3,5,32,7,40        fp32 exact per_head 16 extend | per_head ieee g5  t16  w4 s1
-cpu    3,5,32,7,40        bf16 none  -        -  extend | wide     ieee g5  t32  w4 s1
+gpu    8,18,128,55,32768  bf16 none  -        -  decode | per_head lp   g9  t16  w16 s16 q1
+gpu    8,18,128,55,32768  bf16 exact -        -  decode | per_head lp   g9  t16  w16 s16 q1
+gpu    8,18,128,55,32768  fp16 none  -        -  decode | per_head lp   g9  t16  w16 s16 q1
+gpu    8,18,128,55,32768  fp16 exact -        -  decode | per_head lp   g9  t16  w16 s16 q1
+gpu    8,18,128,55,32768  fp32 none  -        -  decode | per_head ieee g9  t16  w16 s16 q1
+gpu    8,18,128,55,32768  fp32 exact -        -  decode | per_head ieee g9  t16  w16 s16 q1
+gpu    8,18,128,55,32768  fp64 none  -        -  decode | per_head fma  g9  t16  w8  s16 q1
+gpu    8,18,128,55,32768  fp64 exact -        -  decode | per_head fma  g9  t16  w8  s16 q1
+gpu    8,32,128,54,32768  bf16 none  -        -  decode | per_head lp   g16 t16  w16 s16 q1
+gpu    8,32,128,54,32768  bf16 exact -        -  decode | per_head lp   g16 t16  w16 s16 q1
+gpu    8,32,128,54,32768  fp16 none  -        -  decode | per_head lp   g16 t16  w16 s16 q1
+gpu    8,32,128,54,32768  fp16 exact -        -  decode | per_head lp   g16 t16  w16 s16 q1
+gpu    8,32,128,54,32768  fp32 none  -        -  decode | per_head ieee g16 t16  w16 s16 q1
+gpu    8,32,128,54,32768  fp32 exact -        -  decode | per_head ieee g16 t16  w16 s16 q1
+gpu    8,32,128,54,32768  fp64 none  -        -  decode | per_head fma  g16 t16  w8  s16 q1
+gpu    8,32,128,54,32768  fp64 exact -        -  decode | per_head fma  g16 t16  w8  s16 q1
+gpu    3,5,32,7,40        bf16 none  -        -  decode | per_head lp   g5  t16  w16 s1  q1
+gpu    3,5,32,7,40        bf16 exact -        -  decode | per_head lp   g5  t16  w16 s1  q1
+gpu    3,5,32,7,40        fp16 none  -        -  decode | per_head lp   g5  t16  w16 s1  q1
+gpu    3,5,32,7,40        fp16 exact -        -  decode | per_head lp   g5  t16  w16 s1  q1
+gpu    3,5,32,7,40        fp32 none  -        -  decode | per_head ieee g5  t16  w16 s1  q1
+gpu    3,5,32,7,40        fp32 exact -        -  decode | per_head ieee g5  t16  w16 s1  q1
+gpu    3,5,32,7,40        fp64 none  -        -  decode | per_head fma  g5  t16  w4  s1  q1
+gpu    3,5,32,7,40        fp64 exact -        -  decode | per_head fma  g5  t16  w4  s1  q1
+gpu    1,4,32,8,64        bf16 none  -        -  decode | per_head lp   g4  t16  w16 s1  q1
+gpu    1,4,32,8,64        bf16 exact -        -  decode | per_head lp   g4  t16  w16 s1  q1
+gpu    1,4,32,8,64        fp16 none  -        -  decode | per_head lp   g4  t16  w16 s1  q1
+gpu    1,4,32,8,64        fp16 exact -        -  decode | per_head lp   g4  t16  w16 s1  q1
+gpu    1,4,32,8,64        fp32 none  -        -  decode | per_head ieee g4  t16  w16 s1  q1
+gpu    1,4,32,8,64        fp32 exact -        -  decode | per_head ieee g4  t16  w16 s1  q1
+gpu    1,4,32,8,64        fp64 none  -        -  decode | per_head fma  g4  t16  w4  s1  q1
+gpu    1,4,32,8,64        fp64 exact -        -  decode | per_head fma  g4  t16  w4  s1  q1
+interp 8,18,128,55,32768  bf16 none  -        -  decode | per_head ieee g9  t128 w8  s1  q1
+interp 8,18,128,55,32768  bf16 exact -        -  decode | per_head ieee g9  t128 w8  s1  q1
+interp 8,18,128,55,32768  fp16 none  -        -  decode | per_head lp   g9  t128 w8  s1  q1
+interp 8,18,128,55,32768  fp16 exact -        -  decode | per_head lp   g9  t128 w8  s1  q1
+interp 8,18,128,55,32768  fp32 none  -        -  decode | per_head ieee g9  t128 w8  s1  q1
+interp 8,18,128,55,32768  fp32 exact -        -  decode | per_head ieee g9  t128 w8  s1  q1
+interp 8,18,128,55,32768  fp64 none  -        -  decode | per_head ieee g9  t128 w8  s1  q1
+interp 8,18,128,55,32768  fp64 exact -        -  decode | per_head ieee g9  t128 w8  s1  q1
+interp 8,32,128,54,32768  bf16 none  -        -  decode | per_head ieee g16 t128 w8  s1  q1
+interp 8,32,128,54,32768  bf16 exact -        -  decode | per_head ieee g16 t128 w8  s1  q1
+interp 8,32,128,54,32768  fp16 none  -        -  decode | per_head lp   g16 t128 w8  s1  q1
+interp 8,32,128,54,32768  fp16 exact -        -  decode | per_head lp   g16 t128 w8  s1  q1
+interp 8,32,128,54,32768  fp32 none  -        -  decode | per_head ieee g16 t128 w8  s1  q1
+interp 8,32,128,54,32768  fp32 exact -        -  decode | per_head ieee g16 t128 w8  s1  q1
+interp 8,32,128,54,32768  fp64 none  -        -  decode | per_head ieee g16 t128 w8  s1  q1
+interp 8,32,128,54,32768  fp64 exact -        -  decode | per_head ieee g16 t128 w8  s1  q1
+interp 3,5,32,7,40        bf16 none  -        -  decode | per_head ieee g5  t32  w4  s1  q1
+interp 3,5,32,7,40        bf16 exact -        -  decode | per_head ieee g5  t32  w4  s1  q1
+interp 3,5,32,7,40        fp16 none  -        -  decode | per_head lp   g5  t32  w4  s1  q1
+interp 3,5,32,7,40        fp16 exact -        -  decode | per_head lp   g5  t32  w4  s1  q1
+interp 3,5,32,7,40        fp32 none  -        -  decode | per_head ieee g5  t32  w4  s1  q1
+interp 3,5,32,7,40        fp32 exact -        -  decode | per_head ieee g5  t32  w4  s1  q1
+interp 3,5,32,7,40        fp64 none  -        -  decode | per_head ieee g5  t32  w4  s1  q1
+interp 3,5,32,7,40        fp64 exact -        -  decode | per_head ieee g5  t32  w4  s1  q1
+interp 1,4,32,8,64        bf16 none  -        -  decode | per_head ieee g4  t32  w4  s1  q1
+interp 1,4,32,8,64        bf16 exact -        -  decode | per_head ieee g4  t32  w4  s1  q1
+interp 1,4,32,8,64        fp16 none  -        -  decode | per_head lp   g4  t32  w4  s1  q1
+interp 1,4,32,8,64        fp16 exact -        -  decode | per_head lp   g4  t32  w4  s1  q1
+interp 1,4,32,8,64        fp32 none  -        -  decode | per_head ieee g4  t32  w4  s1  q1
+interp 1,4,32,8,64        fp32 exact -        -  decode | per_head ieee g4  t32  w4  s1  q1
+interp 1,4,32,8,64        fp64 none  -        -  decode | per_head ieee g4  t32  w4  s1  q1
+interp 1,4,32,8,64        fp64 exact -        -  decode | per_head ieee g4  t32  w4  s1  q1
+cpu    8,18,128,55,32768  bf16 none  -        -  decode | per_head ieee g9  t16  w8  s1  q1
+cpu    8,18,128,55,32768  bf16 exact -        -  decode | per_head ieee g9  t16  w8  s1  q1
+cpu    8,18,128,55,32768  fp16 none  -        -  decode | per_head lp   g9  t16  w8  s1  q1
+cpu    8,18,128,55,32768  fp16 exact -        -  decode | per_head lp   g9  t16  w8  s1  q1
+cpu    8,18,128,55,32768  fp32 none  -        -  decode | per_head ieee g9  t16  w8  s1  q1
+cpu    8,18,128,55,32768  fp32 exact -        -  decode | per_head ieee g9  t16  w8  s1  q1
+cpu    8,18,128,55,32768  fp64 none  -        -  decode | per_head ieee g9  t16  w8  s1  q1
+cpu    8,18,128,55,32768  fp64 exact -        -  decode | per_head ieee g9  t16  w8  s1  q1
+cpu    8,32,128,54,32768  bf16 none  -        -  decode | per_head ieee g16 t16  w8  s1  q1
+cpu    8,32,128,54,32768  bf16 exact -        -  decode | per_head ieee g16 t16  w8  s1  q1
+cpu    8,32,128,54,32768  fp16 none  -        -  decode | per_head lp   g16 t16  w8  s1  q1
+cpu    8,32,128,54,32768  fp16 exact -        -  decode | per_head lp   g16 t16  w8  s1  q1
+cpu    8,32,128,54,32768  fp32 none  -        -  decode | per_head ieee g16 t16  w8  s1  q1
+cpu    8,32,128,54,32768  fp32 exact -        -  decode | per_head ieee g16 t16  w8  s1  q1
+cpu    8,32,128,54,32768  fp64 none  -        -  decode | per_head ieee g16 t16  w8  s1  q1
+cpu    8,32,128,54,32768  fp64 exact -        -  decode | per_head ieee g16 t16  w8  s1  q1
+cpu    3,5,32,7,40        bf16 none  -        -  decode | per_head ieee g5  t32  w4  s1  q1
+cpu    3,5,32,7,40        bf16 exact -        -  decode | per_head ieee g5  t32  w4  s1  q1
+cpu    3,5,32,7,40        fp16 none  -        -  decode | per_head lp   g5  t32  w4  s1  q1
+cpu    3,5,32,7,40        fp16 exact -        -  decode | per_head lp   g5  t32  w4  s1  q1
+cpu    3,5,32,7,40        fp32 none  -        -  decode | per_head ieee g5  t32  w4  s1  q1
+cpu    3,5,32,7,40        fp32 exact -        -  decode | per_head ieee g5  t32  w4  s1  q1
+cpu    3,5,32,7,40        fp64 none  -        -  decode | per_head ieee g5  t32  w4  s1  q1
+cpu    3,5,32,7,40        fp64 exact -        -  decode | per_head ieee g5  t32  w4  s1  q1
+cpu    1,4,32,8,64        bf16 none  -        -  decode | per_head ieee g4  t32  w4  s1  q1
+cpu    1,4,32,8,64        bf16 exact -        -  decode | per_head ieee g4  t32  w4  s1  q1
+cpu    1,4,32,8,64        fp16 none  -        -  decode | per_head lp   g4  t32  w4  s1  q1
+cpu    1,4,32,8,64        fp16 exact -        -  decode | per_head lp   g4  t32  w4  s1  q1
+cpu    1,4,32,8,64        fp32 none  -        -  decode | per_head ieee g4  t32  w4  s1  q1
+cpu    1,4,32,8,64        fp32 exact -        -  decode | per_head ieee g4  t32  w4  s1  q1
+cpu    1,4,32,8,64        fp64 none  -        -  decode | per_head ieee g4  t32  w4  s1  q1
+cpu    1,4,32,8,64        fp64 exact -        -  decode | per_head ieee g4  t32  w4  s1  q1
+gpu    8,18,128,55,32768  bf16 none  per_head -  decode | per_head lp   g9  t16  w16 s16 q1
+gpu    8,18,128,55,32768  bf16 none  per_head 16 decode | per_head lp   g9  t16  w16 s16 q1
+gpu    8,18,128,55,32768  bf16 exact per_head 64 decode | per_head lp   g9  t64  w16 s16 q1
+gpu    8,18,128,55,32768  bf16 exact wide     -  decode | wide     lp   g9  t16  w8  s16 q1
+gpu    8,18,128,55,32768  fp64 none  -        -  decode | per_head fma  g9  t16  w8  s16 q1
+interp 3,5,32,7,40        fp64 none  -        -  extend | per_head ieee g5  t32  w4  s1  q1
+interp 3,5,32,7,40        fp32 exact per_head 16 extend | per_head ieee g5  t16  w4  s1  q1
+cpu    3,5,32,7,40        bf16 none  -        -  extend | per_head ieee g5  t32  w4  s1  q1
+gpu    32,18,128,55,32768 bf16 none  -        -  extend4 | per_head lp   g1  t16  w16 s1  q4
+gpu    32,18,128,55,32768 bf16 exact -        -  extend4 | per_head lp   g9  t16  w16 s4  q1
+gpu    64,32,128,54,32768 bf16 none  -        -  extend16 | per_head lp   g1  t16  w16 s2  q16
+gpu    64,32,128,54,32768 fp64 none  -        -  extend16 | per_head fma  g16 t16  w8  s2  q1
+interp 12,5,32,7,40        fp32 none  -        -  extend4 | per_head ieee g1  t32  w4  s1  q4
+interp 12,5,32,7,40        fp32 none  wide     -  extend4 | wide     ieee g1  t32  w4  s1  q4
 """
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, "fp64": torch.float64}
@@ -130,11 +137,14 @@ DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32, 
 
 def _pick(mode, shape, dtype, rope, private, block_t, kind, paged):
     B, H, d_h, r, slots = map(int, shape.split(","))
+    per = int(kind[len("extend"):] or 1) if kind.startswith("extend") else 1  # extendN: N new tokens a sequence
     cfg = launch.pick_launch(B=B, H=H, d_h=d_h, r=r, slots=slots, dtype=DTYPES[dtype],
                              device=torch.device("cuda" if mode == "gpu" else "cpu"), rope_exact=rope == "exact",
                              private=None if private == "-" else private,
-                             block_t=None if block_t == "-" else int(block_t), paged=paged, extend=kind == "extend")
-    return [cfg.private, cfg.dot, f"g{cfg.group_size}", f"t{cfg.block_t}", f"w{cfg.num_warps}", f"s{cfg.num_splits}"]
+                             block_t=None if block_t == "-" else int(block_t), paged=paged,
+                             extend=kind.startswith("extend"), seqs=B // per)
+    return [cfg.private, cfg.dot, f"g{cfg.group_size}", f"t{cfg.block_t}", f"w{cfg.num_warps}", f"s{cfg.num_splits}",
+            f"q{cfg.block_q}"]
 
 
 def test_table_makes_the_recorded_picks(monkeypatch):
@@ -155,14 +165,15 @@ def test_table_makes_the_recorded_picks(monkeypatch):
 @pytest.mark.parametrize("version,want", [("3.6.0", (32, 4)), ("3.8.1", (32, 4)), ("3.9.0", (16, 8)),
                                           ("3.10.0", (16, 8)), ("3.9.0+git1a2b", (16, 8))])
 def test_an_older_triton_takes_its_measured_wide_tile(monkeypatch, version, want):
-    # the H200 sweep under Triton 3.6 measured 32 x 4 1.66x faster than the 16 x 8 the sm_90
-    # compile report (Triton 3.9, no spill) chose; the older compiler gets its own entry, over a
-    # 16-bit contiguous cache only (paged, exact RoPE and fp8 were not measured there)
+    # the H200 sweep under Triton 3.6 measured the wide path's 32 x 4 1.66x faster than the 16 x 8
+    # the sm_90 compile report (Triton 3.9, no spill) chose; the older compiler gets its own entry
+    # where private='wide' is asked for, over a 16-bit contiguous cache only (paged, exact RoPE and
+    # fp8 were not measured there)
     monkeypatch.setattr(launch, "num_sms", lambda device: 132)
     monkeypatch.setattr(launch.runtime, "is_interpreted", lambda: False)
     monkeypatch.setattr(launch.runtime, "triton_version", lambda: version)
     pick = lambda **kw: launch.pick_launch(B=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16,  # noqa: E731
-                                          device=torch.device("cuda"), **kw)
+                                          device=torch.device("cuda"), private="wide", **kw)
     cfg = pick()
     assert (cfg.private, cfg.group_size, cfg.block_t, cfg.num_warps) == ("wide", 9, *want)
     for kw in (dict(paged=True), dict(fp8=True), dict(rope_exact=True)):

@@ -139,9 +139,9 @@ CPU = torch.device("cpu")
 
 
 @pytest.mark.parametrize("H,r,group,n_groups", [(18, 55, 9, 2), (32, 54, 8, 4), (4, 6, 4, 1), (8, 128, 4, 2)])
-def test_wide_is_the_default_and_sizes_the_group(H, r, group, n_groups):
-    cfg = pick_launch(B=1, H=H, d_h=128, r=r, slots=4096, dtype=torch.bfloat16, device=CPU)
-    assert cfg.private == "wide"
+def test_wide_sizes_the_group(H, r, group, n_groups):
+    assert pick_launch(B=1, H=H, d_h=128, r=r, slots=4096, dtype=torch.bfloat16, device=CPU).private == "per_head"
+    cfg = pick_launch(B=1, H=H, d_h=128, r=r, slots=4096, dtype=torch.bfloat16, device=CPU, private="wide")
     assert (cfg.group_size, cfg.n_groups) == (group, n_groups)
     assert group * r <= cfg.block_gr <= WIDE_MAX_COLUMNS
 
@@ -169,7 +169,7 @@ def test_gpu_launch_defaults(monkeypatch):
     monkeypatch.setattr(launch_mod, "triton_before_tier", lambda: False)  # the current Triton's table
     cuda = torch.device("cuda")
     cfg = pick_launch(B=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16, device=cuda)
-    assert (cfg.private, cfg.block_t, cfg.num_warps, cfg.dot) == ("wide", 16, 8, "lp")
+    assert (cfg.private, cfg.block_t, cfg.num_warps, cfg.dot) == ("per_head", 16, 16, "lp")
 
     def expected_splits(pps):  # at most pps x SMs programs over the (b, group) pairs: whole waves, whole tiles
         want = pps * 132 // (8 * 2)
@@ -182,10 +182,9 @@ def test_gpu_launch_defaults(monkeypatch):
     assert more.num_splits == expected_splits(8) == 64 and more.programs_per_sm == 8
     f64 = pick_launch(B=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.float64, device=cuda)
     assert (f64.private, f64.dot) == ("per_head", "fma")
-    # exact RoPE: per-head private logits either way; the per-head path at its least-spilling
-    # tile of at least 32 slots (compile_check)
+    # exact RoPE: per-head private logits either way, at 16 warps per SM (compile_check)
     rope = pick_launch(B=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16, device=cuda, rope_exact=True)
-    assert (rope.private, rope.block_t, rope.num_warps, rope.group_size) == ("per_head", 32, 8, 9)
+    assert (rope.private, rope.block_t, rope.num_warps, rope.group_size) == ("per_head", 16, 16, 9)
 
 
 @pytest.mark.parametrize("kw,exc,match", [
