@@ -118,6 +118,8 @@ def register(subparsers) -> None:
     p.add_argument("--traffic-launch", choices=("gpu", "interpreter"), default="gpu",
                    help="with --traffic: the launch the GPU picks (the launch table's sm_90 row, forced; default) "
                         "or the interpreter's own")
+    p.add_argument("--traffic-new-tokens", type=_ints, metavar="N,N",
+                   help="with --traffic: extend's new tokens per sequence, one extend launch each (default 4)")
     p.add_argument("--json", action="store_true", help="with --traffic: print the rows as JSON instead of the table")
     p.add_argument("--sweep", action="store_true",
                    help="time the Triton kernel's launch shapes at one shape instead of the grid")
@@ -283,7 +285,7 @@ def _traffic(args, console) -> int:
 
     from ..kernels import runtime
     from ..spec import PAPER_SCALES
-    from .traffic import measure_grid, traffic_markdown, traffic_matrix_markdown, traffic_table
+    from .traffic import N_NEW, measure_grid, traffic_markdown, traffic_matrix_markdown, traffic_table
 
     unknown = [s for s in args.scales or () if s not in PAPER_SCALES]
     if unknown:
@@ -299,10 +301,16 @@ def _traffic(args, console) -> int:
 
     def progress(row):
         if not args.no_progress and not args.json:
-            console.print(f"  {row.scale} T={row.seq_len} {row.variant}/{row.path}/{row.cache}: "
+            console.print(f"  {row.scale} T={row.seq_len} {row.call}/{row.path}/{row.cache}: "
                           f"{row.loads / row.payload:.3f}x payload ({row.seconds:.1f} s)", highlight=False)
 
-    rows = measure_grid(scales, seq_lens, B=B, launch_from=args.traffic_launch, progress=progress)
+    new_tokens = args.traffic_new_tokens or (N_NEW,)
+    if too_many := [n for n in new_tokens if n > min(seq_lens) // 2]:
+        console.print(f"[red]--traffic-new-tokens {too_many}: at most half the shortest --seq-lens "
+                      f"({min(seq_lens) // 2})[/red]", highlight=False)
+        return 2
+    rows = measure_grid(scales, seq_lens, B=B, launch_from=args.traffic_launch, progress=progress,
+                        new_tokens=new_tokens)
     doc = {"schema": "lrkv.traffic/1", "batch": B, "launch": args.traffic_launch, "rows": [r.to_dict() for r in rows]}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

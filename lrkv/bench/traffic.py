@@ -43,7 +43,7 @@ import torch
 
 H200_SMS = 132  # the GPU the launch table's sm_90 row is for
 PAGE_SIZE = 16  # the paged rows' page (the bench's triton-paged row, and the GPU target's)
-N_NEW = 4  # extend rows: new tokens per sequence
+N_NEW = 4  # extend rows: new tokens per sequence (the default; `measure(n_new=)`)
 VARIANTS = ("decode", "paged", "extend")
 PATHS = ("wide", "per_head", "rope")  # rope: exact RoPE on the path the GPU row picks for it
 CACHES = ("bf16", "fp8")
@@ -197,18 +197,20 @@ def count_traffic() -> Iterator[TrafficCounter]:
 # ----------------------------------------------------------------------------- the launch
 def gpu_launch(*, rows: int, H: int, d_h: int, r: int, slots: int, dtype: torch.dtype, rope_exact: bool = False,
                paged: bool = False, extend: bool = False, fp8: bool = False, private: str | None = None,
-               n_sms: int = H200_SMS):
+               n_sms: int = H200_SMS, seqs: int | None = None):
     """`pick_launch` as it runs on a 132-SM sm_90 GPU (the launch table's GPU row), from here."""
     from ..kernels.launch import pick_launch
 
     return pick_launch(B=rows, H=H, d_h=d_h, r=r, slots=slots, dtype=dtype, device=torch.device("cpu"),
-                       rope_exact=rope_exact, paged=paged, extend=extend, fp8=fp8, private=private, sm90_sms=n_sms)
+                       rope_exact=rope_exact, paged=paged, extend=extend, fp8=fp8, private=private, sm90_sms=n_sms,
+                       seqs=seqs)
 
 
 def launch_overrides(cfg) -> dict:
     """A LaunchConfig as the public wrappers' keyword overrides (dot stays the runtime's)."""
     return dict(num_splits=cfg.num_splits, group_size=cfg.group_size, block_t=cfg.block_t,
-                num_warps=cfg.num_warps, private=cfg.private, programs_per_sm=cfg.programs_per_sm)
+                num_warps=cfg.num_warps, private=cfg.private, programs_per_sm=cfg.programs_per_sm,
+                block_q=cfg.block_q if cfg.block_q > 1 else None)
 
 
 # ----------------------------------------------------------------------------- the prediction
@@ -228,10 +230,25 @@ class Shape:
     paged: bool = False
     page_size: int = PAGE_SIZE
     fp8_granularity: str = ""  # "" for a 16-bit cache
+    new_tokens: tuple[int, ...] = ()  # extend: per sequence, its query tokens (its last rows of row_slots)
 
     @property
     def rows(self) -> int:
         return len(self.row_slots)
+
+    def blocks(self, block_q: int) -> list[tuple[int, int]]:
+        """(tokens, slots its last token attends) per program row: decode's rows are the
+        sequences; extend's are blocks of up to block_q consecutive new tokens of a sequence,
+        which load the cache up to their last token's slots."""
+        if not self.new_tokens:
+            return [(1, n) for n in self.row_slots]
+        out, i = [], 0
+        for n in self.new_tokens:
+            for j in range(0, n, block_q):
+                k = min(block_q, n - j)
+                out.append((k, self.row_slots[i + j + k - 1]))
+            i += n
+        return out
 
 
 def _tiles(n: int, split_size: int, block_t: int) -> int:
@@ -243,18 +260,24 @@ def _tiles(n: int, split_size: int, block_t: int) -> int:
 def predict(shape: Shape, cfg) -> dict[str, int]:
     """The bytes a launch (`cfg`: a LaunchConfig) loads and stores, by what they are (module
     doc). Keys: shared, latent, basis_k, basis_v, q, rope_tables, page_table (loads);
-    partials_w (stores), partials_r (loads), out (stores); loads, stores, moved (sums)."""
+    partials_w (stores), partials_r (loads), out (stores); loads, stores, moved (sums).
+    A program row is a batch row (decode) or a block of extend tokens (`Shape.blocks`): it
+    loads each cache slot up to its last token's once, for all its tokens."""
     H, d_h, r, e, eq = shape.H, shape.d_h, shape.r, shape.cache_bytes, shape.q_bytes
     R, S, NG = shape.rows, cfg.num_splits, cfg.n_groups
-    valid = sum(shape.row_slots)  # slots attended, over the rows
-    tiles = sum(_tiles(n, cfg.split_size, cfg.block_t) for n in shape.row_slots)
+    block_q = getattr(cfg, "block_q", 1)
+    blocks = shape.blocks(block_q)
+    P = len(blocks)  # program rows
+    valid = sum(n for _, n in blocks)  # slots loaded, over the program rows
+    tiles = sum(_tiles(n, cfg.split_size, cfg.block_t) for _, n in blocks)
     p = dict(
-        shared=NG * valid * 2 * d_h * e,  # S_K, S_V: once per head group
-        latent=valid * 2 * H * r * e,  # R^K, R^V: once
-        # per (row, split) program, its group's heads, twice (the count showed it: the shared
-        # logits and the projected query each load q); exact RoPE: once, then twice per tile
-        q=((R * S + 2 * tiles) if shape.rope_exact else 2 * R * S) * H * d_h * eq,
-        basis_k=(tiles if shape.rope_exact else R * S) * H * d_h * r * eq,  # per program; exact RoPE: per tile
+        shared=NG * valid * 2 * d_h * e,  # S_K, S_V: once per head group and program row
+        latent=valid * 2 * H * r * e,  # R^K, R^V: once per program row
+        # per (row, split) program, its rows' q: one token's twice (the count showed it: the
+        # shared logits and the projected query each load q), a block's once (it projects the
+        # rows it holds); exact RoPE: once, then twice per tile
+        q=((R * S + 2 * tiles) if shape.rope_exact else (2 if block_q == 1 else 1) * R * S) * H * d_h * eq,
+        basis_k=(tiles if shape.rope_exact else P * S) * H * d_h * r * eq,  # per program; exact RoPE: per tile
         basis_v=R * H * d_h * r * eq,  # the combine, once per (row, head)
         rope_tables=NG * valid * 2 * d_h * ACC_BYTES if shape.rope_exact else 0,  # cos, sin rows per group
         page_table=0,
@@ -306,6 +329,12 @@ class TrafficRow:
     measured: dict  # by buffer: {loads, stores, unique}; and "total": the sums
     programs: list = field(default_factory=list)  # (kernel, programs) per launch
     seconds: float = 0.0
+    new_tokens: int = 0  # extend: new tokens per sequence; 0 for decode
+
+    @property
+    def call(self) -> str:
+        """The variant, extend with its new tokens per sequence (extend×16)."""
+        return f"{self.variant}×{self.new_tokens}" if self.new_tokens else self.variant
 
     @property
     def loads(self) -> int:
@@ -321,7 +350,7 @@ def _spec(scale: str):
     return preset(scale).spec("lrkv")
 
 
-def _inputs(spec, B: int, T: int, cache: str, variant: str, seed: int = 0):
+def _inputs(spec, B: int, T: int, cache: str, variant: str, seed: int = 0, n_new: int = N_NEW):
     """(q, FactoredCache, basis_k, basis_v, cu_seqlens_q, lengths): full-width cache of T slots,
     ragged lengths (T and about 3/4 of it), bf16; fp8 quantized as the bench's fp8 row."""
     from ..reference.cache import FactoredCache
@@ -343,17 +372,17 @@ def _inputs(spec, B: int, T: int, cache: str, variant: str, seed: int = 0):
     q, cu = inp["q"], None
     if variant == "extend":
         g = torch.Generator().manual_seed(seed + 1)
-        q = torch.randn(B * N_NEW, spec.n_heads, spec.head_dim, generator=g).to(torch.bfloat16)
-        cu = torch.arange(0, B * N_NEW + 1, N_NEW, dtype=torch.int32)
+        q = torch.randn(B * n_new, spec.n_heads, spec.head_dim, generator=g).to(torch.bfloat16)
+        cu = torch.arange(0, B * n_new + 1, n_new, dtype=torch.int32)
     return q, fc, inp["basis_k"], inp["basis_v"], cu, lengths
 
 
 def measure(scale: str, variant: str, path: str, cache: str, *, B: int = 2, T: int = 256,
-            launch_from: str = "gpu") -> TrafficRow:
+            launch_from: str = "gpu", n_new: int = N_NEW) -> TrafficRow:
     """Run one call through `lrkv.kernels.decode.attend` in the interpreter, count its traffic
     and predict it. path: 'wide' | 'per_head' (no RoPE) or 'rope' (exact RoPE, the private
     path the launch picks for it). launch_from 'gpu' forces the GPU's launch (gpu_launch);
-    'interpreter' leaves every choice to the runtime."""
+    'interpreter' leaves every choice to the runtime. n_new: extend's new tokens per sequence."""
     import time
 
     from ..kernels import runtime
@@ -365,13 +394,15 @@ def measure(scale: str, variant: str, path: str, cache: str, *, B: int = 2, T: i
         raise ValueError(f"variant in {VARIANTS}, path in {PATHS}, cache in {CACHES}; got {variant, path, cache}")
     spec = _spec(scale)
     H, d_h, r = spec.n_heads, spec.head_dim, spec.rank
-    q, fc, bk, bv, cu, lengths = _inputs(spec, B, T, cache, variant)
+    if variant == "extend" and not 1 <= n_new <= T // 2:
+        raise ValueError(f"n_new: extend's new tokens per sequence lie in [1, T/2 = {T // 2}], got {n_new}")
+    q, fc, bk, bv, cu, lengths = _inputs(spec, B, T, cache, variant, n_new=n_new)
     rope = ExactRope() if path == "rope" else None
     private = None if path == "rope" else path
     extend = variant == "extend"
     rows = q.shape[0]
     choose = dict(rows=rows, H=H, d_h=d_h, r=r, slots=fc.t_max, dtype=q.dtype, rope_exact=rope is not None,
-                  paged=fc.paged, extend=extend, fp8=cache == "fp8", private=private)
+                  paged=fc.paged, extend=extend, fp8=cache == "fp8", private=private, seqs=B if extend else None)
     with runtime.interpreter():
         if launch_from == "gpu":
             cfg = gpu_launch(**choose)
@@ -384,10 +415,10 @@ def measure(scale: str, variant: str, path: str, cache: str, *, B: int = 2, T: i
         with count_traffic() as counter:
             attend(q, fc, bk, bv, scale=spec.scale, rope=rope, cu_seqlens_q=cu, **overrides)
         seconds = time.perf_counter() - t0
-    row_slots = tuple(L - N_NEW + i + 1 for L in lengths for i in range(N_NEW)) if extend else tuple(lengths)
+    row_slots = tuple(L - n_new + i + 1 for L in lengths for i in range(n_new)) if extend else tuple(lengths)
     shape = Shape(H, d_h, r, row_slots, tuple(lengths), cache_bytes=1 if cache == "fp8" else 2,
                   rope_exact=rope is not None, paged=fc.paged,
-                  fp8_granularity=FP8_GRANULARITY if cache == "fp8" else "")
+                  fp8_granularity=FP8_GRANULARITY if cache == "fp8" else "", new_tokens=(n_new,) * B if extend else ())
     known = dict(q=q, basis_k=bk, basis_v=bv, lengths=fc.lengths, page_table=fc.page_table, cu_seqlens_q=cu,
                  **dict(zip(("shared_k", "shared_v", "latent_k", "latent_v"), fc.parts)))
     if fc.scales is not None:
@@ -395,32 +426,35 @@ def measure(scale: str, variant: str, path: str, cache: str, *, B: int = 2, T: i
     by = counter.summary(known)
     by["total"] = {k: sum(v[k] for v in by.values()) for k in ("loads", "stores", "unique")}
     return TrafficRow(scale, variant, path, cache, B, T, asdict(cfg), launch_from, payload(shape, spec),
-                      predict(shape, cfg), by, counter.programs(), round(seconds, 2))
+                      predict(shape, cfg), by, counter.programs(), round(seconds, 2), n_new if extend else 0)
 
 
 def measure_grid(scales=("2.5B", "6.3B"), seq_lens=(256, 1024), variants=VARIANTS, paths=PATHS, caches=CACHES,
-                 *, B: int = 2, launch_from: str = "gpu", progress=None) -> list[TrafficRow]:
+                 *, B: int = 2, launch_from: str = "gpu", progress=None, new_tokens=(N_NEW,)) -> list[TrafficRow]:
+    """Every (scale, T, variant, path, cache) launch, extend once per entry of new_tokens."""
     rows = []
     for scale in scales:
         for T in seq_lens:
             for variant in variants:
-                for path in paths:
-                    for cache in caches:
-                        row = measure(scale, variant, path, cache, B=B, T=T, launch_from=launch_from)
-                        rows.append(row)
-                        if progress:
-                            progress(row)
+                for n_new in new_tokens if variant == "extend" else (N_NEW,):
+                    for path in paths:
+                        for cache in caches:
+                            row = measure(scale, variant, path, cache, B=B, T=T, launch_from=launch_from,
+                                          n_new=n_new)
+                            rows.append(row)
+                            if progress:
+                                progress(row)
     return rows
 
 
 # ----------------------------------------------------------------------------- rendering
-TABLE_HEADERS = ("scale", "T", "call", "path", "cache", "G x groups, splits, tile", "pred", "meas", "meas/pred",
+TABLE_HEADERS = ("scale", "T", "call", "path", "cache", "G x groups, splits, tile, tokens", "pred", "meas", "meas/pred",
                  "moved", "unique", "shared x")
 
 
 def _launch_cell(row: TrafficRow) -> str:
     c = row.launch
-    return f"{c['group_size']} x {c['n_groups']}, {c['num_splits']}, {c['block_t']}"
+    return f"{c['group_size']} x {c['n_groups']}, {c['num_splits']}, {c['block_t']}, {c.get('block_q', 1)}"
 
 
 def table_cells(row: TrafficRow) -> list[str]:
@@ -428,7 +462,7 @@ def table_cells(row: TrafficRow) -> list[str]:
     pay, pred, tot = row.payload, row.predicted, row.measured["total"]
     shared = sum(row.measured.get(p, {}).get("loads", 0) for p in ("shared_k", "shared_v"))
     shared_unique = sum(row.measured.get(p, {}).get("unique", 0) for p in ("shared_k", "shared_v"))
-    return [row.scale, str(row.seq_len), row.variant, row.path, row.cache, _launch_cell(row),
+    return [row.scale, str(row.seq_len), row.call, row.path, row.cache, _launch_cell(row),
             f"{pred['loads'] / pay:.3f}", f"{tot['loads'] / pay:.3f}", f"{tot['loads'] / pred['loads']:.3f}",
             f"{(tot['loads'] + tot['stores']) / pay:.3f}", f"{tot['unique'] / pay:.3f}",
             f"{shared / shared_unique:.2f}" if shared_unique else ""]
@@ -448,8 +482,8 @@ def traffic_matrix_markdown(rows: list[TrafficRow]) -> str:
     cols = list(dict.fromkeys((r.path, r.cache) for r in rows))
     lines = ["| scale | T | call | " + " | ".join(f"{p} {c}" for p, c in cols) + " | unique | unique, RoPE |",
              "|---|---:|---|" + "---:|" * (len(cols) + 2)]
-    for key in dict.fromkeys((r.scale, r.seq_len, r.variant) for r in rows):
-        got = {(r.path, r.cache): r for r in rows if (r.scale, r.seq_len, r.variant) == key}
+    for key in dict.fromkeys((r.scale, r.seq_len, r.call) for r in rows):
+        got = {(r.path, r.cache): r for r in rows if (r.scale, r.seq_len, r.call) == key}
         cells = [f"{got[c].loads / got[c].payload:.3f} ({got[c].loads / got[c].predicted['loads']:.3f})"
                  if c in got else "" for c in cols]
         unique = [max((r.measured["total"]["unique"] / r.payload for r in got.values() if (r.path == "rope") == rope),

@@ -679,6 +679,12 @@ def _attend_split(Q, SK, SV, LK, LV, BK, KS, ROPE, SCALE, WS, CS_SK, CS_SV, CS_L
     hmask = (rhead < GROUP) & (heads < H) & (rtok < n_tok)
     rsel = tl.where(hmask, rhead, -1)  # the row's head in the group; −1: a padded row
     qrow = (prog64 + rtok) * (H * D) + heads * D  # [BLOCK_H] int64: the row's q (q is [rows, H, d_h])
+    # the heads the program's once-per-program loads (the bases) mask by: none for an extend row
+    # past the last token block (the grid is an upper bound), which then loads nothing at all
+    if BLOCK_Q == 1:
+        h_live = H
+    else:
+        h_live = tl.where(n_tok > 0, H, 0)
     offs_d = tl.arange(0, BLOCK_D)
     offs_r = tl.arange(0, BLOCK_R)
     dmask = offs_d < D
@@ -698,10 +704,10 @@ def _attend_split(Q, SK, SV, LK, LV, BK, KS, ROPE, SCALE, WS, CS_SK, CS_SV, CS_L
     if ROPE is not None:
         tl.static_assert(BLOCK_Q == 1, "exact RoPE runs one query token per program")
     if ROPE is None and not WIDE:
-        q_lat = _q_latent(q, Q_ROW, BK, pid_g, rsel, offs_d, offs_r, dmask, rmask, H, D, R,
+        q_lat = _q_latent(q, Q_ROW, BK, pid_g, rsel, offs_d, offs_r, dmask, rmask, h_live, D, R,
                           BLOCK_H, BLOCK_R, GROUP, BLOCK_Q, DOT, ACC_FP64, LP)  # [BLOCK_H, BLOCK_R]
     if WIDE:
-        col, hc, jc, head_c, cmask = _wide_cols(pid_g, H, R, GROUP, BLOCK_GR)
+        col, hc, jc, head_c, cmask = _wide_cols(pid_g, h_live, R, GROUP, BLOCK_GR)
         if ROPE is None:
             q_bd, q_bd_lo = _q_block_diag_halves(
                 _q_block_diag(Q, qrow, BK, hmask, rsel, hc, jc, head_c, cmask, H, D, R,
