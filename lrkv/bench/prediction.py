@@ -3,42 +3,33 @@
 
   1. bytes: the traffic model of `lrkv.bench.traffic.predict` (loads + stores) for the row's
      shape and the launch the kernel picked (`BenchRow.launch`);
-  2. occupancy: blocks per SM from the compile report's registers per thread and the warps
-     (65,536 registers, allocated 256 per warp; at most 64 warps per SM), and the bandwidth a
-     program sees, copy bandwidth × min(1, occupancy / FULL_OCCUPANCY) / resident programs;
+  2. occupancy: blocks per SM of the compiled kernel (`lrkv.kernels.occupancy`: registers,
+     warps, shared memory), and the bandwidth a program sees, copy bandwidth × min(1,
+     occupancy / FULL_OCCUPANCY) / resident programs;
   3. time: waves × the bytes of one program at that bandwidth, waves = ⌈programs / (SMs ×
      blocks per SM)⌉ (a partial last wave costs a whole one).
 
-The registers come from `ci/logs/compile-check-sm90.json` when it holds the launch's variant
-compiled by the running Triton, else from compiling it now (`lrkv.kernels.compile_check`,
+The compiled kernel's numbers come from the running Triton's compile report
+(`ci/logs/compile-check-sm90-triton<version>.json`) when it holds the launch's variant and is
+of this kernel source, else from compiling it now (`lrkv.kernels.occupancy.compiled_usage`,
 ptxas only: no GPU needed); a row whose variant cannot be compiled gets no prediction and
 says why.
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, fields
-from pathlib import Path
+from dataclasses import fields
 from types import SimpleNamespace
 
-SM_REGISTERS = 65536  # 32-bit registers per SM (sm_90)
-REGISTERS_PER_WARP_UNIT = 256  # a warp's registers are allocated in units of 256
-SM_MAX_WARPS = 64  # resident warps per SM (sm_90)
-SM_MAX_BLOCKS = 32
+from ..kernels.occupancy import SM_MAX_WARPS, compiled_usage
+from ..kernels.occupancy import occupancy as sm90_occupancy
+
 H200_SMS = 132
 # The occupancy at which a streaming kernel keeps enough loads in flight to reach the copy
 # bandwidth: a rule of thumb (half the warps), not fitted to any run; below it the bandwidth
 # falls in proportion (Little's law: bytes in flight ∝ resident warps).
 FULL_OCCUPANCY = 0.5
-REPORT = Path(__file__).resolve().parents[2] / "ci" / "logs" / "compile-check-sm90.json"
 VARIANT_OF_BACKEND = {"triton": "contiguous", "triton-paged": "paged", "triton-rope": "rope", "triton-fp8": "fp8"}
-
-
-def blocks_per_sm(registers: int, num_warps: int) -> int:
-    """Resident blocks of `num_warps` warps at `registers` per thread (registers and warps only)."""
-    per_warp = -(-registers * 32 // REGISTERS_PER_WARP_UNIT) * REGISTERS_PER_WARP_UNIT
-    return max(0, min(SM_REGISTERS // (per_warp * num_warps), SM_MAX_WARPS // num_warps, SM_MAX_BLOCKS))
 
 
 def waves(programs: int, n_sms: int, blocks: int) -> int:
@@ -47,12 +38,12 @@ def waves(programs: int, n_sms: int, blocks: int) -> int:
 
 
 def predict_time(bytes_moved: int, copy_bandwidth: float, programs: int, registers: int, num_warps: int,
-                 n_sms: int = H200_SMS) -> dict:
+                 n_sms: int = H200_SMS, shared: int = 0) -> dict:
     """Seconds for a launch moving `bytes_moved` (bytes/s of the copy bandwidth) as the module
     doc says, with the terms it is made of."""
     if bytes_moved < 0 or copy_bandwidth <= 0 or programs < 1 or registers < 1 or num_warps < 1 or n_sms < 1:
         raise ValueError("bytes >= 0, copy bandwidth > 0, programs, registers, warps and SMs >= 1")
-    blocks = blocks_per_sm(registers, num_warps)
+    blocks = sm90_occupancy(registers, num_warps, shared).blocks_per_sm
     if blocks == 0:
         raise ValueError(f"{registers} registers x {num_warps} warps do not fit one SM")
     occupancy = blocks * num_warps / SM_MAX_WARPS
@@ -79,7 +70,7 @@ def row_shape(row):
 
 def row_variant(row):
     """The compile_check Variant of a bench row's launch."""
-    from ..kernels.compile_check import Variant
+    from ..kernels.occupancy import Variant
     from ..spec import preset
 
     spec = preset(row.scale).spec("lrkv")
@@ -93,59 +84,25 @@ def row_variant(row):
     return Variant.from_launch(cfg, r=spec.rank, d_h=spec.head_dim, dtype=row.dtype, **kw)
 
 
-_COMPILED: dict = {}
-
-
-def _same(a: dict, b: dict) -> bool:
-    skip = {"dot", "page_size"} | (set() if a.get("fp8") else {"fp8_granularity"})
-    return all(a.get(k) == b.get(k) for k in a if k not in skip)
-
-
-def registers_of(variant, report: Path | None = REPORT) -> tuple[int | None, str]:
-    """(registers per thread, where from) for a Variant: the committed compile report when it
-    holds the variant compiled by the running Triton, else a compile now; (None, why) when
-    neither works."""
-    try:
-        import triton
-
-        version = triton.__version__
-    except Exception as e:  # noqa: BLE001 — no Triton: nothing to compile with
-        return None, f"no triton ({type(e).__name__})"
-    want = asdict(variant)
-    if report is not None and report.exists():
-        for entry in json.loads(report.read_text()):
-            if (entry.get("kernel") == "decode_split_kernel" and entry.get("triton") == version
-                    and _same(want, entry["variant"])):
-                return int(entry["reg"]), f"{report.name} (Triton {version})"
-    key = (version, tuple(sorted(want.items())))
-    if key not in _COMPILED:
-        try:
-            from ..kernels.compile_check import compile_variant
-
-            _COMPILED[key] = (int(compile_variant(variant)["reg"]), f"compiled now (Triton {version})")
-        except Exception as e:  # noqa: BLE001 — no ptxas, an unsupported variant: no prediction
-            _COMPILED[key] = (None, f"compile failed: {type(e).__name__}: {e}"[:200])
-    return _COMPILED[key]
-
-
-def predict_row(row, copy_bandwidth: float, *, n_sms: int = H200_SMS, registers=None) -> dict:
+def predict_row(row, copy_bandwidth: float, *, n_sms: int = H200_SMS, usage=None) -> dict:
     """The prediction of one Triton row (predict_time's terms, plus the registers' source);
-    {'why': ...} when there is none. registers: Variant -> (registers, source); default
-    `registers_of`."""
+    {'why': ...} when there is none. usage: Variant -> (the compiled kernel's numbers or
+    None, source); default `lrkv.kernels.occupancy.compiled_usage`."""
     from .traffic import predict
 
-    registers = registers or registers_of
+    usage = usage or compiled_usage
     if row.backend not in VARIANT_OF_BACKEND or not row.launch:
         return {"why": "not a Triton row with a launch shape"}
     if not copy_bandwidth:
         return {"why": "no copy bandwidth measured"}
-    regs, source = registers(row_variant(row))
-    if regs is None:
+    compiled, source = usage(row_variant(row))
+    if compiled is None or "reg" not in compiled:
         return {"why": source}
     cfg = SimpleNamespace(**row.launch)
     moved = predict(row_shape(row), cfg)["moved"]
     programs = row.batch * cfg.n_groups * cfg.num_splits
-    return dict(predict_time(moved, copy_bandwidth, programs, regs, cfg.num_warps, n_sms), registers_from=source)
+    return dict(predict_time(moved, copy_bandwidth, programs, compiled["reg"], cfg.num_warps, n_sms,
+                             compiled.get("shared", 0)), registers_from=source)
 
 
 def add_predictions(result, *, n_sms: int | None = None) -> None:

@@ -25,8 +25,9 @@ left None is chosen here, in this order:
      slots, at most MAX_SPLITS, in whole tiles; a caller's count is used as is, even when it leaves splits
      empty (the tests use 17 splits over 37 slots).
 
-The evidence named by the table is committed: `ci/logs/compile-check-sm90.json` (registers
-and spills for sm_90, `python3 -m lrkv.kernels.compile_check`, no GPU needed) and
+The evidence named by the table is committed: `ci/logs/compile-check-sm90-triton3.9.0.json`
+(registers, spills and occupancy for sm_90 under Triton 3.9, `ci/compile-report`, no GPU
+needed; `...-triton3.6.0.json` beside it for the older compiler) and
 `ci/gpu-results/h200-summary.md` (the first H200 run of `ci/gpu-check`, its launch-shape sweep)
 and `ci/gpu-results/2026-12-04/sweep.json` (the rewritten kernel's sweep, Triton 3.6).
 """
@@ -51,7 +52,7 @@ WIDE_MAX_COLUMNS_FP8 = 256
 WIDE_LIMIT_COLUMNS = 2048  # an explicit group_size may go this far; past it the tile cannot fit
 PROGRAMS_PER_SM = 2  # default occupancy target of the split heuristic (the committed H200 runs)
 
-COMPILE_REPORT = "ci/logs/compile-check-sm90.json"
+COMPILE_REPORT = "ci/logs/compile-check-sm90-triton3.9.0.json"  # the compiler the "sm_90" entries were chosen with
 H200_RUN = "ci/gpu-results/h200-summary.md"
 H200_SWEEP = "ci/gpu-results/2026-12-04/sweep.json"  # the rewritten kernel's sweep, Triton 3.6
 

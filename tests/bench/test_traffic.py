@@ -9,7 +9,7 @@ What is pinned down:
     every valid cache byte once;
   * the documented `lrkv bench --traffic` command runs as written (on a one-launch grid) and
     its committed log says every launch held its prediction;
-  * the predicted time: blocks per SM from registers and warps, whole waves, seconds from bytes
+  * the predicted time: blocks per SM of the compiled kernel, whole waves, seconds from bytes
     and bytes/s, and a bench row's prediction in the rendered table.
 Runs in the interpreter at T = 64: ~15 s on two idle cores.
 """
@@ -17,6 +17,7 @@ Runs in the interpreter at T = 64: ~15 s on two idle cores.
 from __future__ import annotations
 
 import functools
+import json
 import re
 import shlex
 from pathlib import Path
@@ -26,7 +27,7 @@ import pytest
 import torch
 
 from lrkv.bench import prediction
-from lrkv.bench.prediction import blocks_per_sm, predict_time, waves
+from lrkv.bench.prediction import predict_time, waves
 from lrkv.bench.traffic import N_NEW, gpu_launch, group_overhead, measure, traffic_matrix_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -155,15 +156,6 @@ def test_the_documented_command_runs_verbatim_on_a_smaller_grid(tmp_path, monkey
 
 
 # ----------------------------------------------------------------------------- predicted time
-def test_blocks_per_sm_from_registers_and_warps():
-    assert blocks_per_sm(187, 8) == 1  # 192 x 32 x 8 = 49152 of 65536 registers
-    assert blocks_per_sm(255, 4) == 2  # 256 x 32 x 4 = 32768: two fit
-    assert blocks_per_sm(128, 16) == 1
-    assert blocks_per_sm(64, 4) == 8  # 8192 registers a block: 8 fit, 32 of 64 warps
-    assert blocks_per_sm(32, 1) == 32  # the block limit
-    assert blocks_per_sm(255, 16) == 0  # does not fit
-
-
 def test_waves_round_up_to_whole_waves():
     assert waves(272, 132, 1) == 3  # the 2026-12-04 profile: 2.06 waves run as three
     assert waves(264, 132, 1) == 2 and waves(264, 132, 2) == 1 and waves(1, 132, 1) == 1
@@ -199,7 +191,7 @@ def test_a_bench_rows_prediction_is_in_the_table(monkeypatch):
     machine = Machine("cuda", "H200", 16, 16, "", None, None, "2", "3.9", "3.11", "linux", copy_bandwidth=4.2e12)
     result = BenchResult(machine=machine, grid={}, rows=[row])
     seen = []
-    monkeypatch.setattr(prediction, "registers_of", lambda v: (seen.append(v) or 187, "stub"))
+    monkeypatch.setattr(prediction, "compiled_usage", lambda v: (seen.append(v) or dict(reg=187), "stub"))
     prediction.add_predictions(result, n_sms=132)
     assert seen[0].private == "wide" and (seen[0].group, seen[0].block_t, seen[0].num_warps) == (9, 16, 8)
     p = row.prediction
@@ -214,23 +206,14 @@ def test_a_bench_rows_prediction_is_in_the_table(monkeypatch):
     assert cpu.predicted_s is None  # a CPU row (the interpreter) predicts no GPU time
 
 
-def test_registers_come_from_the_committed_report_for_its_triton():
-    import json
+def test_the_compiled_kernel_comes_from_the_committed_report_of_the_running_triton():
+    from lrkv.kernels import occupancy, runtime
 
-    from lrkv.kernels.compile_check import Variant
-
-    report = json.loads(prediction.REPORT.read_text())
-    entry = next(e for e in report if e["kernel"] == "decode_split_kernel" and e["variant"]["private"] == "wide")
-    v = Variant(**{k: val for k, val in entry["variant"].items() if k != "dot"})
-    monkey = SimpleNamespace(__version__=entry["triton"])
-    import sys
-
-    real = sys.modules.get("triton")
-    sys.modules["triton"] = monkey  # the report's Triton, whatever is installed
-    try:
-        assert prediction.registers_of(v) == (entry["reg"], f"compile-check-sm90.json (Triton {entry['triton']})")
-    finally:
-        if real is not None:
-            sys.modules["triton"] = real
-        else:
-            del sys.modules["triton"]
+    path = occupancy.report_path(runtime.triton_version())
+    if not path.exists():
+        pytest.skip(f"no committed report for Triton {runtime.triton_version()}")
+    report = json.loads(path.read_text())
+    if report["kernels_sha256"] != occupancy.kernels_sha256():
+        pytest.skip(f"{path.name} is stale (tests/kernels/test_compile.py fails it)")
+    entry = next(e for e in report["entries"] if "decode 2.5B bf16 rope=none" in e.get("launches", ()))
+    assert occupancy.compiled_usage(occupancy.Variant(**entry["variant"])) == (entry, path.name)

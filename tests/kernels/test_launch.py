@@ -189,7 +189,7 @@ def test_the_wide_defaults_do_not_spill_in_the_compile_report():
     # H = 18 as 2 x 9 at r = 55 and H = 32 as 4 x 8 at r = 54), contiguous and paged at page 16,
     # and over fp8 caches at their own default group (H = 18 as 5 x 4); the report's fp8
     # variants at the 16-bit group are there to show why that group is not the fp8 default
-    report = json.loads((ROOT / launch.COMPILE_REPORT).read_text())
+    report = json.loads((ROOT / launch.COMPILE_REPORT).read_text())["entries"]
     fp8_group = launch.group_rule(18, 55, "wide", fp8=True)
     for paged in (False, True):
         for fp8 in (False, True):
