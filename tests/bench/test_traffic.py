@@ -100,7 +100,9 @@ def test_a_default_launch_loads_at_most_its_predicted_bytes(variant, path, cache
 def test_the_gpu_launch_is_the_launch_tables_sm90_row():
     cfg = gpu_launch(rows=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16)
     assert (cfg.private, cfg.group_size, cfg.n_groups, cfg.block_t, cfg.num_warps) == ("wide", 9, 2, 16, 8)
-    assert cfg.num_splits == 16  # 2 x 132 programs over 8 rows x 2 groups, rounded down to whole waves
+    # as many programs as the SMs hold of the compiled kernel, over 8 rows x 2 groups, in whole waves
+    assert cfg.programs_per_sm_from.startswith("blocks per SM of the compiled kernel")
+    assert cfg.num_splits == 132 * cfg.programs_per_sm // 16
     rope = gpu_launch(rows=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16, rope_exact=True)
     assert (rope.private, rope.block_t, rope.num_warps) == ("per_head", 32, 8)
     fp8 = gpu_launch(rows=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16, fp8=True)
@@ -195,10 +197,11 @@ def test_a_bench_rows_prediction_is_in_the_table(monkeypatch):
     prediction.add_predictions(result, n_sms=132)
     assert seen[0].private == "wide" and (seen[0].group, seen[0].block_t, seen[0].num_warps) == (9, 16, 8)
     p = row.prediction
-    assert (p["programs"], p["blocks_per_sm"], p["waves"]) == (8 * 2 * 16, 1, 2)
+    programs = 8 * 2 * launch["num_splits"]
+    assert (p["programs"], p["blocks_per_sm"], p["waves"]) == (programs, 1, -(-programs // 132))
     # the model's bytes: the payload and the shared stream re-read by the second group, and more
     assert p["bytes"] > 8 * 32768 * (2 * 128 + 2 * 18 * 55) * 2 * (1 + group_overhead(18, 128, 55, 9))
-    assert row.predicted_s == pytest.approx(2 * (p["bytes"] / 256) / (4.2e12 / 4 / 132))
+    assert row.predicted_s == pytest.approx(p["waves"] * (p["bytes"] / programs) / (4.2e12 / 4 / 132))
     assert cells(row)[HEADERS.index("pred ms")] == f"{row.predicted_s * 1e3:.3f}"
     assert "pred ms" in markdown_table(result) and "187 registers (stub)" in markdown_table(result)
     cpu = BenchRow(**{**row.to_dict(), "device": "cpu", "predicted_s": None, "prediction": None})
