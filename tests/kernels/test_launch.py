@@ -227,6 +227,12 @@ def _fresh_report() -> dict:
     return report
 
 
+def test_the_compiled_kernel_comes_from_the_committed_report_of_the_running_triton():
+    report = _fresh_report()
+    entry = next(e for e in report["entries"] if "decode 2.5B bf16 rope=none" in e.get("launches", ()))
+    assert occupancy.compiled_usage(Variant(**entry["variant"])) == (entry, occupancy.report_path(report["triton"]).name)
+
+
 def test_the_split_rule_takes_the_blocks_per_sm_of_the_compiled_kernel():
     report = _fresh_report()
     cfg = _h200()
