@@ -114,8 +114,9 @@ def footnotes(result: BenchResult) -> list[str]:
     notes += [f"skipped ({', '.join(rows)}): {reason}" for reason, rows in skipped.items()]
     predicted = [r for r in result.rows if r.prediction]
     if predicted:
-        notes.append("pred ms: the traffic model's bytes / the copy bandwidth, at the occupancy of the compile "
-                     "report's registers, in whole waves (docs/kernels.md, Memory traffic): "
+        notes.append("pred ms: the traffic model's bytes, streamed a tile per loop iteration by the programs the "
+                     "compiled kernel fits per SM, at most the copy bandwidth, in whole waves (docs/kernels.md, "
+                     "A predicted H200 time): "
                      + "; ".join(f"{r.backend} B={r.batch} T={_k(r.seq_len)}: " + (
                          r.prediction["why"] if "why" in r.prediction else
                          f"{r.prediction['bytes'] / 1e6:.0f} MB, {r.prediction['registers']} registers "

@@ -6,7 +6,8 @@
     append.append / paged_append   write one token's cache entries, bit-exact
     backend.TritonBackend          the `triton` backend of `lrkv verify`
     runtime                        cuda | interpreter | fallback, and `interpreter()`
-    compile_check                  compile for sm_90 without a GPU (registers, spills)
+    compile_check                  compile for sm_90 without a GPU: the compile report (registers, spills, occupancy)
+    occupancy                      blocks per SM of a compiled kernel, and where the split rule gets it
 
 Importing this package imports neither Triton nor the kernels: `runtime` loads them on
 first use, in the mode the process is in (Triton fixes interpreter vs. GPU when a kernel

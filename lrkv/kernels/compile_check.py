@@ -1,14 +1,18 @@
-"""Compile the kernels for a CUDA target WITHOUT a GPU (Triton's front end + ptxas only).
+"""Compile the kernels for a CUDA target WITHOUT a GPU (Triton's front end + ptxas only), and
+the compile report: registers, spills, shared memory and occupancy of every default launch.
 
 The interpreter checks the math but not that the kernels compile: Triton's code
 generator rejects things the interpreter accepts (non-constexpr globals, mistyped
 constexpr branches, unsupported dot shapes). This module runs the real compiler for
-sm_90 (H100/H200) and reports registers and spill bytes per variant (and the Triton version:
-ptxas's register allocation moves between releases), so a CPU-only machine catches compile
-errors and register blow-ups before anyone spends GPU time.
+sm_90 (H100/H200) and reports per variant its registers, spill (stack) bytes, dynamic shared
+memory and the blocks and warps an SM holds (`occupancy`), under the Triton it runs with —
+ptxas's register allocation moves between releases (3.6 spills where 3.9 does not) — so a
+CPU-only machine catches compile errors, spills and occupancy losses before anyone spends GPU
+time. One report per Triton, `ci/logs/compile-check-sm90-triton<version>.json`, written by
+`ci/compile-report` (docs/kernels.md, "The compile report"):
 
-    python3 -m lrkv.kernels.compile_check            # the default variant set
-    python3 -m lrkv.kernels.compile_check --json out.json
+    python3 -m lrkv.kernels.compile_check --json out.json   # the report, under the running Triton
+    python3 -m lrkv.kernels.compile_check --variant '{"block_t": 32, "num_warps": 4, "private": "wide"}'
 """
 
 from __future__ import annotations
@@ -21,42 +25,18 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, replace
+from pathlib import Path
+from types import SimpleNamespace
 
+from .occupancy import FP8_LOOKUP, Variant, kernel_name, kernels_sha256, occupancy
 from .validate import next_pow2
 
 _TL = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64"}
 
 
-@dataclass(frozen=True)
-class Variant:
-    """One compiled specialisation of the decode split kernel."""
-
-    dtype: str = "bfloat16"
-    group: int = 9  # real heads per program
-    d_h: int = 128
-    r: int = 55
-    block_t: int = 16
-    num_warps: int = 4
-    key_scale: bool = False
-    rope_exact: bool = False
-    paged: bool = False
-    dot: str | None = None  # None: what a GPU run picks for the dtype (launch.default_dot)
-    private: str = "per_head"  # 'wide': the group's latents as one [block_t, G·r] tile
-    page_size: int = 16  # paged variants: tiles inside one page when it divides by block_t
-    fp8: str = ""  # an fp8 cache: "e4m3" | "e5m2" (parts stored so, float32 scales); "": none
-    fp8_granularity: str = "per_token_head"  # fp8 only: the scales' granularity (DESIGN §4.1)
-    block_q: int = 1  # extend: query tokens per program (the rows are block_q x group)
-
-    @classmethod
-    def from_launch(cls, cfg, *, r: int, d_h: int, dtype: str = "bfloat16", **kw) -> "Variant":
-        """The variant a `launch.LaunchConfig` compiles (its group, tile, warps, private path)."""
-        return cls(dtype=dtype, group=cfg.group_size, d_h=d_h, r=r, block_t=cfg.block_t,
-                   num_warps=cfg.num_warps, dot=cfg.dot, private=cfg.private, block_q=getattr(cfg, "block_q", 1), **kw)
-
-
-DEFAULT_VARIANTS = (
-    # the GPU defaults at the paper scales: the wide private tile (launch.LAUNCH_TABLE)
+EVIDENCE_VARIANTS = (  # the shapes docs/kernels.md and the launch table's evidence cite, beside the defaults
+    # the wide private tile at the paper scales (launch.LAUNCH_TABLE)
     Variant(block_t=16, num_warps=8, private="wide"),  # H=18 as 2 x 9, r=55
     Variant(group=8, r=54, block_t=16, num_warps=8, private="wide"),  # H=32 as 4 x 8, r=54
     Variant(block_t=32, num_warps=8, private="wide"),
@@ -96,6 +76,63 @@ EXTEND_VARIANTS = (  # the split kernels compiled as extend (extend_split_kernel
     Variant(dtype="float16", rope_exact=True, key_scale=True, paged=True, num_warps=8),
     Variant(dtype="float64", d_h=32, r=8, group=4),
 )
+
+# The default launches: what pick_launch chooses for a 132-SM sm_90 GPU (an H200) at the
+# paper scales, bf16, at a representative shape — B sequences of T slots (decode, paged at
+# PAGE_SIZE) and each of them extended by NEW_TOKENS tokens (extend) — for every cache and
+# RoPE mode below, under the Triton that runs (an older one takes its own table entries).
+SCALES = ("2.5B", "6.3B")
+B, T = 8, 32768
+PAGE_SIZE = 16  # vLLM's page size, the bench's triton-paged row
+NEW_TOKENS = (4, 16)  # extend: new tokens per sequence
+CACHES = {"bf16": {}, **{f"fp8 e4m3 {g}": dict(fp8="e4m3", fp8_granularity=g)
+                         for g in ("per_head", "per_tensor", "per_token", "per_token_head")}}
+assert {**FP8_LOOKUP} in CACHES.values()  # pick_launch's fp8 lookups find a default's entry
+
+
+def default_launches() -> list[tuple[str, Variant, bool]]:
+    """(name, variant, extend) of every default launch (module comment above), in a fixed
+    order; several names may share a variant. The one place the default set is derived: the
+    report marks these `"default": true` and tests/kernels/test_compile_report.py holds the
+    committed reports to it."""
+    import torch
+
+    from ..spec import preset
+    from .launch import pick_launch
+
+    out = []
+    for scale in SCALES:
+        spec = preset(scale).spec("lrkv")
+        for call in ("decode", "paged", "extend"):
+            for new in NEW_TOKENS if call == "extend" else (None,):
+                for cache, fp8 in CACHES.items():
+                    for rope in (False, True):
+                        # programs_per_sm given: the variant does not depend on it, and the
+                        # report being written is where pick_launch would look it up
+                        cfg = pick_launch(B=B * (new or 1), H=spec.n_heads, d_h=spec.head_dim, r=spec.rank,
+                                          slots=T, dtype=torch.bfloat16, device=torch.device("cpu"),
+                                          rope_exact=rope, paged=call == "paged", extend=call == "extend",
+                                          fp8=bool(fp8), sm90_sms=132, programs_per_sm=1,
+                                          seqs=B if call == "extend" else None)
+                        v = Variant.from_launch(cfg, r=spec.rank, d_h=spec.head_dim, rope_exact=rope,
+                                                paged=call == "paged", page_size=PAGE_SIZE, **fp8)
+                        name = (f"{call} {scale} {cache} rope={'exact' if rope else 'none'}"
+                                + (f" new={new}" if new else ""))
+                        out.append((name, v, call == "extend"))
+    return out
+
+
+def sweep_launches(path) -> list[tuple[str, Variant, bool]]:
+    """(name, variant, False) of each point of a committed launch-shape sweep (`lrkv bench
+    --sweep`'s JSON): the shapes a GPU measured, compiled by the current kernel."""
+    from ..spec import preset
+
+    doc = json.loads(Path(path).read_text())
+    sw = doc["sweep"]
+    spec = preset(sw["scale"]).spec("lrkv")
+    return [(f"sweep {doc['created'][:10]}: " + " ".join(f"{k}={v}" for k, v in p["knobs"].items()),
+             Variant.from_launch(SimpleNamespace(**p["launch"]), r=spec.rank, d_h=spec.head_dim, dtype=sw["dtype"]),
+             False) for p in sw["points"]]
 
 
 def _signature(fn, ptr_types: dict[str, str], const: dict[str, object]):
@@ -198,11 +235,25 @@ def compile_variant(v: Variant, arch: int = 90, *, extend: bool = False, module=
         warnings.filterwarnings("ignore", message=".*TRITON_DEFAULT_FP_FUSION.*")
         k = triton.compile(ASTSource(kernel, sig, constexprs, _divisibility(kernel, sig, v)),
                            target=GPUTarget("cuda", arch, 32), options=dict(num_warps=v.num_warps))
-    usage = _resource_usage(k.asm["cubin"])
-    return dict(kernel="decode_split_kernel[extend]" if extend else "decode_split_kernel",
-                entry=split_kernel_name(v, extend),
+    return dict(kernel=kernel_name(extend), entry=split_kernel_name(v, extend),
                 variant={**asdict(v), "dot": dot}, seconds=round(time.perf_counter() - t0, 2),
-                triton=triton.__version__, **usage)
+                triton=triton.__version__, **_usage(k, v.num_warps))
+
+
+def _usage(k, num_warps: int) -> dict:
+    """A compiled kernel's registers and stack (cuobjdump; on a GPU without it, the driver's
+    count), dynamic shared memory (its metadata: cuobjdump's SHARED is not the launch's) and
+    the occupancy they allow."""
+    usage = _resource_usage(k.asm["cubin"])
+    usage.pop("shared", None)
+    if "reg" not in usage:
+        try:
+            k._init_handles()  # loads the cubin: needs the GPU it was compiled for
+            usage.update(reg=k.n_regs, stack=k.n_spills)
+        except Exception:  # noqa: BLE001 - no GPU, no cuobjdump: the compile still passed
+            return {**usage, "shared": k.metadata.shared}
+    occ = occupancy(usage["reg"], num_warps, k.metadata.shared)
+    return {**usage, "shared": k.metadata.shared, **asdict(occ)}
 
 
 def compile_aux(arch: int = 90) -> list[dict]:
@@ -221,13 +272,13 @@ def compile_aux(arch: int = 90) -> list[dict]:
     sig, cx = _signature(K.decode_combine_kernel, ptrs, dict(BLOCK_S=64, BLOCK_D=128, BLOCK_R=64))
     k = triton.compile(ASTSource(K.decode_combine_kernel, sig, cx), target=GPUTarget("cuda", arch, 32),
                        options=dict(num_warps=4))
-    out.append(dict(kernel="decode_combine_kernel", triton=triton.__version__, **_resource_usage(k.asm["cubin"])))
+    out.append(dict(kernel="decode_combine_kernel", triton=triton.__version__, **_usage(k, 4)))
     ptrs = {n: "*i16" for n in ("E_SK", "E_SV", "E_LK", "E_LV", "E_KS", "SK", "SV", "LK", "LV", "KS")}
     ptrs.update(POS="*i32", PT="*i32")
     sig, cx = _signature(K.append_kernel, ptrs, dict(BLOCK_D=128, BLOCK_HR=1024))
     k = triton.compile(ASTSource(K.append_kernel, sig, cx), target=GPUTarget("cuda", arch, 32),
                        options=dict(num_warps=4))
-    out.append(dict(kernel="append_kernel", triton=triton.__version__, **_resource_usage(k.asm["cubin"])))
+    out.append(dict(kernel="append_kernel", triton=triton.__version__, **_usage(k, 4)))
     ptrs = {n: "*bf16" for n in ("E_SK", "E_SV", "E_LK", "E_LV")}
     ptrs.update({n: "*u8" for n in ("SK", "SV", "LK", "LV")})
     ptrs.update({n: "*fp32" for n in ("C_SK", "C_SV", "C_LK", "C_LV")})
@@ -237,26 +288,52 @@ def compile_aux(arch: int = 90) -> list[dict]:
                                                          BLOCK_R=64))
     k = triton.compile(ASTSource(K.append_fp8_kernel, sig, cx), target=GPUTarget("cuda", arch, 32),
                        options=dict(num_warps=4))
-    out.append(dict(kernel="append_fp8_kernel", triton=triton.__version__, **_resource_usage(k.asm["cubin"])))
+    out.append(dict(kernel="append_fp8_kernel", triton=triton.__version__, **_usage(k, 4)))
     return out
+
+
+def build_report(arch: int = 90) -> dict:
+    """The compile report under the running Triton: every default launch (`"default": true`),
+    the points of the committed H200 sweep (launch.H200_SWEEP) and the variants the docs cite
+    (`false`), and the auxiliary kernels; each (kernel, variant) compiled once, with the names
+    of the launches that compile to it."""
+    import torch
+    import triton
+
+    from .launch import H200_SWEEP, default_dot
+    from .occupancy import REPORT_DIR
+
+    launches = [*((n, v, e, True) for n, v, e in default_launches()),
+                *((n, v, e, False) for n, v, e in sweep_launches(REPORT_DIR.parents[1] / H200_SWEEP)),
+                *(("", v, False, False) for v in EVIDENCE_VARIANTS), *(("", v, True, False) for v in EXTEND_VARIANTS)]
+    todo: dict = {}  # (extend, variant with its dot resolved) -> (launch names, default)
+    for name, v, extend, default in launches:
+        key = extend, v if v.dot else replace(v, dot=default_dot(getattr(torch, v.dtype), on_gpu=True))
+        names, was_default = todo.get(key, ([], False))
+        todo[key] = [*names, *([name] if name and name not in names else [])], was_default or default
+    entries = []
+    for (extend, v), (names, default) in todo.items():
+        entries.append({**compile_variant(v, arch, extend=extend), "default": default, "launches": names})
+        print(json.dumps(entries[-1]), flush=True)
+    return dict(triton=triton.__version__, arch=arch, kernels_sha256=kernels_sha256(),
+                command=f"ci/compile-report {triton.__version__}", entries=entries + compile_aux(arch))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", type=int, default=90, help="compute capability x10 (90 = H100/H200)")
-    ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--json", help="write the report here")
+    ap.add_argument("--variant", help="compile this one Variant (JSON of its fields) and print its usage as JSON")
+    ap.add_argument("--extend", action="store_true", help="with --variant: the extend split kernel")
     args = ap.parse_args(argv)
-    results = []
-    for v in DEFAULT_VARIANTS:
-        r = compile_variant(v, args.arch)
-        results.append(r)
-        print(json.dumps(r))
-    for r in [*compile_aux(args.arch), *(compile_variant(v, args.arch, extend=True) for v in EXTEND_VARIANTS)]:
-        results.append(r)
-        print(json.dumps(r))
+    if args.variant:
+        print(json.dumps(compile_variant(Variant(**json.loads(args.variant)), args.arch, extend=args.extend)))
+        return 0
+    report = build_report(args.arch)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
+            json.dump(report, f, indent=1)
+            f.write("\n")
     return 0
 
 

@@ -27,10 +27,14 @@ left None is chosen here, in this order:
   6. `num_splits` — the occupancy rule (`occupancy_rule`): at most `programs_per_sm`
      (row, group, split) programs per SM, in whole waves, each split at least MIN_SPLIT_SLOTS
      slots, at most MAX_SPLITS, in whole tiles; a caller's count is used as is, even when it
-     leaves splits empty (the tests use 17 splits over 37 slots).
+     leaves splits empty (the tests use 17 splits over 37 slots). `programs_per_sm`, unless
+     given, is the blocks per SM of the kernel this launch compiles (`compiled_programs_per_sm`),
+     on a GPU or in its sm90_sms view; where nothing compiles, PROGRAMS_PER_SM, with the reason
+     in `LaunchConfig.programs_per_sm_from`.
 
-The evidence named by the table is committed: `ci/logs/compile-check-sm90.json` (registers
-and spills for sm_90, `python3 -m lrkv.kernels.compile_check`, no GPU needed) and
+The evidence named by the table is committed: `ci/logs/compile-check-sm90-triton3.9.0.json`
+(registers, spills and occupancy for sm_90 under Triton 3.9, `ci/compile-report`, no GPU
+needed; `...-triton3.6.0.json` beside it for the older compiler) and
 `ci/gpu-results/h200-summary.md` (the first H200 run of `ci/gpu-check`, its launch-shape sweep)
 and `ci/gpu-results/2026-12-04/sweep.json` (the rewritten kernel's sweep, Triton 3.6).
 """
@@ -42,6 +46,7 @@ from dataclasses import dataclass
 import torch
 
 from . import runtime
+from .occupancy import FP8_LOOKUP, SM_MAX_WARPS, Variant, compiled_usage
 from .validate import BLOCK_T_CHOICES, MAX_SPLITS, next_pow2
 
 MIN_SPLIT_SLOTS = 256  # a split shorter than this spends more on its partials than it saves
@@ -53,7 +58,7 @@ WIDE_MAX_COLUMNS = 512  # default cap on G·r for the wide private tile (registe
 # stream, against 2 of 9 — at one byte per element, and the groups' re-reads can hit in L2.
 WIDE_MAX_COLUMNS_FP8 = 256
 WIDE_LIMIT_COLUMNS = 2048  # an explicit group_size may go this far; past it the tile cannot fit
-PROGRAMS_PER_SM = 2  # default occupancy target of the split heuristic (the committed H200 runs)
+PROGRAMS_PER_SM = 2  # the split rule's programs per SM where no compiled kernel says (the first H200 runs)
 # Extend: query tokens of one sequence per program, at most. A block of tokens runs one head
 # per program — its rows are the block's tokens, as in FlashAttention's forward — because with
 # several heads the per-head selects and products of its rows spill at 16 warps (4 heads x 4
@@ -61,7 +66,7 @@ PROGRAMS_PER_SM = 2  # default occupancy target of the split heuristic (the comm
 # cache (8–24 bytes; compile_check, both Tritons).
 EXTEND_ROWS = 16
 
-COMPILE_REPORT = "ci/logs/compile-check-sm90.json"
+COMPILE_REPORT = "ci/logs/compile-check-sm90-triton3.9.0.json"  # the compiler the "sm_90" entries were chosen with
 H200_RUN = "ci/gpu-results/h200-summary.md"
 H200_SWEEP = "ci/gpu-results/2026-12-04/sweep.json"  # the rewritten kernel's sweep, Triton 3.6
 
@@ -105,6 +110,7 @@ class LaunchConfig:
     private: str = "per_head"  # 'wide' | 'per_head': how the rank-r stream is read (module doc)
     block_gr: int = 16  # the wide tile's columns: group_size · r padded to a power of two >= 16
     programs_per_sm: int = PROGRAMS_PER_SM  # the occupancy rule's target
+    programs_per_sm_from: str = "the caller"  # where programs_per_sm came from (pick_launch)
     block_q: int = 1  # extend: query tokens of one sequence per program, sharing each cache tile
 
 
@@ -296,16 +302,41 @@ def pick_launch(
     if num_warps is None:
         num_warps = choice.num_warps if block_t in choice.warps_for_tiles else rule.num_warps
 
-    programs_per_sm = PROGRAMS_PER_SM if programs_per_sm is None else programs_per_sm
+    source = "the caller"
     if num_splits is None:
+        n_sms = sm90_sms or num_sms(device)
         rows = -(-B // block_q)  # the grid's rows: token blocks (balanced), batch rows for decode
-        num_splits, split_size = occupancy_rule(rows, n_groups, slots, block_t, programs_per_sm,
-                                                sm90_sms or num_sms(device))
+        if programs_per_sm is None and not on_gpu:
+            programs_per_sm, source = PROGRAMS_PER_SM, "PROGRAMS_PER_SM: no GPU (programs run one after another)"
+        elif programs_per_sm is None and len({occupancy_rule(rows, n_groups, slots, block_t, p, n_sms)
+                                              for p in (1, SM_MAX_WARPS // num_warps)}) == 1:
+            programs_per_sm, source = 1, "any: the length caps the splits at every occupancy"
+        elif programs_per_sm is None:
+            variant = Variant(str(dtype).removeprefix("torch."), group_size, d_h, r, block_t, num_warps,
+                              rope_exact=rope_exact, paged=paged, dot=dot, private=private,
+                              block_q=block_q, **(FP8_LOOKUP if fp8 else {}))
+            programs_per_sm, source = compiled_programs_per_sm(variant, extend, None if sm90_sms else device)
+        num_splits, split_size = occupancy_rule(rows, n_groups, slots, block_t, programs_per_sm, n_sms)
     else:
         split_size = max(1, -(-slots // num_splits))
     return LaunchConfig(num_splits, split_size, group_size, n_groups, next_pow2(group_size * block_q, 16), block_t,
-                        block_d, block_r, num_warps, dot, dtype == torch.float64, private, block_gr, programs_per_sm,
-                        block_q)
+                        block_d, block_r, num_warps, dot, dtype == torch.float64, private, block_gr,
+                        PROGRAMS_PER_SM if programs_per_sm is None else programs_per_sm, source, block_q)
+
+
+def compiled_programs_per_sm(variant: Variant, extend: bool, device: torch.device | None) -> tuple[int, str]:
+    """(programs per SM, where from) for the split rule: the blocks per SM of `variant`'s
+    kernel compiled for `device`'s architecture (None: sm_90, the sm90_sms view) by the
+    running Triton (`occupancy.compiled_usage`: its committed report, else a compile now);
+    PROGRAMS_PER_SM, with the reason, where neither gives a count."""
+    try:
+        arch = 90 if device is None else int("".join(map(str, torch.cuda.get_device_capability(device))))
+    except Exception as e:  # noqa: BLE001 - a CUDA device named without a driver (tests ask so)
+        return PROGRAMS_PER_SM, f"PROGRAMS_PER_SM: no architecture for {device} ({type(e).__name__})"
+    usage, where = compiled_usage(variant, extend=extend, arch=arch)
+    if usage is None or usage.get("blocks_per_sm", 0) < 1:
+        return PROGRAMS_PER_SM, f"PROGRAMS_PER_SM: {where}"
+    return usage["blocks_per_sm"], f"blocks per SM of the compiled kernel ({where})"
 
 
 def tile_in_page(page_size: int, block_t: int, split_size: int | None = None) -> bool:

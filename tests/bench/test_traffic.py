@@ -8,9 +8,8 @@ What is pinned down:
     of decode, paged decode and extend loads at most its predicted bytes + 5 %, and at least
     every valid cache byte once;
   * the documented `lrkv bench --traffic` command runs as written (on a one-launch grid) and
-    its committed log says every launch held its prediction;
-  * the predicted time: blocks per SM from registers and warps, whole waves, seconds from bytes
-    and bytes/s, and a bench row's prediction in the rendered table.
+    its committed log says every launch held its prediction.
+The time predicted from these bytes is tests/bench/test_prediction.py's.
 Runs in the interpreter at T = 64: ~15 s on two idle cores.
 """
 
@@ -20,13 +19,10 @@ import functools
 import re
 import shlex
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
 
-from lrkv.bench import prediction
-from lrkv.bench.prediction import blocks_per_sm, predict_time, waves
 from lrkv.bench.traffic import N_NEW, gpu_launch, group_overhead, measure, traffic_matrix_markdown
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,7 +95,9 @@ def test_a_default_launch_loads_at_most_its_predicted_bytes(variant, path, cache
 def test_the_gpu_launch_is_the_launch_tables_sm90_row():
     cfg = gpu_launch(rows=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16)
     assert (cfg.private, cfg.group_size, cfg.n_groups, cfg.block_t, cfg.num_warps) == ("wide", 9, 2, 16, 8)
-    assert cfg.num_splits == 16  # 2 x 132 programs over 8 rows x 2 groups, rounded down to whole waves
+    # as many programs as the SMs hold of the compiled kernel, over 8 rows x 2 groups, in whole waves
+    assert cfg.programs_per_sm_from.startswith("blocks per SM of the compiled kernel")
+    assert cfg.num_splits == 132 * cfg.programs_per_sm // 16
     rope = gpu_launch(rows=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16, rope_exact=True)
     assert (rope.private, rope.block_t, rope.num_warps) == ("per_head", 32, 8)
     fp8 = gpu_launch(rows=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16, fp8=True)
@@ -152,85 +150,3 @@ def test_the_documented_command_runs_verbatim_on_a_smaller_grid(tmp_path, monkey
     doc = json.loads(next(tmp_path.glob("reports/*/traffic.json")).read_text())
     assert doc["launch"] == "gpu" and [(r["scale"], r["variant"]) for r in doc["rows"]] == [("2.5B", "decode")]
     assert "1/1 launches load at most their prediction + 5 %" in capsys.readouterr().out
-
-
-# ----------------------------------------------------------------------------- predicted time
-def test_blocks_per_sm_from_registers_and_warps():
-    assert blocks_per_sm(187, 8) == 1  # 192 x 32 x 8 = 49152 of 65536 registers
-    assert blocks_per_sm(255, 4) == 2  # 256 x 32 x 4 = 32768: two fit
-    assert blocks_per_sm(128, 16) == 1
-    assert blocks_per_sm(64, 4) == 8  # 8192 registers a block: 8 fit, 32 of 64 warps
-    assert blocks_per_sm(32, 1) == 32  # the block limit
-    assert blocks_per_sm(255, 16) == 0  # does not fit
-
-
-def test_waves_round_up_to_whole_waves():
-    assert waves(272, 132, 1) == 3  # the 2026-12-04 profile: 2.06 waves run as three
-    assert waves(264, 132, 1) == 2 and waves(264, 132, 2) == 1 and waves(1, 132, 1) == 1
-
-
-def test_predicted_seconds_are_bytes_over_bytes_per_second_in_whole_waves():
-    # one full wave at full occupancy: bytes / bandwidth (4.2 GB at 4.2 TB/s = 1 ms)
-    full = predict_time(4_200_000_000, 4.2e12, programs=132 * 8, registers=64, num_warps=4)  # 8 blocks/SM
-    assert full["occupancy"] == 0.5 and full["waves"] == 1 and full["seconds"] == pytest.approx(1e-3)
-    # one program more: a second wave, costing as much as a whole one
-    tail = predict_time(4_200_000_000, 4.2e12, programs=132 * 8 + 1, registers=64, num_warps=4)
-    assert tail["waves"] == 2 and tail["seconds"] == pytest.approx(2e-3 * 1056 / 1057)
-    # half a wave takes a whole wave's time: each resident program streams at its share
-    half = predict_time(4_200_000_000, 4.2e12, programs=132 * 4, registers=64, num_warps=4)
-    assert half["waves"] == 1 and half["seconds"] == pytest.approx(2e-3)
-    # 12.5 % occupancy (one 8-warp block per SM) sees a quarter of the bandwidth
-    low = predict_time(4_200_000_000, 4.2e12, programs=132, registers=187, num_warps=8)
-    assert low["occupancy"] == 0.125 and low["seconds"] == pytest.approx(4e-3)
-    with pytest.raises(ValueError):
-        predict_time(1, 4.2e12, programs=1, registers=255, num_warps=16)
-
-
-def test_a_bench_rows_prediction_is_in_the_table(monkeypatch):
-    from lrkv.bench.machine import Machine
-    from lrkv.bench.render import HEADERS, cells, markdown_table
-    from lrkv.bench.result import BenchResult, BenchRow
-
-    from dataclasses import asdict
-
-    launch = asdict(gpu_launch(rows=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16))
-    row = BenchRow(scale="2.5B", family="lrkv", backend="triton", device="cuda", dtype="bfloat16", batch=8,
-                   seq_len=32768, spec="lrkv", time_s=2e-3, bytes_total=10**9, bandwidth=5e11, launch=launch)
-    machine = Machine("cuda", "H200", 16, 16, "", None, None, "2", "3.9", "3.11", "linux", copy_bandwidth=4.2e12)
-    result = BenchResult(machine=machine, grid={}, rows=[row])
-    seen = []
-    monkeypatch.setattr(prediction, "registers_of", lambda v: (seen.append(v) or 187, "stub"))
-    prediction.add_predictions(result, n_sms=132)
-    assert seen[0].private == "wide" and (seen[0].group, seen[0].block_t, seen[0].num_warps) == (9, 16, 8)
-    p = row.prediction
-    assert (p["programs"], p["blocks_per_sm"], p["waves"]) == (8 * 2 * 16, 1, 2)
-    # the model's bytes: the payload and the shared stream re-read by the second group, and more
-    assert p["bytes"] > 8 * 32768 * (2 * 128 + 2 * 18 * 55) * 2 * (1 + group_overhead(18, 128, 55, 9))
-    assert row.predicted_s == pytest.approx(2 * (p["bytes"] / 256) / (4.2e12 / 4 / 132))
-    assert cells(row)[HEADERS.index("pred ms")] == f"{row.predicted_s * 1e3:.3f}"
-    assert "pred ms" in markdown_table(result) and "187 registers (stub)" in markdown_table(result)
-    cpu = BenchRow(**{**row.to_dict(), "device": "cpu", "predicted_s": None, "prediction": None})
-    prediction.add_predictions(BenchResult(machine=machine, grid={}, rows=[cpu]))
-    assert cpu.predicted_s is None  # a CPU row (the interpreter) predicts no GPU time
-
-
-def test_registers_come_from_the_committed_report_for_its_triton():
-    import json
-
-    from lrkv.kernels.compile_check import Variant
-
-    report = json.loads(prediction.REPORT.read_text())
-    entry = next(e for e in report if e["kernel"] == "decode_split_kernel" and e["variant"]["private"] == "wide")
-    v = Variant(**{k: val for k, val in entry["variant"].items() if k != "dot"})
-    monkey = SimpleNamespace(__version__=entry["triton"])
-    import sys
-
-    real = sys.modules.get("triton")
-    sys.modules["triton"] = monkey  # the report's Triton, whatever is installed
-    try:
-        assert prediction.registers_of(v) == (entry["reg"], f"compile-check-sm90.json (Triton {entry['triton']})")
-    finally:
-        if real is not None:
-            sys.modules["triton"] = real
-        else:
-            del sys.modules["triton"]

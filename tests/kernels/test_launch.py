@@ -5,12 +5,14 @@ the picks the kernels were measured and compile-checked with, and its evidence i
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 
-from lrkv.kernels import launch
+from lrkv.kernels import compile_check, launch, occupancy, runtime
+from lrkv.kernels.occupancy import Variant
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -149,6 +151,8 @@ def _pick(mode, shape, dtype, rope, private, block_t, kind, paged):
 
 def test_table_makes_the_recorded_picks(monkeypatch):
     monkeypatch.setattr(launch, "triton_before_tier", lambda: False)  # the picks of a current Triton
+    # the split counts were recorded at two programs per SM, whatever a kernel compiles to today
+    monkeypatch.setattr(launch, "compiled_programs_per_sm", lambda *a: (2, "recorded"))
     wrong = []
     for line in PICKS.strip().splitlines():
         call, want = line.split("|")
@@ -200,7 +204,7 @@ def test_the_wide_defaults_do_not_spill_in_the_compile_report():
     # H = 18 as 2 x 9 at r = 55 and H = 32 as 4 x 8 at r = 54), contiguous and paged at page 16,
     # and over fp8 caches at their own default group (H = 18 as 5 x 4); the report's fp8
     # variants at the 16-bit group are there to show why that group is not the fp8 default
-    report = json.loads((ROOT / launch.COMPILE_REPORT).read_text())
+    report = json.loads((ROOT / launch.COMPILE_REPORT).read_text())["entries"]
     fp8_group = launch.group_rule(18, 55, "wide", fp8=True)
     for paged in (False, True):
         for fp8 in (False, True):
@@ -215,3 +219,96 @@ def test_the_wide_defaults_do_not_spill_in_the_compile_report():
             for r in report:
                 if r.get("variant") in shapes:
                     assert r.get("stack", 0) == 0, r
+
+
+# ----------------------------------------------------------------------------- programs per SM
+def _h200(**kw):
+    """The launch an H200 picks at the benchmark's shape (2.5B, B = 8, T = 32K, bf16), from here."""
+    return launch.pick_launch(B=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16,
+                              device=torch.device("cpu"), sm90_sms=132, **kw)
+
+
+def _fresh_report() -> dict:
+    path = occupancy.report_path(runtime.triton_version())
+    if not path.exists():
+        pytest.skip(f"no committed report for Triton {runtime.triton_version()} (ci/compile-report writes one)")
+    report = json.loads(path.read_text())
+    if report["kernels_sha256"] != occupancy.kernels_sha256():
+        pytest.skip(f"{path.name} is stale (tests/kernels/test_compile.py fails it)")
+    return report
+
+
+def test_the_compiled_kernel_comes_from_the_committed_report_of_the_running_triton():
+    report = _fresh_report()
+    entry = next(e for e in report["entries"] if "decode 2.5B bf16 rope=none" in e.get("launches", ()))
+    assert occupancy.compiled_usage(Variant(**entry["variant"])) == (entry, occupancy.report_path(report["triton"]).name)
+
+
+def test_the_split_rule_takes_the_blocks_per_sm_of_the_compiled_kernel():
+    report = _fresh_report()
+    cfg = _h200()
+    entry = occupancy.report_entry(report, Variant.from_launch(cfg, r=55, d_h=128))
+    assert cfg.programs_per_sm == entry["blocks_per_sm"] >= 1, cfg
+    assert cfg.programs_per_sm_from == f"blocks per SM of the compiled kernel ({occupancy.report_path(report['triton']).name})"
+    assert (cfg.num_splits, cfg.split_size) == launch.occupancy_rule(8, cfg.n_groups, 32768, cfg.block_t,
+                                                                     entry["blocks_per_sm"], 132)
+    # the grid is whole waves of the programs the SMs hold
+    assert 8 * cfg.n_groups * cfg.num_splits <= 132 * entry["blocks_per_sm"]
+
+
+def test_a_variant_the_report_lacks_is_compiled_now(monkeypatch):
+    _fresh_report()
+    monkeypatch.setattr(occupancy, "_USAGE", {})
+    cfg = _h200(group_size=6)  # 3 groups of 6: no default, no sweep point
+    v = Variant.from_launch(cfg, r=55, d_h=128)
+    try:
+        here = compile_check.compile_variant(v)  # in this process, against the child's count
+    except FileNotFoundError as e:
+        pytest.skip(f"Triton cannot compile for sm_90 here: {e}")
+    assert cfg.programs_per_sm == here["blocks_per_sm"], (cfg.programs_per_sm_from, here)
+    assert "lacks the variant; compiled now (Triton " in cfg.programs_per_sm_from
+    # a report of another kernel source is not read: the default launch is compiled now too
+    # (the child's answer stands in for a compile here: one real one above is enough)
+    monkeypatch.setattr(occupancy, "_USAGE", {})
+    monkeypatch.setattr(occupancy, "kernels_sha256", lambda: "0" * 64)
+    monkeypatch.setattr(occupancy.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(
+        cmd, 0, stdout=json.dumps(dict(reg=96, stack=0, shared=0, blocks_per_sm=5)) + "\n", stderr=""))
+    stale = _h200()
+    assert "is of another kernel source; compiled now" in stale.programs_per_sm_from
+    assert stale.programs_per_sm == 5
+
+
+def test_without_a_compiled_count_the_rule_keeps_its_constant_and_says_why(monkeypatch, tmp_path):
+    def no_compiler(*a, **kw):
+        raise OSError("no interpreter")
+
+    monkeypatch.setattr(occupancy, "_USAGE", {})
+    monkeypatch.setattr(occupancy, "REPORT_DIR", tmp_path)  # no report either
+    monkeypatch.setattr(occupancy.subprocess, "run", no_compiler)
+    cfg = _h200()
+    assert cfg.programs_per_sm == launch.PROGRAMS_PER_SM
+    assert cfg.programs_per_sm_from.startswith("PROGRAMS_PER_SM: OSError: no interpreter"), cfg.programs_per_sm_from
+    # a CUDA device without a driver (the tests' simulated GPU) has no architecture to compile for
+    monkeypatch.setattr(launch, "num_sms", lambda device: 132)
+    monkeypatch.setattr(launch.runtime, "is_interpreted", lambda: False)
+    gpu = launch.pick_launch(B=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16, device=torch.device("cuda"))
+    if not torch.cuda.is_available():
+        assert gpu.programs_per_sm_from.startswith("PROGRAMS_PER_SM: no architecture for cuda")
+
+
+def test_the_count_is_looked_up_only_where_it_changes_the_splits(monkeypatch):
+    def no_lookup(*a):
+        raise AssertionError("looked up")
+
+    monkeypatch.setattr(launch, "compiled_programs_per_sm", no_lookup)
+    cfg = launch.pick_launch(B=8, H=18, d_h=128, r=55, slots=2048, dtype=torch.bfloat16, device=torch.device("cpu"),
+                             sm90_sms=132)
+    assert cfg.num_splits == 2048 // launch.MIN_SPLIT_SLOTS  # the length caps it at 1 and at 8 programs per SM
+    assert cfg.programs_per_sm_from == "any: the length caps the splits at every occupancy"
+    given = _h200(programs_per_sm=3)
+    assert (given.programs_per_sm, given.programs_per_sm_from) == (3, "the caller")
+    monkeypatch.setattr(launch.runtime, "is_interpreted", lambda: True)
+    cpu = launch.pick_launch(B=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16, device=torch.device("cpu"))
+    assert cpu.programs_per_sm_from.startswith("PROGRAMS_PER_SM: no GPU")
+    with pytest.raises(AssertionError, match="looked up"):
+        _h200()

@@ -167,6 +167,7 @@ def test_gpu_launch_defaults(monkeypatch):
     monkeypatch.setattr(launch_mod, "num_sms", lambda device: 132)
     monkeypatch.setattr(launch_mod.runtime, "is_interpreted", lambda: False)
     monkeypatch.setattr(launch_mod, "triton_before_tier", lambda: False)  # the current Triton's table
+    monkeypatch.setattr(launch_mod, "compiled_programs_per_sm", lambda *a: (2, "two blocks per SM"))  # the rule alone
     cuda = torch.device("cuda")
     cfg = pick_launch(B=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16, device=cuda)
     assert (cfg.private, cfg.block_t, cfg.num_warps, cfg.dot) == ("per_head", 16, 16, "lp")
