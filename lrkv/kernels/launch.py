@@ -129,11 +129,16 @@ class TileChoice:
 # no spill, and at least 16 resident warps per SM — loads in flight to cover the memory latency.
 # The 2026-12-04 H200 profile of the old default (wide, 16 x 8) found 255 registers, spills and
 # one 8-warp block per SM: 13–22 % of the copy bandwidth.
-_PER_HEAD = TileChoice(16, 16, f"{COMPILE_REPORT}: per-head, 16 slots x 16 warps: 93–124 registers, no spill on "
-                               "Triton 3.6 and 3.9, decode / paged / extend, bf16 / fp16 / fp8, both paper scales "
-                               "(one 16-warp block per SM: 16 warps). 8 warps hold 123–175 (2 blocks only under "
-                               "128); wide spills at 16 warps (Triton 3.6 caps it at 64 registers). Speed: the "
-                               "next GPU run (predicted in docs/kernels.md)", warps_for_tiles=(16, 32))
+_PER_HEAD = TileChoice(32, 16, f"{COMPILE_REPORT}: per-head, 32 slots x 16 warps: 103–128 registers, no spill "
+                               "on Triton 3.6 and 3.9 for decode and paged at both paper scales (one 16-warp block "
+                               "per SM: 16 warps); lrkv.bench.prediction puts it at 0.78 ms against 1.34 ms for "
+                               "16 slots (2.5B, B = 8, T = 32K: twice the bytes per loop iteration). 8 warps hold "
+                               "150–220 (one block); 64 slots spill; wide spills at 16 warps (Triton 3.6 caps it "
+                               "at 64 registers)", warps_for_tiles=(16, 32))
+_PER_HEAD_FP8 = TileChoice(16, 16, f"{COMPILE_REPORT}: per-head over an fp8 cache, 16 slots x 16 warps: no spill "
+                                   "on Triton 3.6 and 3.9 for decode and paged, every granularity; 32 slots spill "
+                                   "8–48 bytes (the tiles' conversion to q's dtype and the per-token scales)",
+                           warps_for_tiles=(16, 32))
 _PER_HEAD_ROPE = TileChoice(16, 16, f"{COMPILE_REPORT}: per-head exact RoPE, 16 x 16 spills 40–88 bytes (the "
                                     "rotated query's [16, d_h] tile is the dot's left operand, held by every "
                                     "warp), 8 warps hold 224–248 registers without a spill: one block of 8 warps. "
@@ -152,9 +157,12 @@ _WIDE_TRITON_36 = TileChoice(32, 4, f"{H200_SWEEP}: wide at H=18, d_h=128, r=55,
 # every CUDA device looks up these entries until another architecture has its own.
 # "sm_90/triton<3.9": the compiler makes the tile — Triton 3.6 (torch 2.11's) spills where
 # 3.9 does not, and was measured; its entries come first there, the "sm_90" ones otherwise.
+# "sm_90/fp8": over an fp8 cache, first.
 LAUNCH_TABLE: dict[tuple[str, str, str, bool], TileChoice] = {
     ("sm_90", "per_head", "none", False): _PER_HEAD,
     ("sm_90", "per_head", "none", True): _PER_HEAD,
+    ("sm_90/fp8", "per_head", "none", False): _PER_HEAD_FP8,
+    ("sm_90/fp8", "per_head", "none", True): _PER_HEAD_FP8,
     ("sm_90", "per_head", "exact", False): _PER_HEAD_ROPE,
     ("sm_90", "per_head", "exact", True): _PER_HEAD_ROPE,
     ("sm_90", "wide", "none", False): _WIDE,
@@ -294,6 +302,7 @@ def pick_launch(
     choice = rule if dot == "fma" else (
         # the older-Triton entries were measured over 16-bit caches only
         (gpu is not None and not fp8 and triton_before_tier() and LAUNCH_TABLE.get((f"{gpu}/triton<3.9", *key)))
+        or (gpu is not None and fp8 and LAUNCH_TABLE.get((f"{gpu}/fp8", *key)))
         or LAUNCH_TABLE.get((gpu, *key), rule))
     if block_t is None:
         block_t = choice.block_t
