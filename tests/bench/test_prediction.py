@@ -121,12 +121,12 @@ def test_a_bench_rows_prediction_is_in_the_table(monkeypatch):
     machine = Machine("cuda", "H200", 16, 16, "", None, None, "2", "3.9", "3.11", "linux", copy_bandwidth=4.2e12)
     result = BenchResult(machine=machine, grid={}, rows=[row])
     prediction.add_predictions(result, n_sms=132)
-    assert seen[0].private == "wide" and (seen[0].group, seen[0].block_t, seen[0].num_warps) == (9, 16, 8)
+    assert seen[0].private == "per_head" and (seen[0].group, seen[0].block_t, seen[0].num_warps) == (9, 32, 16)
     p, programs = row.prediction, 8 * 2 * launch["num_splits"]
     assert (p["programs"], p["blocks_per_sm"], p["waves"]) == (programs, 1, -(-programs // 132))
     # the model's bytes: the payload and the shared stream re-read by the second group, and more
     assert p["bytes"] > 8 * 32768 * (2 * 128 + 2 * 18 * 55) * 2 * (1 + group_overhead(18, 128, 55, 9))
-    tile = 16 * (2 * 128 + 2 * 9 * 55) * 2
+    tile = 32 * (2 * 128 + 2 * 9 * 55) * 2
     assert row.predicted_s == pytest.approx(p["waves"] * (p["bytes"] / programs) / (tile / p["iteration_s"]))
     assert cells(row)[HEADERS.index("pred ms")] == f"{row.predicted_s * 1e3:.3f}"
     assert "pred ms" in markdown_table(result) and "187 registers (stub)" in markdown_table(result)
@@ -151,8 +151,8 @@ def test_the_documented_prediction_of_todays_defaults_runs_verbatim(capsys):
     for triton in ("3.6.0", "3.9.0"):  # both committed reports, both scales
         for scale in ("2.5B", "6.3B"):
             assert f"| {scale} | {triton} |" in out, out
-    # Triton 3.6's default (32 x 4, two blocks per SM) splits into as many programs as the SMs hold
-    assert "| 2.5B | 3.6.0 | 9 x 2, 32 x 4, 16 |" in out
+    # the per-head default (32 x 16, one 16-warp block per SM) splits into as many programs as the SMs hold
+    assert "| 2.5B | 3.6.0 | 9 x 2, 32 x 16, 8 |" in out
 
 
 def test_a_stale_report_is_refused_with_its_command(monkeypatch, capsys):

@@ -94,16 +94,17 @@ def test_a_default_launch_loads_at_most_its_predicted_bytes(variant, path, cache
 
 def test_the_gpu_launch_is_the_launch_tables_sm90_row():
     cfg = gpu_launch(rows=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16)
-    assert (cfg.private, cfg.group_size, cfg.n_groups, cfg.block_t, cfg.num_warps) == ("wide", 9, 2, 16, 8)
+    assert (cfg.private, cfg.group_size, cfg.n_groups, cfg.block_t, cfg.num_warps) == ("per_head", 9, 2, 32, 16)
     # as many programs as the SMs hold of the compiled kernel, over 8 rows x 2 groups, in whole waves
     assert cfg.programs_per_sm_from.startswith("blocks per SM of the compiled kernel")
     assert cfg.num_splits == 132 * cfg.programs_per_sm // 16
     rope = gpu_launch(rows=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16, rope_exact=True)
-    assert (rope.private, rope.block_t, rope.num_warps) == ("per_head", 32, 8)
+    assert (rope.private, rope.block_t, rope.num_warps) == ("per_head", 16, 16)
     fp8 = gpu_launch(rows=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16, fp8=True)
-    assert (fp8.group_size, fp8.n_groups) == (4, 5)
-    ext = gpu_launch(rows=2 * N_NEW, H=18, d_h=128, r=55, slots=1024, dtype=torch.bfloat16, extend=True)
-    assert ext.block_t == 16 and ext.num_splits == 4  # the GPU's tile, not the interpreter's larger one
+    assert (fp8.group_size, fp8.n_groups, fp8.block_t) == (9, 2, 16)  # the fp8 entry's tile
+    ext = gpu_launch(rows=2 * N_NEW, H=18, d_h=128, r=55, slots=1024, dtype=torch.bfloat16, extend=True, seqs=2)
+    # the GPU's tile, not the interpreter's larger one; a sequence's 4 new tokens in one block, a head each
+    assert (ext.block_t, ext.block_q, ext.group_size) == (32, N_NEW, 1)
 
 
 def test_the_shared_stream_reread_by_each_group():

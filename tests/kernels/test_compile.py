@@ -14,9 +14,9 @@ docs/kernels.md, "The compile report"):
   * the installed Triton compiles two of its default launches as its report says (an edited
     report fails);
   * every default launch meets the occupancy target on every Triton: no spill, at least
-    TARGET_WARPS_PER_SM resident warps per SM. Today's kernels do not (one 8-warp block per
-    SM), so that one assertion is marked xfail, strictly: a fix makes it XPASS, which fails
-    until the marker goes.
+    TARGET_WARPS_PER_SM resident warps per SM — but the launches of KNOWN_MISSES, each with
+    its reason and the most it may spill, which keep the warps; a miss that heals, or an
+    excuse no launch needs, fails too.
 """
 
 from __future__ import annotations
@@ -175,18 +175,46 @@ def test_the_sweeps_launches_are_in_the_report(report):
             not n.startswith("sweep ") for n in entry["launches"])
 
 
-@pytest.mark.xfail(strict=True, reason="kernels not yet at the occupancy target")
+# Default launches that spill, kept at 16 warps per SM: (what their names contain, why, the
+# most bytes of stack either Triton gives them). Measured in the committed reports; a launch
+# past its bound, or one that stops spilling, fails the test below and changes this table.
+KNOWN_MISSES = (
+    (("rope=exact",), "exact RoPE's rotated query [BLOCK_T, d_h] is the left operand of a tl.dot per head and "
+                      "tile, held whole by every warp (M = 16 rows): 16 warps spill 40–248 bytes, 8 warps hold "
+                      "224–248 registers without a spill (8 warps per SM); docs/kernels.md", 256),
+    (("extend", "fp8"), "a block of 16 extend tokens over an fp8 cache: the tiles' conversion to q's dtype and "
+                        "the per-token scales beside the block's rows; 8–24 bytes", 32),
+)
+
+
+def _excuse(name: str):
+    return next((m for m in KNOWN_MISSES if all(k in name for k in m[0])), None)
+
+
 def test_every_default_launch_meets_the_occupancy_target(report):
     # The targets of docs/kernels.md on every supported Triton: no spill (stack 0) and at least
-    # 16 resident warps per SM. Today: 235 registers at 8 warps (Triton 3.9) hold one block,
-    # 8 warps per SM; Triton 3.6 spills at 255. The kernels' register cut is under way.
-    failing = [f"  {name}: {e['reg']} registers, stack {e['stack']} B, shared {e['shared']} B, "
-               f"{e['blocks_per_sm']} x {e['variant']['num_warps']} = {e['warps_per_sm']} warps/SM ({e['limit']})"
-               for name, e in _defaults(report).items()
-               if e["stack"] > occupancy.TARGET_STACK or e["warps_per_sm"] < occupancy.TARGET_WARPS_PER_SM]
-    assert not failing, (f"Triton {report['triton']}: {len(failing)} of {len(_defaults(report))} default launches "
+    # 16 resident warps per SM, every default launch but the known misses (which keep the warps
+    # and stay under their bound).
+    def line(name, e):
+        return (f"  {name}: {e['reg']} registers, stack {e['stack']} B, shared {e['shared']} B, "
+                f"{e['blocks_per_sm']} x {e['variant']['num_warps']} = {e['warps_per_sm']} warps/SM ({e['limit']})")
+
+    defaults = _defaults(report)
+    failing, excused = [], set()
+    for name, e in defaults.items():
+        miss = e["stack"] > occupancy.TARGET_STACK or e["warps_per_sm"] < occupancy.TARGET_WARPS_PER_SM
+        excuse = _excuse(name)
+        if excuse is not None and miss and e["warps_per_sm"] >= occupancy.TARGET_WARPS_PER_SM and e["stack"] <= excuse[2]:
+            excused.add(excuse[0])
+        elif miss:
+            failing.append(line(name, e))
+    assert not failing, (f"Triton {report['triton']}: {len(failing)} of {len(defaults)} default launches "
                          f"miss the occupancy target (stack == {occupancy.TARGET_STACK}, warps per SM >= "
-                         f"{occupancy.TARGET_WARPS_PER_SM}):\n" + "\n".join(failing))
+                         f"{occupancy.TARGET_WARPS_PER_SM}) and no KNOWN_MISSES entry covers them:\n"
+                         + "\n".join(failing))
+    # an excuse no launch needs any more is stale: the table shrinks with the misses
+    assert excused == {m[0] for m in KNOWN_MISSES}, f"KNOWN_MISSES entries no launch of Triton {report['triton']} " \
+        f"needs: {[m[0] for m in KNOWN_MISSES if m[0] not in excused]}"
 
 
 def test_occupancy_is_the_fewest_blocks_any_sm90_limit_allows():
