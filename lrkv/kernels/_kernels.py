@@ -853,11 +853,11 @@ def paged_split_kernel(
                   TILE_IN_PAGE, 1)
 
 
-@triton.jit(do_not_specialize=["SPLIT_SIZE", "SLOT_LIMIT", "NSEQ", "N_ROWS", "PAGE_SIZE", "NUM_PAGES"])
+@triton.jit(do_not_specialize=["SPLIT_SIZE", "SLOT_LIMIT", "NSEQ", "PAGE_SIZE", "NUM_PAGES"])
 def extend_split_kernel(
-    Q, SK, SV, LK, LV, BK, KS, ROPE, LENGTHS, CU, BLK, PT, SCALE, WS,  # q [N, H, d_h]; CU, BLK [NSEQ + 1]
+    Q, SK, SV, LK, LV, BK, KS, ROPE, LENGTHS, CU, PT, SCALE, WS,  # q [N, H, d_h]; CU [2, NSEQ + 1]; PT or None
     CS_SK, CS_SV, CS_LK, CS_LV,
-    H, D, R, SPLIT_SIZE, SLOT_LIMIT, NSEQ, N_ROWS, PAGE_SIZE, NUM_PAGES,  # N_ROWS: N
+    H, D, R, SPLIT_SIZE, SLOT_LIMIT, NSEQ, PAGE_SIZE, NUM_PAGES,
     s_sb, s_lb, s_ksb,
     GROUP: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_R: tl.constexpr, DOT: tl.constexpr, WIDE: tl.constexpr, BLOCK_GR: tl.constexpr, FP8: tl.constexpr,
@@ -865,14 +865,17 @@ def extend_split_kernel(
 ):
     """Stage 1 of extend (chunked prefill, speculative verification; DESIGN §4), contiguous or
     paged: program row k is the k-th block of up to BLOCK_Q new tokens of one sequence of a
-    ragged batch (`_extend_block`; BLK [NSEQ + 1] counts the blocks before each sequence, CU
-    itself when BLOCK_Q = 1), and the same split loop runs over the block's causal slots, each
-    token's 0 … p (Eqs. 6–7). Rows past the last block have no tokens and store nothing. The
-    same stage 2 merges, per query token."""
+    ragged batch (`_extend_block`; CU holds cu_seqlens_q, then the token blocks before each
+    sequence — cu_seqlens_q again when BLOCK_Q = 1), and the same split loop runs over the
+    block's causal slots, each token's 0 … p (Eqs. 6–7). Rows past the last block have no
+    tokens and store nothing. The same stage 2 merges, per query token (N = cu[NSEQ] of them:
+    the scratch's rows)."""
     pid = tl.program_id(0)
+    BLK = CU + NSEQ + 1
     b64, token0, length, n_tok = _extend_block(pid, CU, BLK, NSEQ, LENGTHS, SLOT_LIMIT, BLOCK_B, BLOCK_Q)
+    n_rows = tl.load(CU + NSEQ, mask=pid >= 0, other=0)  # N = cu[NSEQ]
     _attend_split(Q, SK, SV, LK, LV, BK, KS, ROPE, SCALE, WS, CS_SK, CS_SV, CS_LK, CS_LV, PT,
-                  token0, b64, length, n_tok, N_ROWS, H, D, R, SPLIT_SIZE, SLOT_LIMIT, PAGE_SIZE, NUM_PAGES,
+                  token0, b64, length, n_tok, n_rows, H, D, R, SPLIT_SIZE, SLOT_LIMIT, PAGE_SIZE, NUM_PAGES,
                   s_sb, s_lb, s_ksb, GROUP, BLOCK_H, BLOCK_T, BLOCK_D, BLOCK_R, DOT, WIDE, BLOCK_GR, FP8,
                   TILE_IN_PAGE, BLOCK_Q)
 

@@ -218,7 +218,7 @@ def compile_variant(v: Variant, arch: int = 90, *, extend: bool = False, module=
         ptrs["ROPE"] = f"*{acc}"
     if v.paged:
         ptrs["PT"] = "*i32"
-    ptrs.update(LENGTHS="*i32", SCALE=f"*{acc}", WS=f"*{acc}", CU="*i32", BLK="*i32")
+    ptrs.update(LENGTHS="*i32", SCALE=f"*{acc}", WS=f"*{acc}", CU="*i32")
     const = dict(GROUP=v.group, BLOCK_H=next_pow2(v.group * v.block_q, 16), BLOCK_T=v.block_t,
                  BLOCK_D=next_pow2(v.d_h, 16), BLOCK_R=next_pow2(v.r, 16), DOT=DOT_MODES[dot],
                  WIDE=v.private == "wide", BLOCK_GR=next_pow2(v.group * v.r, 16) if v.private == "wide" else 16,

@@ -229,13 +229,13 @@ def factored_decode(
         blocks = cu_seqlens_q  # a block per token
         if block_q > 1:  # the token blocks before each sequence: cumsum of ⌈n_b / block_q⌉ (on the device)
             n_b = cu_seqlens_q[1:] - cu_seqlens_q[:-1]
-            blocks = torch.cat((cu_seqlens_q[:1] * 0, torch.cumsum((n_b + block_q - 1) // block_q, 0))).to(
-                torch.int32)
+            blocks = torch.cat((cu_seqlens_q[:1] * 0, torch.cumsum((n_b + block_q - 1) // block_q, 0)))
             # Σ ⌈n_b / block_q⌉ <= min(N, ⌈N / block_q⌉ + NSEQ): an upper bound known without a sync
             grid = (min(B, -(-B // block_q) + n_seq), n_groups, num_splits)
+        cu_blocks = torch.stack((cu_seqlens_q, blocks)).to(torch.int32)  # [2, NSEQ + 1]: one argument
         _traceable(K.extend_split_kernel)[grid](
-            q, sk, sv, lk, lv, basis_k, ks, rope_table, lengths, cu_seqlens_q, blocks, pt, scale_t, ws, *cs,
-            H, D, R, split_size, slots, n_seq, B, page, n_pages, *strides,
+            q, sk, sv, lk, lv, basis_k, ks, rope_table, lengths, cu_blocks, pt, scale_t, ws, *cs,
+            H, D, R, split_size, slots, n_seq, page, n_pages, *strides,
             TILE_IN_PAGE=in_page, BLOCK_B=min(next_pow2(n_seq, 16), MAX_BLOCK_B), BLOCK_Q=block_q, **meta)
     elif paged:
         _traceable(K.paged_split_kernel)[grid](

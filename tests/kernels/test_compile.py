@@ -107,6 +107,16 @@ def test_gpu_default_launch_compiles_without_spills(H, r, paged, fp8, granularit
     assert res["stack"] == 0, f"the GPU default launch spills registers: {res}"
 
 
+MAX_ENTRY_PARAMETERS = 40  # a kernel entry's parameters, at most (docs/kernels.md: thin entries)
+
+
+def test_kernel_entries_stay_thin():
+    K = runtime._load("interpreter" if runtime.interpreter_problem() is None else "cuda")
+    sizes = {n: len(getattr(K, n).arg_names) for n in ("decode_split_kernel", "paged_split_kernel",
+                                                       "extend_split_kernel", "decode_combine_kernel")}
+    assert max(sizes.values()) <= MAX_ENTRY_PARAMETERS, sizes
+
+
 @cpu_only
 def test_combine_and_append_compile_for_sm90():
     try:

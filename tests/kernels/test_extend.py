@@ -41,6 +41,37 @@ def test_private_paths_and_splits(private, num_splits, page):
     check(extend_attention, case, private=private, num_splits=num_splits, block_t=16)
 
 
+@pytest.mark.parametrize("block_q,group,private,num_splits,page", [
+    (2, None, "per_head", 1, None), (3, 2, "per_head", 4, 16), (16, None, "wide", 3, None), (5, 3, "wide", 1, 5)])
+def test_token_blocks_equal_one_token_per_program(block_q, group, private, num_splits, page):
+    # A block of a sequence's new tokens shares each cache tile: ragged n_b that block_q does
+    # not divide (17 = 5 blocks of 3 + 2), a sequence with none, splits past the early tokens'
+    # ranges (their rows stay empty: m = -inf, l = 0), rows past the last block (the grid is an
+    # upper bound) — judged by the rule and equal to one token per program up to rounding
+    case = extend_case([17, 3, 0, 1], page_size=page or 0, H=5, d_h=16, r=6, lengths=[40, 9, 12, 23],
+                       key_scale=True, seed=35, dtype=torch.float64)
+    inp = kernel_inputs(case)
+    launch = dict(private=private, group_size=group, num_splits=num_splits, block_t=16)
+    got = check(extend_attention, case, inputs=inp, block_q=block_q, **launch)
+    one = inp.call(extend_attention, block_q=1, **launch)
+    torch.testing.assert_close(got[0], one[0], rtol=0, atol=1e-12)
+    torch.testing.assert_close(got[1], one[1], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("kw,exc,match", [
+    (dict(block_q=0), ValueError, "block_q must lie in"), (dict(block_q=True), TypeError, "block_q must be an int"),
+    (dict(block_q=4, rope="exact"), ValueError, "exact RoPE"), (dict(block_q=4, decode=True), ValueError,
+                                                                "extend's"),
+    (dict(block_q=2, dot="fma"), ValueError, "need tl.dot")])
+def test_token_block_refusals(kw, exc, match):
+    kw = dict(kw)
+    decode = kw.pop("decode", False)
+    case = (kernel_case if decode else lambda **k: extend_case([3, 2], **k))(
+        H=3, d_h=16, r=5, lengths=[9, 7], seed=36, dtype=torch.float64, rope=kw.pop("rope", "none"))
+    with pytest.raises(exc, match=match):
+        kernel_inputs(case).call(decode_attention if decode else extend_attention, **kw)
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
 @pytest.mark.parametrize("rope,key_scale", [("none", False), ("exact", True)], ids=["none", "exact-ks"])
 @pytest.mark.parametrize("page", [None, 16, 5], ids=["contiguous", "page16", "page5"])
