@@ -120,6 +120,8 @@ def register(subparsers) -> None:
                         "or the interpreter's own")
     p.add_argument("--traffic-new-tokens", type=_ints, metavar="N,N",
                    help="with --traffic: extend's new tokens per sequence, one extend launch each (default 4)")
+    p.add_argument("--traffic-paths", type=_names, metavar="P,P",
+                   help="with --traffic: the private paths counted, of per_head, wide, rope (default: all)")
     p.add_argument("--json", action="store_true", help="with --traffic: print the rows as JSON instead of the table")
     p.add_argument("--sweep", action="store_true",
                    help="time the Triton kernel's launch shapes at one shape instead of the grid")
@@ -285,7 +287,7 @@ def _traffic(args, console) -> int:
 
     from ..kernels import runtime
     from ..spec import PAPER_SCALES
-    from .traffic import N_NEW, measure_grid, traffic_markdown, traffic_matrix_markdown, traffic_table
+    from .traffic import N_NEW, PATHS, measure_grid, traffic_markdown, traffic_matrix_markdown, traffic_table
 
     unknown = [s for s in args.scales or () if s not in PAPER_SCALES]
     if unknown:
@@ -309,8 +311,12 @@ def _traffic(args, console) -> int:
         console.print(f"[red]--traffic-new-tokens {too_many}: at most half the shortest --seq-lens "
                       f"({min(seq_lens) // 2})[/red]", highlight=False)
         return 2
+    paths = args.traffic_paths or PATHS
+    if unknown := [p for p in paths if p not in PATHS]:
+        console.print(f"[red]--traffic-paths: unknown {unknown}; known: {', '.join(PATHS)}[/red]", highlight=False)
+        return 2
     rows = measure_grid(scales, seq_lens, B=B, launch_from=args.traffic_launch, progress=progress,
-                        new_tokens=new_tokens)
+                        new_tokens=new_tokens, paths=paths)
     doc = {"schema": "lrkv.traffic/1", "batch": B, "launch": args.traffic_launch, "rows": [r.to_dict() for r in rows]}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
