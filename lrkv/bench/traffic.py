@@ -6,11 +6,12 @@
 
 Triton's interpreter runs every `tl.load` / `tl.store` as a masked load or store of the
 builder (`triton.runtime.interpreter.InterpreterBuilder.create_masked_load/_store`; the
-unmasked ones go through them too). `count_traffic` wraps both on the interpreter's one
-builder and adds, per launch, the element bytes of the lanes whose mask is true (a masked-off
-lane moves nothing) to the buffer its address falls in, and keeps the addresses, so the bytes
-of distinct elements read are counted too. Buffers are the tensor arguments of each launch
-(`GridExecutor.__call__` is wrapped to see them, never the kernels' parameter names): the
+unmasked ones go through them too). `count_traffic` listens to both through the one
+interception the memcheck uses (`lrkv.kernels.memcheck.listen`) and adds, per launch, the
+element bytes of the lanes whose mask is true (a masked-off lane moves nothing) to the buffer
+its address falls in, and keeps the addresses, so the bytes of distinct elements read are
+counted too. Buffers are the tensor arguments of each launch (their storages; never the
+kernels' parameter names): the
 caller names the ones it passed (q, the cache parts, the bases, ...); the rest are the
 wrappers' own allocations, sorted by use — written by one launch and read by a later one is
 **scratch** (the split-K partials), written only is **output** (out, lse), read only is a
@@ -78,29 +79,26 @@ class TrafficCounter:
         self._ends = np.zeros(0, dtype=np.uint64)
         self._keys: list[int] = []
 
-    # the hooks ----------------------------------------------------------------------------
-    def _begin(self, kernel: str, grid, tensors: list) -> None:
+    # the listener (lrkv.kernels.memcheck.listen) ------------------------------------------
+    def begin(self, launch) -> bool:
         spans = {}
-        for t in tensors:
+        for _, t in launch.tensors:
             st = t.untyped_storage()
             start = st.data_ptr()
             spans[start] = max(spans.get(start, start), start + st.nbytes())
-        self.launches.append(Launch(kernel, tuple(grid), {s: (e, i) for i, (s, e) in enumerate(sorted(spans.items()))}))
+        self.launches.append(Launch(launch.kernel, launch.grid or (0,),
+                                    {s: (e, i) for i, (s, e) in enumerate(sorted(spans.items()))}))
         self._per.append({})
         keys = sorted(spans)
         self._keys = keys
         self._starts = np.array(keys, dtype=np.uint64)
         self._ends = np.array([spans[k] for k in keys], dtype=np.uint64)
+        return True
 
-    def _count(self, ptrs, mask, *, store: bool) -> None:
-        from triton.runtime.interpreter import _get_np_dtype
-
-        addrs = np.asarray(ptrs.data, dtype=np.uint64)
-        m = np.broadcast_to(np.asarray(mask.data, dtype=bool), addrs.shape)
-        addrs = addrs[m]
+    def access(self, addrs: np.ndarray, size: int, store: bool) -> None:
+        """Count one load or store: addrs, the active lanes' addresses (uint64)."""
         if addrs.size == 0 or not self.launches:
             return
-        size = _get_np_dtype(ptrs.get_element_ty()).itemsize
         idx = np.searchsorted(self._starts, addrs, side="right") - 1
         inside = (idx >= 0) & (addrs < self._ends[np.clip(idx, 0, None)])
         per = self._per[-1]
@@ -163,35 +161,10 @@ class TrafficCounter:
 @contextlib.contextmanager
 def count_traffic() -> Iterator[TrafficCounter]:
     """Count the bytes every interpreted launch in the block loads and stores (module doc)."""
-    from triton.runtime import interpreter as itp
+    from ..kernels.memcheck import listen
 
-    counter = TrafficCounter()
-    builder = itp.interpreter_builder
-    orig_load, orig_store = builder.create_masked_load, builder.create_masked_store
-    orig_call = itp.GridExecutor.__call__
-
-    def masked_load(ptrs, mask, other, cache_policy, is_volatile):
-        counter._count(ptrs, mask, store=False)
-        return orig_load(ptrs, mask, other, cache_policy, is_volatile)
-
-    def masked_store(ptrs, value, mask, cache_policy):
-        counter._count(ptrs, mask, store=True)
-        return orig_store(ptrs, value, mask, cache_policy)
-
-    def call(self, *args, **kwargs):
-        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
-        grid = self.grid if not callable(self.grid) else (0,)
-        counter._begin(getattr(self.fn, "__name__", "kernel"), grid, tensors)
-        return orig_call(self, *args, **kwargs)
-
-    builder.create_masked_load, builder.create_masked_store = masked_load, masked_store
-    itp.GridExecutor.__call__ = call
-    try:
+    with listen(TrafficCounter()) as counter:
         yield counter
-    finally:
-        builder.create_masked_load, builder.create_masked_store = orig_load, orig_store
-        del builder.create_masked_load, builder.create_masked_store  # back to the class's methods
-        itp.GridExecutor.__call__ = orig_call
 
 
 # ----------------------------------------------------------------------------- the launch
