@@ -26,8 +26,8 @@ B_h^V once per (row, head) there; exact RoPE re-reads B_h^K per tile and the cos
 group. `payload` is what the contract itself must move: the cache bytes of the valid tokens
 (fp8: with their scales), the bases, q, out and lse.
 
-`gpu_launch` is the launch a 132-SM sm_90 GPU picks (`lrkv.kernels.launch.pick_launch`'s GPU
-row: group, splits, tile, private path); `measure` runs the kernel through its public wrapper
+`gpu_launch` (`lrkv.kernels.launch`, where the `triton-sm90` backend takes it too) is the
+launch a 132-SM sm_90 GPU picks (`pick_launch`'s GPU row: group, splits, tile, private path); `measure` runs the kernel through its public wrapper
 (`lrkv.kernels.decode.attend`) with that launch forced, in the interpreter, and counts.
 `lrkv bench --traffic` prints the table (`traffic_table`).
 """
@@ -42,7 +42,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-H200_SMS = 132  # the GPU the launch table's sm_90 row is for
+from ..kernels.launch import gpu_launch, launch_overrides
+
 PAGE_SIZE = 16  # the paged rows' page (the bench's triton-paged row, and the GPU target's)
 N_NEW = 4  # extend rows: new tokens per sequence
 VARIANTS = ("decode", "paged", "extend")
@@ -165,23 +166,6 @@ def count_traffic() -> Iterator[TrafficCounter]:
 
     with listen(TrafficCounter()) as counter:
         yield counter
-
-
-# ----------------------------------------------------------------------------- the launch
-def gpu_launch(*, rows: int, H: int, d_h: int, r: int, slots: int, dtype: torch.dtype, rope_exact: bool = False,
-               paged: bool = False, extend: bool = False, fp8: bool = False, private: str | None = None,
-               n_sms: int = H200_SMS):
-    """`pick_launch` as it runs on a 132-SM sm_90 GPU (the launch table's GPU row), from here."""
-    from ..kernels.launch import pick_launch
-
-    return pick_launch(B=rows, H=H, d_h=d_h, r=r, slots=slots, dtype=dtype, device=torch.device("cpu"),
-                       rope_exact=rope_exact, paged=paged, extend=extend, fp8=fp8, private=private, sm90_sms=n_sms)
-
-
-def launch_overrides(cfg) -> dict:
-    """A LaunchConfig as the public wrappers' keyword overrides (dot stays the runtime's)."""
-    return dict(num_splits=cfg.num_splits, group_size=cfg.group_size, block_t=cfg.block_t,
-                num_warps=cfg.num_warps, private=cfg.private, programs_per_sm=cfg.programs_per_sm)
 
 
 # ----------------------------------------------------------------------------- the prediction

@@ -1,7 +1,8 @@
 """The interpreter memcheck (lrkv.kernels.memcheck): out-of-bounds reads planted in the kernel
 source (`runtime.load_patched`, one line changed) each FAIL with a MemcheckError naming the
 kernel, the access, the argument and the program; a masked-off lane with a wild address and
-the shipped kernels — decode, paged, extend, append, fp8 append — pass. The interpreter alone would run
+the shipped kernels — decode, paged, extend, append, fp8 append, at the interpreter's launch
+and at the launch an sm_90 GPU picks (`triton-sm90`) — pass. The interpreter alone would run
 every planted read silently (a few elements past a tensor is whatever lies there).
 
 Where a planted read lands more than a few bytes past its tensor, the tensor is a view of a
@@ -20,10 +21,12 @@ import torch
 
 from lrkv.kernels import memcheck, runtime
 from lrkv.kernels.decode import decode_attention, paged_decode_attention
+from lrkv.kernels.launch import gpu_launch, launch_overrides, pick_launch
 from lrkv.kernels.memcheck import MemcheckError
 from lrkv.kernels.testing import kernel_case, kernel_inputs, policy
 from lrkv.kernels.triton_backend import TritonBackend
 from lrkv.verify import runner
+from lrkv.verify.backend_registry import get_backend
 
 SCALE_LOAD = "sm_scale = _to_acc(tl.load(SCALE, mask=pid_s >= 0, other=1.0), ACC_FP64)"
 # name -> (text of _kernels.py, its replacement): each reads out of bounds, but the last
@@ -178,15 +181,31 @@ class Launches:
 
 def test_memcheck_passes_the_shipped_kernels_at_both_launches():
     cases = [kernel_case(H=4, d_h=32, r=6, t_max=40, seed=9, **{"dtype": "float32", **kw}) for kw in CASES]
-    # the interpreter's launch; and with a partial head group (3 + 1) and 3 splits (extend takes no hints)
-    backends = [("triton", TritonBackend()), ("triton G3 S3", TritonBackend(group_size=3, num_splits=3))]
+    # the GPU's launch as is; and with a partial head group (3 + 1) and 3 splits (extend takes no hints)
+    backends = [("triton", TritonBackend()), ("triton-sm90", get_backend("triton-sm90")),
+                ("triton-sm90 G3 S3", TritonBackend(launch_as="sm90", group_size=3, num_splits=3))]
     with memcheck.listen(Launches()) as launches:
         recs = runner.run(cases, backends, policy(), properties=False, isolation="inprocess", twins=False)
     bad = [(r["id"], r["backend"], r["status"], r["reason"]) for r in recs if r["status"] != "pass"]
-    assert len(recs) == 2 * len(cases) and not bad, bad
+    assert len(recs) == 3 * len(cases) and not bad, bad
     assert launches.seen and all(checked for _, checked in launches.seen), launches.seen
     assert {k for k, _ in launches.seen} == {"decode_split_kernel", "paged_split_kernel", "extend_split_kernel",
                                              "decode_combine_kernel", "append_kernel", "append_fp8_kernel"}
+
+
+def test_memcheck_sm90_backend_launches_as_the_gpu():
+    inp = kernel_inputs(kernel_case(H=4, d_h=32, r=6, lengths=[1024, 700], dtype="bfloat16"))
+    backend = get_backend("triton-sm90")
+    assert backend.name == "triton-sm90" and backend.launch_as == "sm90"
+    got = backend._launch(inp.q, inp.cache, None, None)
+    gpu = gpu_launch(rows=2, H=4, d_h=32, r=6, slots=1024, dtype=torch.bfloat16)
+    assert got == launch_overrides(gpu) and (got["num_splits"], got["block_t"]) == (4, 16)  # 1024 / 256 slots
+    here = pick_launch(B=2, H=4, d_h=32, r=6, slots=1024, dtype=torch.bfloat16, device=torch.device("cpu"))
+    assert (here.num_splits, here.block_t) == (1, 128)  # the interpreter's own: one SM, big tiles
+    backend.configure(kernel_case(H=4, d_h=32, r=6, lengths=[40], splits=3, tile=5))
+    assert backend._launch(inp.q, inp.cache, None, None)["num_splits"] == 3  # a case's hint, as the GPU takes it
+    with pytest.raises(ValueError, match="launch_as"):
+        TritonBackend(launch_as="sm80")
 
 
 class PlantedTriton(TritonBackend):
