@@ -27,8 +27,9 @@ group. `payload` is what the contract itself must move: the cache bytes of the v
 (fp8: with their scales), the bases, q, out and lse.
 
 `gpu_launch` (`lrkv.kernels.launch`, where the `triton-sm90` backend takes it too) is the
-launch a 132-SM sm_90 GPU picks (`pick_launch`'s GPU row: group, splits, tile, private path); `measure` runs the kernel through its public wrapper
-(`lrkv.kernels.decode.attend`) with that launch forced, in the interpreter, and counts.
+launch a 132-SM sm_90 GPU picks (`pick_launch`'s GPU row: group, splits, tile, private
+path); `measure` runs the kernel through its public wrapper (`lrkv.kernels.decode.attend`)
+with that launch forced, in the interpreter, and counts.
 `lrkv bench --traffic` prints the table (`traffic_table`).
 """
 

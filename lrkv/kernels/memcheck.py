@@ -75,7 +75,7 @@ class Listener(Protocol):
 _LISTENERS: list[Listener] = []  # every launch goes to each, in order
 _CURRENT: list[Listener] = []  # those that asked for the running launch's accesses
 _WATCHED: set[str] = set()  # module names whose launches the memcheck checks
-_INSTALLED: list[bool] = []
+_installed = False
 
 
 def enabled() -> bool:
@@ -109,7 +109,8 @@ def _access(ptrs, mask, store: bool) -> None:
 def install() -> None:
     """Wrap the interpreter's masked load/store and its launches, once per process. Other
     kernels' launches pass through (no listener asks for them)."""
-    if _INSTALLED:
+    global _installed
+    if _installed:
         return
     from triton.runtime import interpreter as itp
 
@@ -157,7 +158,7 @@ def install() -> None:
 
     builder.create_masked_load, builder.create_masked_store = create_masked_load, create_masked_store
     executor._init_args_hst, executor.__call__ = _init_args_hst, __call__
-    _INSTALLED.append(True)
+    _installed = True
 
 
 @contextlib.contextmanager
