@@ -225,3 +225,32 @@ def test_memcheck_failure_is_an_error_record_from_the_worker():
     assert [r["status"] for r in recs] == ["error"], recs
     assert recs[0]["reason"].startswith("MemcheckError: memcheck: decode_combine_kernel load out of bounds in "
                                         "program (1, 1, 0)"), recs[0]["reason"]
+
+
+def test_memcheck_documented_commands_run_verbatim(tmp_path):
+    """docs/kernels.md's memcheck commands as a user types them (ci/doc-block's reading: one
+    command a line, the exit its comment promises), run in a scratch directory."""
+    import importlib.machinery
+    import importlib.util
+    import json
+    import os
+    import subprocess
+    from pathlib import Path
+
+    from tests.test_helpers.doc_blocks import blocks
+
+    root = Path(__file__).resolve().parents[2]
+    loader = importlib.machinery.SourceFileLoader("doc_block", str(root / "ci" / "doc-block"))
+    doc_block = importlib.util.module_from_spec(importlib.util.spec_from_loader("doc_block", loader))
+    loader.exec_module(doc_block)
+    (block,) = blocks(root / "docs" / "kernels.md", "Memory safety in the interpreter", "sh")
+    commands = doc_block.commands(block)
+    assert len(commands) == 3, commands
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (str(root), os.environ.get("PYTHONPATH"))))}
+    for cmd, want in commands:
+        got = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert got.returncode == want, (cmd, got.stdout[-3000:], got.stderr[-3000:])
+    for out, backend in (("memcheck-sm90", "triton-sm90"), ("unchecked", "triton")):
+        recs = json.loads((tmp_path / "reports" / out / "report.json").read_text())["records"]
+        assert recs and {r["backend"] for r in recs} == {backend}, out
+        assert all(r["status"] == "pass" for r in recs), [(r["id"], r["status"]) for r in recs]
