@@ -17,6 +17,8 @@ whose value is later discarded (by tl.where) is still an access and does fail. A
 a `MemcheckError` naming the kernel, load or store, the program id, the argument nearest to
 the address (parameter name and position) and the signed offset from its extent, in elements
 and bytes. `LRKV_MEMCHECK=0` in the environment turns the check off (read at every launch).
+The check knows no pointer provenance: an address that strays into ANOTHER argument of the
+same launch passes.
 
 How: ONE interception of the interpreter, shared with the traffic count
 (`lrkv.bench.traffic.count_traffic`): `install` wraps `InterpreterBuilder.create_masked_load`
