@@ -6,11 +6,12 @@
 
 Triton's interpreter runs every `tl.load` / `tl.store` as a masked load or store of the
 builder (`triton.runtime.interpreter.InterpreterBuilder.create_masked_load/_store`; the
-unmasked ones go through them too). `count_traffic` wraps both on the interpreter's one
-builder and adds, per launch, the element bytes of the lanes whose mask is true (a masked-off
-lane moves nothing) to the buffer its address falls in, and keeps the addresses, so the bytes
-of distinct elements read are counted too. Buffers are the tensor arguments of each launch
-(`GridExecutor.__call__` is wrapped to see them, never the kernels' parameter names): the
+unmasked ones go through them too). `count_traffic` listens to both through the one
+interception the memcheck uses (`lrkv.kernels.memcheck.listen`) and adds, per launch, the
+element bytes of the lanes whose mask is true (a masked-off lane moves nothing) to the buffer
+its address falls in, and keeps the addresses, so the bytes of distinct elements read are
+counted too. Buffers are the tensor arguments of each launch (their storages; never the
+kernels' parameter names): the
 caller names the ones it passed (q, the cache parts, the bases, ...); the rest are the
 wrappers' own allocations, sorted by use — written by one launch and read by a later one is
 **scratch** (the split-K partials), written only is **output** (out, lse), read only is a
@@ -25,9 +26,10 @@ B_h^V once per (row, head) there; exact RoPE re-reads B_h^K per tile and the cos
 group. `payload` is what the contract itself must move: the cache bytes of the valid tokens
 (fp8: with their scales), the bases, q, out and lse.
 
-`gpu_launch` is the launch a 132-SM sm_90 GPU picks (`lrkv.kernels.launch.pick_launch`'s GPU
-row: group, splits, tile, private path); `measure` runs the kernel through its public wrapper
-(`lrkv.kernels.decode.attend`) with that launch forced, in the interpreter, and counts.
+`gpu_launch` (`lrkv.kernels.launch`, where the `triton-sm90` backend takes it too) is the
+launch a 132-SM sm_90 GPU picks (`pick_launch`'s GPU row: group, splits, tile, private
+path); `measure` runs the kernel through its public wrapper (`lrkv.kernels.decode.attend`)
+with that launch forced, in the interpreter, and counts.
 `lrkv bench --traffic` prints the table (`traffic_table`).
 """
 
@@ -41,7 +43,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import torch
 
-H200_SMS = 132  # the GPU the launch table's sm_90 row is for
+from ..kernels.launch import gpu_launch, launch_overrides
+
 PAGE_SIZE = 16  # the paged rows' page (the bench's triton-paged row, and the GPU target's)
 N_NEW = 4  # extend rows: new tokens per sequence (the default; `measure(n_new=)`)
 VARIANTS = ("decode", "paged", "extend")
@@ -78,29 +81,26 @@ class TrafficCounter:
         self._ends = np.zeros(0, dtype=np.uint64)
         self._keys: list[int] = []
 
-    # the hooks ----------------------------------------------------------------------------
-    def _begin(self, kernel: str, grid, tensors: list) -> None:
+    # the listener (lrkv.kernels.memcheck.listen) ------------------------------------------
+    def begin(self, launch) -> bool:
         spans = {}
-        for t in tensors:
+        for _, t in launch.tensors:
             st = t.untyped_storage()
             start = st.data_ptr()
             spans[start] = max(spans.get(start, start), start + st.nbytes())
-        self.launches.append(Launch(kernel, tuple(grid), {s: (e, i) for i, (s, e) in enumerate(sorted(spans.items()))}))
+        self.launches.append(Launch(launch.kernel, launch.grid or (0,),
+                                    {s: (e, i) for i, (s, e) in enumerate(sorted(spans.items()))}))
         self._per.append({})
         keys = sorted(spans)
         self._keys = keys
         self._starts = np.array(keys, dtype=np.uint64)
         self._ends = np.array([spans[k] for k in keys], dtype=np.uint64)
+        return True
 
-    def _count(self, ptrs, mask, *, store: bool) -> None:
-        from triton.runtime.interpreter import _get_np_dtype
-
-        addrs = np.asarray(ptrs.data, dtype=np.uint64)
-        m = np.broadcast_to(np.asarray(mask.data, dtype=bool), addrs.shape)
-        addrs = addrs[m]
+    def access(self, addrs: np.ndarray, size: int, store: bool) -> None:
+        """Count one load or store: addrs, the active lanes' addresses (uint64)."""
         if addrs.size == 0 or not self.launches:
             return
-        size = _get_np_dtype(ptrs.get_element_ty()).itemsize
         idx = np.searchsorted(self._starts, addrs, side="right") - 1
         inside = (idx >= 0) & (addrs < self._ends[np.clip(idx, 0, None)])
         per = self._per[-1]
@@ -163,54 +163,10 @@ class TrafficCounter:
 @contextlib.contextmanager
 def count_traffic() -> Iterator[TrafficCounter]:
     """Count the bytes every interpreted launch in the block loads and stores (module doc)."""
-    from triton.runtime import interpreter as itp
+    from ..kernels.memcheck import listen
 
-    counter = TrafficCounter()
-    builder = itp.interpreter_builder
-    orig_load, orig_store = builder.create_masked_load, builder.create_masked_store
-    orig_call = itp.GridExecutor.__call__
-
-    def masked_load(ptrs, mask, other, cache_policy, is_volatile):
-        counter._count(ptrs, mask, store=False)
-        return orig_load(ptrs, mask, other, cache_policy, is_volatile)
-
-    def masked_store(ptrs, value, mask, cache_policy):
-        counter._count(ptrs, mask, store=True)
-        return orig_store(ptrs, value, mask, cache_policy)
-
-    def call(self, *args, **kwargs):
-        tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
-        grid = self.grid if not callable(self.grid) else (0,)
-        counter._begin(getattr(self.fn, "__name__", "kernel"), grid, tensors)
-        return orig_call(self, *args, **kwargs)
-
-    builder.create_masked_load, builder.create_masked_store = masked_load, masked_store
-    itp.GridExecutor.__call__ = call
-    try:
+    with listen(TrafficCounter()) as counter:
         yield counter
-    finally:
-        builder.create_masked_load, builder.create_masked_store = orig_load, orig_store
-        del builder.create_masked_load, builder.create_masked_store  # back to the class's methods
-        itp.GridExecutor.__call__ = orig_call
-
-
-# ----------------------------------------------------------------------------- the launch
-def gpu_launch(*, rows: int, H: int, d_h: int, r: int, slots: int, dtype: torch.dtype, rope_exact: bool = False,
-               paged: bool = False, extend: bool = False, fp8: bool = False, private: str | None = None,
-               n_sms: int = H200_SMS, seqs: int | None = None):
-    """`pick_launch` as it runs on a 132-SM sm_90 GPU (the launch table's GPU row), from here."""
-    from ..kernels.launch import pick_launch
-
-    return pick_launch(B=rows, H=H, d_h=d_h, r=r, slots=slots, dtype=dtype, device=torch.device("cpu"),
-                       rope_exact=rope_exact, paged=paged, extend=extend, fp8=fp8, private=private, sm90_sms=n_sms,
-                       seqs=seqs)
-
-
-def launch_overrides(cfg) -> dict:
-    """A LaunchConfig as the public wrappers' keyword overrides (dot stays the runtime's)."""
-    return dict(num_splits=cfg.num_splits, group_size=cfg.group_size, block_t=cfg.block_t,
-                num_warps=cfg.num_warps, private=cfg.private, programs_per_sm=cfg.programs_per_sm,
-                block_q=cfg.block_q if cfg.block_q > 1 else None)
 
 
 # ----------------------------------------------------------------------------- the prediction

@@ -348,6 +348,27 @@ def compiled_programs_per_sm(variant: Variant, extend: bool, device: torch.devic
     return usage["blocks_per_sm"], f"blocks per SM of the compiled kernel ({where})"
 
 
+H200_SMS = 132  # the GPU the launch table's sm_90 row is for (an H100 SXM has 132 SMs too)
+
+
+def gpu_launch(*, rows: int, H: int, d_h: int, r: int, slots: int, dtype: torch.dtype, n_sms: int = H200_SMS,
+               **choices) -> LaunchConfig:
+    """`pick_launch` as it runs on an n_sms-SM sm_90 GPU (the table's GPU row), from anywhere:
+    rows are the grid's (extend: the query tokens); `choices` are pick_launch's (rope_exact,
+    paged, extend, fp8, and any launch option a caller fixes, which the GPU keeps too)."""
+    return pick_launch(B=rows, H=H, d_h=d_h, r=r, slots=slots, dtype=dtype, device=torch.device("cpu"),
+                       sm90_sms=n_sms, **choices)
+
+
+def launch_overrides(cfg: LaunchConfig) -> dict:
+    """A LaunchConfig as the public wrappers' keyword overrides. Not `dot`: a GPU's product
+    mode (16-bit tensor cores) may not run where the kernels do (the interpreter has no
+    bfloat16 matmul), and it moves no address; that stays the runtime's."""
+    return dict(num_splits=cfg.num_splits, group_size=cfg.group_size, block_t=cfg.block_t,
+                num_warps=cfg.num_warps, private=cfg.private, programs_per_sm=cfg.programs_per_sm,
+                block_q=cfg.block_q if cfg.block_q > 1 else None)  # extend's only: decode refuses one > 1
+
+
 def tile_in_page(page_size: int, block_t: int, split_size: int | None = None) -> bool:
     """Whether every tile of a paged launch lies inside one page: page_size and every tile
     start (split starts are multiples of split_size, tiles step by block_t) are multiples of

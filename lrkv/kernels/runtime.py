@@ -38,6 +38,8 @@ from types import ModuleType
 
 import torch
 
+from . import memcheck
+
 _KERNEL_FILE = Path(__file__).with_name("_kernels.py")
 _LOCK = threading.RLock()
 _LOADED: dict[str, ModuleType] = {}  # 'cuda' | 'interpreter' (or 'WHICH_NAME', patched) -> module
@@ -100,7 +102,9 @@ def mode() -> tuple[str, str]:
 
 def _exec_kernels(name: str, path: Path, which: str) -> ModuleType:
     """Import the kernel source at `path` as module `name` with TRITON_INTERPRET set for `which`
-    for the duration of the import (Triton reads it when @triton.jit decorates)."""
+    for the duration of the import (Triton reads it when @triton.jit decorates). An
+    interpreter module is watched by the memcheck: every launch of its kernels checks each
+    active lane's address (`lrkv.kernels.memcheck`; LRKV_MEMCHECK=0 turns it off)."""
     old = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1" if which == "interpreter" else "0"
     try:
@@ -113,6 +117,8 @@ def _exec_kernels(name: str, path: Path, which: str) -> ModuleType:
             os.environ.pop("TRITON_INTERPRET", None)
         else:
             os.environ["TRITON_INTERPRET"] = old
+    if which == "interpreter":
+        memcheck.watch(mod)
     return mod
 
 

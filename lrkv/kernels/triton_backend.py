@@ -2,6 +2,7 @@
 
     lrkv verify --backend triton                    (registered name)
     lrkv verify --backend lrkv.kernels.triton_backend:TritonBackend
+    lrkv verify --backend triton-sm90               (at the launch an sm_90 GPU picks, wherever it runs)
 
 Kernel level: `decode_attention` (the contract of `lrkv.reference.contract`); levels
 `kernel-paged` and `kernel-extend`: `paged_decode_attention` and `extend_attention`
@@ -12,7 +13,12 @@ Triton decode → output projection, the same steps as `lrkv.reference.lrkv.laye
 Where it runs is `lrkv.kernels.runtime.mode()`: natively on CUDA (CPU inputs are moved to
 the GPU and results moved back, so a harness can stay device-agnostic), in the Triton
 interpreter when TRITON_INTERPRET=1, and nowhere otherwise: in fallback mode the backend
-reports itself unavailable rather than pass the reference math off as the kernel.
+reports itself unavailable rather than pass the reference math off as the kernel. In the
+interpreter every launch is memchecked (`lrkv.kernels.memcheck`). `launch_as="sm90"`
+(registered as `triton-sm90`) launches every call as a 132-SM sm_90 GPU would
+(`launch.gpu_launch`: its group, splits, tile, warps and private path; the case's split and
+tile hints taken as that GPU takes them): the interpreter's memcheck then checks the
+addresses the GPU's launch computes, which the interpreter's own launch never does.
 
 Deliberately broken variants of this backend (bugs the harness must reject) live above the
 kernels: they subclass it and override `_attend`, the one place both levels launch the kernels.
@@ -33,6 +39,7 @@ from .validate import MAX_SPLITS
 
 BATCH_INVARIANT_SPLIT_TOKENS = 256  # batch-invariant mode: one split per this many cache slots
 LAUNCH_OPTIONS = ("num_splits", "group_size", "block_t", "num_warps", "dot", "private", "programs_per_sm")
+LAUNCH_AS = ("sm90",)  # launch_as: whose launch choice to take instead of this machine's
 
 
 class TritonBackend(BaseBackend):
@@ -47,22 +54,28 @@ class TritonBackend(BaseBackend):
 
     batch_invariant = False  # the default launch picks its split count from the batch (pick_launch)
 
-    def __init__(self, *, batch_invariant: bool = False, **launch: Any):
+    def __init__(self, *, batch_invariant: bool = False, launch_as: str | None = None, **launch: Any):
         """`launch` overrides the launch shape (num_splits, group_size, block_t, num_warps, dot,
         private, programs_per_sm). batch_invariant=True: the split count comes from the cache's
         slots alone — one split per BATCH_INVARIANT_SPLIT_TOKENS slots — never from the batch or
         the SM count, so a sequence's result does not depend on its neighbours (declared, and
-        verified by the harness's batch_invariant property)."""
+        verified by the harness's batch_invariant property). launch_as="sm90": what is not
+        fixed is chosen as on a 132-SM sm_90 GPU (module doc), the product mode (dot) aside."""
         unknown = sorted(set(launch) - set(LAUNCH_OPTIONS))
         if unknown:
             raise TypeError(f"TritonBackend got unknown launch options {unknown}; known: {', '.join(LAUNCH_OPTIONS)}")
         if not isinstance(batch_invariant, bool):
             raise TypeError(f"batch_invariant must be a bool, got {type(batch_invariant).__name__}")
+        if launch_as is not None and launch_as not in LAUNCH_AS:
+            raise ValueError(f"launch_as must be None or one of {LAUNCH_AS}, got {launch_as!r}")
         self.batch_invariant = batch_invariant
+        self.launch_as = launch_as
         self.launch = dict(launch)
         self._hints: dict[str, int] = {}  # per-case launch hints from configure()
         if batch_invariant:
             self.name += "-batch-invariant"
+        if launch_as:
+            self.name += f"-{launch_as}"
 
     # ------------------------------------------------------------------ protocol
     def __getstate__(self) -> dict:
@@ -123,10 +136,19 @@ class TritonBackend(BaseBackend):
     def _device(self) -> torch.device | None:
         return torch.device("cuda") if runtime.mode()[0] == "cuda" else None
 
-    def _launch(self, slots: int) -> dict:
+    def _launch(self, q, cache: FactoredCache, rope, cu_seqlens_q) -> dict:
+        """The launch options of one call: the case's hints, under this backend's own."""
         cfg = {**self._hints, **self.launch}  # explicit constructor overrides win
         if self.batch_invariant and "num_splits" not in cfg:  # fixed split size in tokens
-            cfg["num_splits"] = min(MAX_SPLITS, max(1, -(-slots // BATCH_INVARIANT_SPLIT_TOKENS)))
+            cfg["num_splits"] = min(MAX_SPLITS, max(1, -(-cache.t_max // BATCH_INVARIANT_SPLIT_TOKENS)))
+        if self.launch_as == "sm90" and q.dim() == 3 and q.shape[1] > 0:  # a malformed q: the contract's to name
+            from .launch import gpu_launch, launch_overrides
+
+            gpu = gpu_launch(rows=q.shape[0], H=q.shape[1], d_h=q.shape[2], r=cache.latent_k.shape[-1],
+                             slots=cache.t_max, dtype=q.dtype, rope_exact=rope is not None, paged=cache.paged,
+                             extend=cu_seqlens_q is not None, fp8=cache.scales is not None,
+                             seqs=None if cu_seqlens_q is None else cu_seqlens_q.shape[0] - 1, **cfg)
+            cfg = {**launch_overrides(gpu), **({"dot": cfg["dot"]} if "dot" in cfg else {})}
         return cfg
 
     # ------------------------------------------------------------------ kernel level
@@ -147,7 +169,7 @@ class TritonBackend(BaseBackend):
         from .decode import attend
 
         return attend(q, cache, basis_k, basis_v, scale=scale, rope=rope, cu_seqlens_q=cu_seqlens_q,
-                      **self._launch(cache.t_max))
+                      **self._launch(q, cache, rope, cu_seqlens_q))
 
     def _mover(self, home: torch.device):
         dev = self._device()
@@ -194,6 +216,11 @@ class TritonBackend(BaseBackend):
 def batch_invariant() -> TritonBackend:
     """The Triton backend in its batch-invariant launch mode (registered as 'triton-batch-invariant')."""
     return TritonBackend(batch_invariant=True)
+
+
+def sm90() -> TritonBackend:
+    """The Triton backend at the launch a 132-SM sm_90 GPU picks (registered as 'triton-sm90')."""
+    return TritonBackend(launch_as="sm90")
 
 
 class TritonVllmBlocks(TritonBackend):

@@ -28,6 +28,7 @@ _REGISTRY: dict[str, str | Callable[[], Any]] = {
     "tiled-fp8-compute": "lrkv.verify.tiled:Fp8ComputeBackend",  # FA3-style: q and the weights in e4m3
     "triton": "lrkv.kernels.triton_backend:TritonBackend",
     "triton-batch-invariant": "lrkv.kernels.triton_backend:batch_invariant",  # split size fixed in tokens
+    "triton-sm90": "lrkv.kernels.triton_backend:sm90",  # the launch a 132-SM sm_90 GPU picks, anywhere
     "triton-vllm-blocks": "lrkv.kernels.triton_backend:TritonVllmBlocks",  # vLLM's block pools, as they are
     "onnxruntime": "lrkv.compiled.engine_backends:OnnxRuntimeBackend",
     "aoti": "lrkv.compiled.engine_backends:AOTIBackend",
