@@ -133,8 +133,9 @@ def test_failure_log_is_written_as_each_failure_is_reported(tmp_path):
     t = tmp_path / "test_two.py"
     t.write_text("def test_ok():\n    pass\n\n\ndef test_bad():\n    assert 1 == 2, 'planted'\n")
     log = tmp_path / "failures.log"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST")}  # an outer xdist run's worker
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-q", "-p", "no:cacheprovider",
-                           "-n", "2", str(t)], cwd=ROOT, env={**os.environ, "LRKV_FAILURE_LOG": str(log)},
+                           "-n", "2", str(t)], cwd=ROOT, env={**env, "LRKV_FAILURE_LOG": str(log)},
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     text = log.read_text()

@@ -113,25 +113,35 @@ def test_the_shared_stream_reread_by_each_group():
     assert group_overhead(32, 128, 54, 8) == pytest.approx(3 * 256 / (256 + 64 * 54))
 
 
-def _docs_command() -> list[str]:
-    """The `lrkv bench --traffic` line of docs/kernels.md's Memory traffic section, as argv."""
+def _docs_commands() -> list[tuple[list[str], str]]:
+    """The `lrkv bench --traffic` lines of docs/kernels.md's Memory traffic section: (argv, the
+    log's name pattern it tees into, `<sha>` as *)."""
     from tests.test_helpers.doc_blocks import blocks
 
     lines = [ln for b in blocks(ROOT / "docs" / "kernels.md", "Memory traffic", "bash") for ln in b.splitlines()
              if ln.startswith("lrkv bench --traffic")]
-    assert len(lines) == 1, lines
-    return shlex.split(lines[0].split("|")[0], comments=True)[1:]
+    assert lines, "no `lrkv bench --traffic` line in docs/kernels.md's Memory traffic section"
+    out = []
+    for line in lines:
+        cmd, tee = line.split("|")
+        log = re.search(r"ci/logs/(\S+)\$\(git rev-parse --short HEAD\)\.log", tee)
+        assert log, f"the documented line tees into ci/logs/<name>-$(git rev-parse --short HEAD).log: {line}"
+        out.append((shlex.split(cmd, comments=True)[1:], log.group(1) + "*.log"))
+    return out
 
 
-def test_the_documented_command_parses_and_its_log_is_committed():
+def test_the_documented_commands_parse_and_their_logs_are_committed():
     from lrkv.cli import build_parser
 
-    args = build_parser("bench").parse_args(_docs_command())
-    assert args.traffic and args.traffic_launch == "gpu"
-    logs = sorted((ROOT / "ci" / "logs").glob("traffic-*.log"))
-    assert logs, "ci/logs/traffic-<sha>.log: run the documented command"
-    text = logs[-1].read_text()
-    assert re.search(r"(\d+)/\1 launches load at most their prediction \+ 5 %", text), text[-400:]
+    for argv, pattern in _docs_commands():
+        args = build_parser("bench").parse_args(argv)
+        assert args.traffic and args.traffic_launch == "gpu"
+        logs = sorted((ROOT / "ci" / "logs").glob(pattern))
+        assert logs, f"ci/logs/{pattern}: run the documented command {argv}"
+        for log in logs:
+            text = log.read_text()
+            assert shlex.split(text.splitlines()[0].removeprefix("$ lrkv "), comments=True) == argv, log.name
+            assert re.search(r"(\d+)/\1 launches load at most their prediction \+ 5 %", text), text[-400:]
 
 
 @triton_interpreter
@@ -147,7 +157,9 @@ def test_the_documented_command_runs_verbatim_on_a_smaller_grid(tmp_path, monkey
     monkeypatch.setattr(traffic, "measure_grid", lambda scales, seq_lens, **kw: full(
         scales[:1], (64,), variants=("decode",), paths=("wide",), caches=("bf16",), **kw))
     monkeypatch.chdir(tmp_path)  # --out is relative: write under tmp
-    assert main(_docs_command()) == 0
-    doc = json.loads(next(tmp_path.glob("reports/*/traffic.json")).read_text())
-    assert doc["launch"] == "gpu" and [(r["scale"], r["variant"]) for r in doc["rows"]] == [("2.5B", "decode")]
-    assert "1/1 launches load at most their prediction + 5 %" in capsys.readouterr().out
+    for argv, _ in _docs_commands():
+        assert main(argv) == 0
+        assert "1/1 launches load at most their prediction + 5 %" in capsys.readouterr().out
+    for out in tmp_path.glob("reports/*/traffic.json"):
+        doc = json.loads(out.read_text())
+        assert doc["launch"] == "gpu" and [(r["scale"], r["variant"]) for r in doc["rows"]] == [("2.5B", "decode")]

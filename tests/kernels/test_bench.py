@@ -184,5 +184,5 @@ def test_recorded_launch_shape_is_the_variants_own(monkeypatch):
     plain = TritonSteps().launch_config(inputs, spec)
     rope = TritonSteps("rope").launch_config(inputs, spec)
     assert asked == [False, True]  # each row asks for its own variant's launch
-    assert (plain["private"], plain["block_t"], plain["num_warps"]) == ("per_head", 16, 16)
+    assert (plain["private"], plain["block_t"], plain["num_warps"]) == ("per_head", 32, 16)
     assert (rope["private"], rope["block_t"], rope["num_warps"]) == ("per_head", 16, 16)

@@ -40,7 +40,7 @@ PLANTS = {
     # one element past the scratch (m and l are its last regions)
     "combine_split_past": ("smask = offs_s < NUM_SPLITS", "smask = offs_s < NUM_SPLITS + 1"),
     # every program reads the next query row: the last one reads one row past q
-    "q_row_past": ("Q_ROW = Q + prog64 * (H * D)", "Q_ROW = Q + (prog64 + 1) * (H * D)"),
+    "q_row_past": ("qrow = (prog64 + rtok) * (H * D) + heads * D", "qrow = (prog64 + 1 + rtok) * (H * D) + heads * D"),
     # an unmasked load one element past the scale scalar, its value discarded by tl.where
     "discarded_by_where": (SCALE_LOAD, "sm_scale = tl.where(pid_s < 0, _to_acc(tl.load(SCALE + 1), ACC_FP64), "
                                        "_to_acc(tl.load(SCALE, mask=pid_s >= 0, other=1.0), ACC_FP64))"),
@@ -199,7 +199,7 @@ def test_memcheck_sm90_backend_launches_as_the_gpu():
     assert backend.name == "triton-sm90" and backend.launch_as == "sm90"
     got = backend._launch(inp.q, inp.cache, None, None)
     gpu = gpu_launch(rows=2, H=4, d_h=32, r=6, slots=1024, dtype=torch.bfloat16)
-    assert got == launch_overrides(gpu) and (got["num_splits"], got["block_t"]) == (4, 16)  # 1024 / 256 slots
+    assert got == launch_overrides(gpu) and (got["num_splits"], got["block_t"]) == (4, 32)  # 1024 / 256 slots
     here = pick_launch(B=2, H=4, d_h=32, r=6, slots=1024, dtype=torch.bfloat16, device=torch.device("cpu"))
     assert (here.num_splits, here.block_t) == (1, 128)  # the interpreter's own: one SM, big tiles
     backend.configure(kernel_case(H=4, d_h=32, r=6, lengths=[40], splits=3, tile=5))

@@ -170,7 +170,7 @@ def test_gpu_launch_defaults(monkeypatch):
     monkeypatch.setattr(launch_mod, "compiled_programs_per_sm", lambda *a: (2, "two blocks per SM"))  # the rule alone
     cuda = torch.device("cuda")
     cfg = pick_launch(B=8, H=18, d_h=128, r=55, slots=32768, dtype=torch.bfloat16, device=cuda)
-    assert (cfg.private, cfg.block_t, cfg.num_warps, cfg.dot) == ("per_head", 16, 16, "lp")
+    assert (cfg.private, cfg.block_t, cfg.num_warps, cfg.dot) == ("per_head", 32, 16, "lp")
 
     def expected_splits(pps):  # at most pps x SMs programs over the (b, group) pairs: whole waves, whole tiles
         want = pps * 132 // (8 * 2)
