@@ -57,6 +57,20 @@ def parse_float(x: float | str | None) -> float | None:
     return None if x is None else float(x)
 
 
+def _pow2_at(x: float) -> float:
+    """The power of two p with p <= x < 2p (1 for x = 0)."""
+    return math.ldexp(1.0, math.frexp(x)[1] - 1) if x > 0 else 1.0
+
+
+def _log10_norm(x: torch.Tensor) -> float:
+    """log10 of x's 2-norm without overflow or underflow (-inf for a zero x)."""
+    top = float(x.abs().max())
+    if top == 0:
+        return -math.inf
+    p = _pow2_at(top)
+    return math.log10(p) + 0.5 * math.log10(float(((x / p) ** 2).sum()))
+
+
 def error_metrics(out: torch.Tensor, ref: torch.Tensor) -> ErrorMetrics:
     """Compare out with ref (same shape, any float dtypes)."""
     if tuple(out.shape) != tuple(ref.shape):
@@ -77,15 +91,16 @@ def error_metrics(out: torch.Tensor, ref: torch.Tensor) -> ErrorMetrics:
     max_rel = float((err[nz] / b[nz].abs()).max()) if nz.any() else 0.0
     if bool((err[~nz] > 0).any()):
         max_rel = math.inf  # a nonzero error where the reference is exactly zero
-    energy = float((a * a + b * b).sum())
-    cos_diff = 1.0 - 2.0 * float((a * b).sum()) / energy if energy > 0 else 0.0
-    noise, signal = float((err * err).sum()), float((b * b).sum())
-    if noise == 0:
+    # Sums of squares are taken of the values over the power of two at their largest magnitude
+    # (an exact division): an unwritten output buffer holds garbage up to 1e308, whose squares
+    # overflow to inf (inf / inf, log10(0)).
+    top = _pow2_at(max(float(a.abs().max()), float(b.abs().max())))
+    energy = float(((a / top) ** 2 + (b / top) ** 2).sum())
+    cos_diff = 1.0 - 2.0 * float(((a / top) * (b / top)).sum()) / energy if energy > 0 else 0.0
+    if not bool((err > 0).any()):
         sqnr = math.inf
-    elif signal == 0:
-        sqnr = -math.inf
-    else:
-        sqnr = 10.0 * math.log10(signal / noise)
+    else:  # 20 log10(|ref| / |err|), -inf where the reference is all zero
+        sqnr = 20.0 * (_log10_norm(b) - _log10_norm(err))
     return ErrorMetrics(float(err.max()), max_rel, float(err.mean()), cos_diff, sqnr, nonfinite_match)
 
 

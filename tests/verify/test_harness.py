@@ -74,6 +74,22 @@ def test_nonfinite_positions_must_match():
     assert error_metrics(ref + torch.tensor([0.5, 0, 0, 0]), ref).max_abs == pytest.approx(0.5)
 
 
+def test_metrics_of_an_unwritten_output_are_defined_and_fail_the_rule():
+    """An output buffer nobody wrote holds what memory held: values near 1e308 (their squares
+    overflow) and subnormals. The metrics stay defined — the sums are scaled, never inf / inf
+    or log10(0) — and the rule fails the output."""
+    ref = torch.randn(2, 4, 8, dtype=torch.float64)
+    out = ref.clone()
+    out[:, 0] = torch.tensor([1.7e308, 6.9e-310, -7.7e304, 0.0, 4.6e-310, 1e300, -1e308, 3.0], dtype=torch.float64)
+    m = error_metrics(out, ref)
+    assert m.max_abs == 1.7e308 and m.max_rel == math.inf and m.nonfinite_match
+    assert -6200 < m.sqnr_db < -6000 and 0.99 < m.cos_diff <= 1.01  # ~|ref| / 1e308, not -inf, not nan
+    assert not judge(m, make_bound(ErrorMetrics(0, 0, 0, 0, math.inf, True), fa3_atol(ref, "float64"), Tolerance()))[0]
+    ref[0, 0, 0], out[0, 0, 0] = 1.7e308, -1.7e308  # the difference itself overflows
+    m = error_metrics(out, ref)
+    assert m.max_abs == math.inf and m.sqnr_db == -math.inf and 1 < m.cos_diff <= 2  # anti-correlated
+
+
 def test_metrics_shape_mismatch_raises():
     with pytest.raises(ValueError, match="shape"):
         error_metrics(torch.zeros(2, 3), torch.zeros(3, 2))
