@@ -2,7 +2,10 @@
 
 The same runner as `lrkv verify` (DESIGN §6 rule, §7 records), so a test and the merge
 gate agree on every verdict; failures name their replay command,
-`lrkv verify --backend <module:attr> --case '<json>'`.
+`lrkv verify --backend <module:attr> --case '<json>'`. A failure's message says first which
+case failed and where (its failing sequences, heads and positions, and what they share), then
+the replay, then the full reason; these functions hide their own frames from pytest's
+traceback (`__tracebackhide__`), so a failing test shows the caller's code and that message.
 """
 
 from __future__ import annotations
@@ -137,6 +140,8 @@ def check_case(backend: Any, case: Case, *, policy=None, backend_ref: str | None
     that a test calling it can never pass on a case that was not checked. A declined case's
     twin (its nearest supported variant, lrkv.verify.twins) is run too: if the twin fails,
     that is the AssertionError."""
+    __tracebackhide__ = True  # a failure shows the caller's test and the message, not this function
+    from ..verify.cells import failure_text
     from ..verify.runner import run
 
     if not isinstance(case, Case):
@@ -147,11 +152,9 @@ def check_case(backend: Any, case: Case, *, policy=None, backend_ref: str | None
     rec = records[0]
     twin = next((r for r in records[1:] if "twin" in r), None)  # a declined case's nearest supported variant
     if rec["status"] == "skip" and twin is not None and twin["status"] in ("fail", "error"):
-        raise AssertionError(f"{twin['status'].upper()} {twin['backend']} {twin['id']} (the twin of a declined "
-                             f"case: {rec['reason']}): {twin['reason']}\n  replay: {twin['repro']}{_note(target)}")
+        raise AssertionError(failure_text(twin, f" (the twin of a declined case: {rec['reason']})") + _note(target))
     if rec["status"] in ("fail", "error"):
-        raise AssertionError(f"{rec['status'].upper()} {rec['backend']} {rec['id']}: {rec['reason']}\n"
-                             f"  replay: {rec['repro']}{_note(target)}")
+        raise AssertionError(failure_text(rec) + _note(target))
     if rec["status"] == "skip":
         raise NotVerified(f"NOT VERIFIED {rec['backend']} {rec['id']}: {rec['reason']}\n"
                           f"  replay: {rec['repro']}", rec["reason"], rec)
@@ -165,6 +168,8 @@ def check_server_properties(backend: Any, cases: Iterable[Case] | None = None, *
     kernel level the backend implements (the default grid's first it supports), as `lrkv
     verify` does. Raises AssertionError naming every required property that failed, and
     NotVerified if no case could run them; returns {property: {ran, held, ...}}."""
+    __tracebackhide__ = True
+    from ..verify.cells import failure_text
     from ..verify.levels import get_level
     from ..verify.runner import backend_accepts, run
     from ..verify.server_properties import LEVELS, failures
@@ -178,6 +183,10 @@ def check_server_properties(backend: Any, cases: Iterable[Case] | None = None, *
                  for lv in LEVELS if get_level(lv).needs in target.backend.levels]
         cases = [c for c in cases if c is not None]
     records = run(list(cases), [(target.label, target.backend)], _policy(policy), twins=False)
+    wrong = [r for r in records if r["status"] in ("fail", "error")]
+    if wrong:  # its properties were not judged: the case's own failure is the one to fix first
+        raise AssertionError("\n".join(failure_text(r, " (its server properties were not judged: the first draw "
+                                                         "already fails)") for r in wrong) + _note(target))
     bad = failures(records)
     if bad:
         raise AssertionError("\n".join(f"PROPERTY {n} {r['backend']} {r['id']}: {e['reason']}\n  replay: {r['repro']}"
@@ -203,6 +212,7 @@ def check_backend(backend: Any, *, grid: str | Iterable[Case] = "default", level
     failing case with its replay command — and when nothing was verified (every case
     skipped or inapplicable), because a check that checked nothing is not a pass.
     """
+    __tracebackhide__ = True
     from ..verify.tolerance_report import build_report
     from ..verify.runner import backend_info, run
 

@@ -49,13 +49,14 @@ class Report:
         return not self.failures and not self.nothing_verified
 
     def failure_message(self) -> str:
-        """One block per failing case: status, backend, id, reason, and the replay command."""
+        """One block per failing case: status, backend and id, where (cells.py), the replay
+        command, and the reason."""
         if not self.failures:
             return self.nothing_verified
+        from ..verify.cells import failure_text
+
         lines = [f"{len(self.failures)} of {len(self.data['records'])} cases failed:"]
-        for r in self.failures:
-            lines.append(f"{r['status'].upper()} {r['backend']} {r['id']}: {r['reason']}")
-            lines.append(f"  replay: {r['repro']}")
+        lines += [failure_text(r) for r in self.failures]
         return "\n".join(lines)
 
     def write(self, out_dir: str | Path) -> tuple[Path, Path]:

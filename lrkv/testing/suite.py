@@ -15,7 +15,9 @@ tests/verify/test_equivalence.py runs the same tests on its built-in backends):
 
 The plugin adds this module's tests under `--lrkv-backend`, and the test file `lrkv init` writes
 star-imports them (`__all__`, every `test_*` function here), so a new test reaches both.
-A failure prints the one-line replay, `lrkv verify --backend <label> --case '<json>'`.
+A failure prints which case failed and where (its failing sequences, heads and positions, and
+what they share), then the one-line replay, `lrkv verify --backend <label> --case '<json>'`;
+the suite's and lrkv.testing.check's own frames are hidden from the traceback (`__tracebackhide__`).
 Each case that met the rule is counted for the plugin's end-of-session summary: a
 `--lrkv-backend` that verified none fails the session (lrkv.testing.plugin).
 Hypothesis settings come from the `ci` (default) or `dev` profile of lrkv.verify.strategies,
@@ -52,6 +54,7 @@ _TARGETS: dict[str, Target] = {}
 
 def load(label: str) -> Target:
     """The backend for a label, once per session (compiled backends keep their engines)."""
+    __tracebackhide__ = True
     if label not in _TARGETS:
         try:
             target = resolve(label)
@@ -112,9 +115,12 @@ def profile_settings(cap: int | None) -> settings:
 
 def check(target: Target, strategy, cap: int | None, body) -> None:
     """Run body(case) as a hypothesis property; cases the backend does not support are rejected."""
+    __tracebackhide__ = True
+
     @profile_settings(cap)
     @given(strategy)
     def prop(case: Case):
+        __tracebackhide__ = True
         if hasattr(target.backend, "supports"):
             assume(target.backend.supports(case)[0])
         note(f"replay: {repro_command(target.label, case)}")
@@ -126,6 +132,7 @@ def check(target: Target, strategy, cap: int | None, body) -> None:
 # ----------------------------------------------------------------------------- the grid
 def test_grid_case(lrkv_target: str, lrkv_case: Case) -> None:
     """One case of the grid under the rule (DESIGN §6), as `lrkv verify` judges it."""
+    __tracebackhide__ = True  # a failure shows check_case's message: the case, where, the replay
     target = load(lrkv_target)
     try:
         check_case(target, lrkv_case)
@@ -136,6 +143,7 @@ def test_grid_case(lrkv_target: str, lrkv_case: Case) -> None:
 
 # ----------------------------------------------------------------------------- drawn cases
 def test_kernel_matches_reference(lrkv_target: str) -> None:
+    __tracebackhide__ = True
     target = load(lrkv_target)
     _needs(target, "kernel")
     strategy, cap = family(target, "kernel")
@@ -146,6 +154,7 @@ def test_kernel_matches_reference(lrkv_target: str) -> None:
 def test_layer_matches_reference(lrkv_target: str, level: str) -> None:
     """layer: one step vs the reference step; layer-model: incremental decode
     (append-then-decode) vs the training-form forward over the whole sequence."""
+    __tracebackhide__ = True
     target = load(lrkv_target)
     _needs(target, "layer")
     strategy, cap = family(target, level)
@@ -156,6 +165,7 @@ def _property_test(name: str):
     fn, case_level, backend_level = properties.PROPERTIES[name]
 
     def test(lrkv_target: str) -> None:
+        __tracebackhide__ = True
         target = load(lrkv_target)
         _needs(target, backend_level)
         strategy, cap = family(target, case_level)
@@ -175,6 +185,7 @@ test_append_then_decode_equals_prefill = _property_test("append_then_decode_equa
 def test_softmax_shift_invariance(lrkv_target: str) -> None:
     """Logits shifted by +40 (after scaling): lse moves by the offset, nothing else changes
     (drawn without QK-norm, where no common offset exists)."""
+    __tracebackhide__ = True
     target = load(lrkv_target)
     _needs(target, "kernel")
     strategy, cap = family(target, "kernel", qk_norm=False)
@@ -184,6 +195,7 @@ def test_softmax_shift_invariance(lrkv_target: str) -> None:
 def test_fp8_cache_matches_reference(lrkv_target: str) -> None:
     """Drawn kernel cases with the cache stored in fp8 (both formats, every granularity,
     outliers; DESIGN §4.1) under the rule: dequantize-then-attend at τ is the bar."""
+    __tracebackhide__ = True
     from ..verify.protocol import fp8_claims
 
     target = load(lrkv_target)
@@ -200,6 +212,7 @@ def test_fp8_cache_matches_reference(lrkv_target: str) -> None:
 
 def test_server_properties(lrkv_target: str) -> None:
     """How the backend behaves inside a server (DESIGN §7): every required server property holds."""
+    __tracebackhide__ = True
     target = load(lrkv_target)
     try:
         check_server_properties(target)

@@ -305,9 +305,11 @@ def property_entries(report: dict, judged: list[tuple[dict, str]], policy: Polic
     exactly the properties the harness runs on its case (`plan` and `selected`, counted from the
     selection, led: ledger.account's); `required` recomputed from what the backend declares (as
     it imports here, else the report's entry) and what the policy asks; a property with outputs
-    re-judged from them by judge_record; a required one that failed is FAIL (ERROR if it could
-    not run); one the baseline held that fails now is REGRESSED, and one not checked now MISSING."""
-    from .server_properties import declarations, plan, required, second_draws, selected
+    re-judged from them by judge_record; a skip on a record that passes (one not judged because
+    the first draw failed, say) is an altered report, but same_buffers' NO_SECOND_DRAW; a
+    required one that failed is FAIL (ERROR if it could not run); one the baseline held that
+    fails now is REGRESSED, and one not checked now MISSING."""
+    from .server_properties import NO_SECOND_DRAW, declarations, plan, required, second_draws, selected
     from .case import Case
 
     infos = {b["name"]: b for b in report.get("backends", [])}
@@ -337,6 +339,10 @@ def property_entries(report: dict, judged: list[tuple[dict, str]], policy: Polic
             why = "" if e.get("required") == want else \
                 f"report altered: property {name} recorded as required={e.get('required')}, the backend " \
                 f"declares and the policy asks {want}"
+            if not why and e.get("status") == "skip" and st == "pass" and \
+                    (name, e.get("reason")) != ("same_buffers", NO_SECOND_DRAW):
+                why = f"report altered: property {name} is a skip ({e.get('reason', '')[:120]}) on a record " \
+                      "that passes, where the harness judges it"
             if not why and "outputs" in e:
                 case = Case.from_dict(r["case"])
                 expected = second_draws(case) if name == "same_buffers" else [case]

@@ -41,13 +41,14 @@ from .protocol import cache_layout, check_available, fp8_claims
 from .bounds import U64, Conditioning, oracle_reference
 from .case import Case, case_shapes
 from .levels import get_level
+from .cells import failing_cells
 from .metrics import ErrorMetrics, error_metrics, json_float, locate, unnamed, worst_of
-from .tolerance import Policy, Tolerance, fa3_atol, judge_record, make_bound, ulp
+from .tolerance import Policy, Tolerance, fa3_atol, judge, judge_record, make_bound, ulp
 from .coverage import declined
 from .twins import changes_text, find_twin, forced_changes, twin_id
 from .isolation import Calls, Timeout, WorkerDied, default_mode, unusable
 from .server_properties import required as prop_required
-from .server_properties import declarations, named_tensors, plan, second_draws, selected
+from .server_properties import FIRST_DRAW_FAILED, NO_SECOND_DRAW, declarations, named_tensors, plan, second_draws, selected
 from .isolation import call_in_thread
 
 REASON_CHARS = 600  # keep reasons readable in a PR comment
@@ -248,16 +249,21 @@ def _namer(case: Case, output: str):
 
 def _evidence(prep: Prepared, outs: dict[str, torch.Tensor], tol: Tolerance) -> dict:
     """Per output: what the gate needs to re-judge — metrics, err_base, atol, float64 bound,
-    dtypes — and where its worst element is (descriptive: the reason names it)."""
+    dtypes — and where its worst element is, and for an output that fails the rule its
+    failing cells (cells.py) — descriptive: the reason and the failure messages name them."""
     ev = {}
     for name, t in outs.items():
         m = error_metrics(t, prep.ref[name])
         f64 = None if prep.float64 is None else prep.float64[name]
         bound = make_bound(prep.base[name], prep.atol[name], tol, f64)
+        namer = _namer(prep.case, name)
+        where = locate(t, prep.ref[name], namer)
+        if not judge(m, bound)[0]:  # only a failing output pays for naming its cells
+            where["cells"] = failing_cells(t, prep.ref[name], bound.max_abs, bound.mean_abs, prep.case, namer)
         ev[name] = {"dtype": dtype_name(t.dtype), "expected_dtype": dtype_name(prep.expected[name][1]),
                     "metrics": m.to_dict(), "baseline_metrics": prep.base[name].to_dict(),
                     "atol": json_float(prep.atol[name]), "float64": None if f64 is None else json_float(f64),
-                    "bound": bound.to_dict(), "where": locate(t, prep.ref[name], _namer(prep.case, name))}
+                    "bound": bound.to_dict(), "where": where}
     return ev
 
 
@@ -315,8 +321,18 @@ def run_case(prep: Prepared, backend, label: str, tol: Tolerance, calls: Calls |
     if prep.quantization_cost is not None:
         rec["quantization_cost"] = prep.quantization_cost
     if server is not None and server[0]:
-        rec["properties"] = check_properties(prep, backend, label, tol, calls, *server)
+        rec["properties"] = (check_properties(prep, backend, label, tol, calls, *server) if rec["status"] == "pass"
+                             else not_judged(backend, *server))
     return rec
+
+
+def not_judged(backend, wanted: list[str], policy: Policy) -> dict:
+    """The properties of a case whose first draw already failed the rule: each recorded as not
+    judged — a second draw (same_buffers), a compiled call or a batch variant of a wrong kernel
+    fails for the same reason, and would send its reader after a server bug that is not there."""
+    declared, asked = declarations(backend), policy.required_properties(backend.name)
+    return {p: {"status": "skip", "required": prop_required(p, declared, asked), "reason": FIRST_DRAW_FAILED}
+            for p in wanted}
 
 
 def _same_shapes(a, b) -> bool:
@@ -350,7 +366,7 @@ def check_properties(prep: Prepared, backend, label: str, tol: Tolerance, calls:
         if second is None:
             wanted.remove("same_buffers")
             result["same_buffers"] = {"status": "skip", "required": False,
-                                      "reason": "no second draw of this case has the same shapes"}
+                                      "reason": NO_SECOND_DRAW}
     try:
         raw = calls.call(label, backend, "properties",
                          (case.to_dict(), handed(prep.inputs, backend), second and handed(second, backend), wanted,

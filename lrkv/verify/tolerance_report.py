@@ -30,6 +30,7 @@ from .options.paged import LEVELS as PAGED_LEVELS
 SCHEMA = "lrkv.tolerance-report/1"
 STATUSES = ("pass", "fail", "error", "skip", "xfail")
 MARKDOWN_MAX_ROWS = 40  # rows per Markdown table; a PR comment must stay well under 65,536 chars
+MARKDOWN_WHERE_CHARS = 600  # the failing cells of each output (cells.py): sequences, heads, what they share
 MARKDOWN_REASON_CHARS = 400  # a failure's reason names each failing output's worst element: out and lse both fit
 
 
@@ -366,7 +367,13 @@ def headline(report: dict) -> str:
 NO_COMMIT = "none (no git commit)"  # made outside a git repository, or before its first commit; the gate says the same
 
 
+def _clip(text: str, n: int) -> str:
+    return text if len(text) <= n else text[:n - 1] + "…"
+
+
 def render_markdown(report: dict) -> str:
+    from .cells import where_lines
+
     recs = report["records"]
     env, git = report["environment"], report["git"]
     commit = (git["commit"][:12] if git["commit"] else NO_COMMIT) + (" (dirty)" if git.get("dirty") else "")
@@ -397,10 +404,11 @@ def render_markdown(report: dict) -> str:
     failing = [r for r in recs if r["status"] in ("fail", "error")]
     if failing:
         lines += ["", f"### Failures and errors ({len(failing)})", ""]
-        lines += _table(["backend", "case", "max abs err", "bound", "×bound", "reason"],
+        lines += _table(["backend", "case", "max abs err", "bound", "×bound", "where it fails", "reason"],
                         [[r["backend"], f"`{r['id']}`", _g((r["metrics"] or {}).get("max_abs")),
-                          _g((r["bound"] or {}).get("max_abs")), _g(r["ratio"]), r["reason"][:MARKDOWN_REASON_CHARS]]
-                         for r in failing])
+                          _g((r["bound"] or {}).get("max_abs")), _g(r["ratio"]),
+                          _clip(" · ".join(where_lines(r)), MARKDOWN_WHERE_CHARS) or "—",
+                          r["reason"][:MARKDOWN_REASON_CHARS]] for r in failing])
         lines += ["", "<details><summary>Replay a failing case</summary>", "", "```sh"]
         lines += [r["repro"] for r in failing[:10]] + ["```", "</details>"]
     xfail = [r for r in recs if r["status"] == "xfail"]

@@ -255,12 +255,17 @@ def failure_groups(records: list[dict]) -> list[tuple[str, list[dict]]]:
 
 
 def _print_failures(console, records: list[dict], everything: bool = False) -> None:
-    """The first FAILURES_SHOWN of each group in full with its replay; the rest counted (-v: all)."""
+    """The first FAILURES_SHOWN of each group in full — where it fails, its replay; the rest
+    counted (-v: all)."""
+    from .cells import where_lines
+
     for title, recs in failure_groups(records):
         shown = recs if everything else recs[:FAILURES_SHOWN]
         _say(console, f"{len(recs)} failing in {title}:", "red")
         for r in shown:
             _say(console, f"{r['status'].upper()} {r['backend']} {r['id']}: {r['reason']}", "red")
+            for line in where_lines(r):  # the failing sequences, heads and positions, and what they share
+                _say(console, f"  where: {line}", "red")
             _say(console, f"  replay: {r['repro']}")
         if len(recs) > len(shown):
             _say(console, f"  … and {len(recs) - len(shown)} more in this group (report.md and report.json list "

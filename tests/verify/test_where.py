@@ -19,6 +19,7 @@ from lrkv.verify.backend_registry import get_backend
 from lrkv.verify.builtin_backends import EagerBackend, ReferenceBackend
 from lrkv.verify.case import Case
 from lrkv.verify.levels import LEVEL_MODULES, get_level
+from lrkv.mutants.paged import PagedMutant
 from lrkv.verify.metrics import locate
 from lrkv.verify.runner import backend_info, prepare, run, run_case
 from lrkv.verify.selection import Selection
@@ -85,6 +86,19 @@ class LayerWrong(ReferenceBackend):
     def layer_step(self, weights, x_t, cache, positions):
         y, cache = super().layer_step(weights, x_t, cache, positions)
         return _bump(y, (1, 5)), cache
+
+
+class FullLastPageDropped(PagedMutant):
+    """A last-page bug: the last page's length taken as length % page, so a sequence whose
+    length is an exact multiple of the page size loses its whole last page."""
+
+    name = "full-last-page-dropped"
+
+    def read_lengths(self, lengths, page, capacity, page_table):
+        return torch.where((lengths % page == 0) & (lengths > 0), lengths - page, lengths)
+
+
+LAST_PAGE = Case.flat("kernel-paged", SPEC, "float32", (9, 8, 3, 16), 16, page_size=4)  # 8 and 16: full last pages
 
 
 def _record(case: Case, backend) -> dict:
