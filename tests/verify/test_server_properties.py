@@ -18,8 +18,8 @@ from lrkv.verify.backend_registry import get_backend
 from lrkv.verify.case import Case
 from lrkv.verify.runner import backend_info, run
 from lrkv.verify.selection import Selection
-from lrkv.verify.server_properties import (ALWAYS_REQUIRED, PROPERTIES, declarations, failures, plan, required,
-                                            second_draws, selected)
+from lrkv.verify.server_properties import (ALWAYS_REQUIRED, FIRST_DRAW_FAILED, PROPERTIES, declarations, failures,
+                                            plan, required, second_draws, selected)
 from lrkv.verify.tolerance import load_policy
 from lrkv.verify.tolerance_report import build_report, validate_report
 
@@ -72,6 +72,43 @@ def test_each_split_count_rule_is_rejected_when_declared_batch_invariant(rule):
     entry = rec["properties"]["batch_invariant"]
     assert rec["status"] == "pass" and entry["required"] and entry["status"] == "fail", entry
     assert gate.exit_code(gate.classify(rep, {"entries": {}, "policy": None}), rep) == 1
+
+
+def test_a_numeric_bug_is_not_reported_as_a_server_property_failure():
+    """A property is judged only on a case whose first draw passed: a wrong kernel fails its
+    case, and its second draw in the same buffers is not a second, misleading failure — while the
+    buffer-reuse bug, which passes its first draw, is still a failed same_buffers."""
+    from lrkv.mutants.decode import SqrtRankScale
+
+    rep = _report([F32], [("numeric", SqrtRankScale()), ("pointer", SERVER_MUTANTS["same_buffers"]())])
+    numeric, pointer = rep["records"]
+    assert numeric["status"] == "fail" and set(numeric["properties"]) >= set(ALWAYS_REQUIRED)
+    assert all(e["status"] == "skip" and e["reason"] == FIRST_DRAW_FAILED for e in numeric["properties"].values())
+    assert pointer["status"] == "pass" and pointer["properties"]["same_buffers"]["status"] == "fail"
+    assert [(r["backend"], n) for r, n, _ in failures(rep["records"])] == [("mutant-pointer-cache", "same_buffers")]
+    assert rep["properties"]["mutant-scale-sqrt-r"]["same_buffers"]["ran"] == 0
+    validate_report(json.loads(json.dumps(rep)))
+    entries = gate.classify(rep, {"entries": {}, "policy": None})
+    bad = {(e.backend, e.klass, e.key.split("#")[-1] if "#" in e.key else "case") for e in entries
+           if e.klass not in ("PASS", "UNCOVERED")}
+    assert ("mutant-scale-sqrt-r", "FAIL", "case") in bad and ("mutant-pointer-cache", "FAIL", "same_buffers") in bad
+    assert not [b for b in bad if b[0] == "mutant-scale-sqrt-r" and b[2] != "case"], bad
+    # a property skipped as not judged on a record that passes is an altered report
+    forged = copy.deepcopy(rep)
+    forged["records"][1]["properties"]["same_buffers"] = dict(numeric["properties"]["same_buffers"])
+    assert any(e.klass == "ERROR" and e.key.endswith("#same_buffers") and "report altered" in e.detail
+               for e in gate.classify(forged, {"entries": {}, "policy": None}))
+
+
+def test_check_server_properties_names_the_case_that_failed_not_a_property():
+    from lrkv.mutants.decode import SqrtRankScale
+    from lrkv.testing import check_server_properties
+
+    with pytest.raises(AssertionError) as e:
+        check_server_properties(SqrtRankScale(), [F32], backend_ref="lrkv.mutants.decode:SqrtRankScale")
+    text = str(e.value)
+    assert text.startswith(f"FAIL mutant-scale-sqrt-r {F32.id} (its server properties were not judged")
+    assert "\n  where: out: sequences 0, 1, 2 of 3" in text and "same_buffers" not in text
 
 
 def test_the_split_order_properties_run_on_a_probe_per_batch_size_in_low_precision():
