@@ -115,7 +115,8 @@ def shared(case, seqs: list[int], heads: list[int], positions: list[int], got_na
                 facts.append(f"exactly the sequences whose length is a multiple of the page size {page} fail "
                              f"(a full last page{'; the empty ones pass' if 0 in lp else ''})")
             else:
-                facts.append(f"every failing sequence's length is a multiple of the page size {page} (a full last page)")
+                facts.append(f"every failing sequence's length is a multiple of the page size {page} "
+                             "(a full last page)")
         elif not any(full) and all(n > 0 for n in lf):
             facts.append(f"every failing sequence ends inside a page (its last page partly filled"
                          f"{': the slots past its length hold NaN garbage' if case.nan_garbage else ''})")

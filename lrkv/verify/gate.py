@@ -305,11 +305,12 @@ def property_entries(report: dict, judged: list[tuple[dict, str]], policy: Polic
     exactly the properties the harness runs on its case (`plan` and `selected`, counted from the
     selection, led: ledger.account's); `required` recomputed from what the backend declares (as
     it imports here, else the report's entry) and what the policy asks; a property with outputs
-    re-judged from them by judge_record; a skip on a record that passes (one not judged because
-    the first draw failed, say) is an altered report, but same_buffers' NO_SECOND_DRAW; a
+    re-judged from them by judge_record; a skip is an altered report but same_buffers'
+    NO_SECOND_DRAW and, on a record that fails, FIRST_DRAW_FAILED of NEED_A_PASSING_CASE; a
     required one that failed is FAIL (ERROR if it could not run); one the baseline held that
     fails now is REGRESSED, and one not checked now MISSING."""
-    from .server_properties import NO_SECOND_DRAW, declarations, plan, required, second_draws, selected
+    from .server_properties import (FIRST_DRAW_FAILED, NEED_A_PASSING_CASE, NO_SECOND_DRAW, declarations, plan,
+                                    required, second_draws, selected)
     from .case import Case
 
     infos = {b["name"]: b for b in report.get("backends", [])}
@@ -339,10 +340,10 @@ def property_entries(report: dict, judged: list[tuple[dict, str]], policy: Polic
             why = "" if e.get("required") == want else \
                 f"report altered: property {name} recorded as required={e.get('required')}, the backend " \
                 f"declares and the policy asks {want}"
-            if not why and e.get("status") == "skip" and st == "pass" and \
-                    (name, e.get("reason")) != ("same_buffers", NO_SECOND_DRAW):
+            if not why and e.get("status") == "skip" and (name, e.get("reason")) != ("same_buffers", NO_SECOND_DRAW) \
+                    and not (name in NEED_A_PASSING_CASE and e.get("reason") == FIRST_DRAW_FAILED and st != "pass"):
                 why = f"report altered: property {name} is a skip ({e.get('reason', '')[:120]}) on a record " \
-                      "that passes, where the harness judges it"
+                      f"that {'passes' if st == 'pass' else 'fails'}, where the harness judges it"
             if not why and "outputs" in e:
                 case = Case.from_dict(r["case"])
                 expected = second_draws(case) if name == "same_buffers" else [case]

@@ -48,7 +48,8 @@ from .coverage import declined
 from .twins import changes_text, find_twin, forced_changes, twin_id
 from .isolation import Calls, Timeout, WorkerDied, default_mode, unusable
 from .server_properties import required as prop_required
-from .server_properties import FIRST_DRAW_FAILED, NO_SECOND_DRAW, declarations, named_tensors, plan, second_draws, selected
+from .server_properties import (FIRST_DRAW_FAILED, NEED_A_PASSING_CASE, NO_SECOND_DRAW, declarations, named_tensors,
+                                plan, second_draws, selected)
 from .isolation import call_in_thread
 
 REASON_CHARS = 600  # keep reasons readable in a PR comment
@@ -321,18 +322,20 @@ def run_case(prep: Prepared, backend, label: str, tol: Tolerance, calls: Calls |
     if prep.quantization_cost is not None:
         rec["quantization_cost"] = prep.quantization_cost
     if server is not None and server[0]:
-        rec["properties"] = (check_properties(prep, backend, label, tol, calls, *server) if rec["status"] == "pass"
-                             else not_judged(backend, *server))
+        wanted, policy = server
+        later = [p for p in wanted if p in NEED_A_PASSING_CASE] if rec["status"] != "pass" else []
+        now = [p for p in wanted if p not in later]
+        props = check_properties(prep, backend, label, tol, calls, now, policy) if now else {}
+        rec["properties"] = {p: props[p] if p in props else not_judged(backend, p, policy) for p in wanted}
     return rec
 
 
-def not_judged(backend, wanted: list[str], policy: Policy) -> dict:
-    """The properties of a case whose first draw already failed the rule: each recorded as not
+def not_judged(backend, name: str, policy: Policy) -> dict:
+    """A property of a case whose first draw already failed the rule (NEED_A_PASSING_CASE): not
     judged — a second draw (same_buffers), a compiled call or a batch variant of a wrong kernel
     fails for the same reason, and would send its reader after a server bug that is not there."""
-    declared, asked = declarations(backend), policy.required_properties(backend.name)
-    return {p: {"status": "skip", "required": prop_required(p, declared, asked), "reason": FIRST_DRAW_FAILED}
-            for p in wanted}
+    required = prop_required(name, declarations(backend), policy.required_properties(backend.name))
+    return {"status": "skip", "required": required, "reason": FIRST_DRAW_FAILED}
 
 
 def _same_shapes(a, b) -> bool:

@@ -31,9 +31,9 @@ peer's test):
 `run_properties` runs in the backend's process (the worker: isolation.py), since allocation,
 pointers and in-place writes are facts of that process; the runner judges what needs the
 oracle (same_buffers, compiles) with the tolerance rule and records every verdict on the
-case's record (`record["properties"]`). A property is judged only on a case whose first draw
-passed the rule; on a failing one each is a skip, FIRST_DRAW_FAILED. Properties run on a subset of each level's cases
-(`selected`) to stay within ~30 % of a run's time.
+case's record (`record["properties"]`). Those a wrong kernel would fail for its case's reason
+(NEED_A_PASSING_CASE) are judged only on a case whose first draw passed the rule. Properties
+run on a subset of each level's cases (`selected`) to stay within ~30 % of a run's time.
 """
 
 from __future__ import annotations
@@ -53,10 +53,16 @@ EVERY = {"same_buffers": 12, "outputs_written": 12, "inputs_untouched": 12,
 ON_PROBES = ("deterministic", "batch_invariant")  # a split order's properties: on the probe cases (plan)
 ROWS_SHOWN = 6  # unwritten rows named in a reason
 SECOND_SEED = 7919  # the second draw's seed offset
-# a property of a case whose first draw failed the rule is recorded as a skip with this reason:
-# judged, it would repeat the case's own failure under a property's name (a numeric bug as a
-# failed same_buffers). The gate refuses it on a record that passes.
 NO_SECOND_DRAW = "no second draw of this case has the same shapes"  # same_buffers' one skip on a passing case
+# The properties a wrong kernel fails for the same reason as its case: same_buffers and compiles
+# are judged against the oracle, batch_invariant on other batches (a read of a neighbour's pages
+# or of garbage moves with the batch). On a case whose first draw failed the rule they are
+# recorded as a skip with FIRST_DRAW_FAILED — judged, they would repeat the case's failure
+# under a server bug's name (a numeric bug as a failed same_buffers). The others compare the
+# backend with itself on the same inputs (outputs_written, inputs_untouched, deterministic),
+# which no deterministic numeric bug can fail: they are judged on every case. The gate refuses
+# such a skip on a record that passes.
+NEED_A_PASSING_CASE = ("same_buffers", "batch_invariant", "compiles")
 FIRST_DRAW_FAILED = "not judged: the first draw already failed the rule (the case's own failure says where)"
 MAX_SLOTS = 4096  # batch × T_max of a case the properties run on: their second draw and extra calls stay cheap
 
