@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -706,6 +708,25 @@ def test_replay_n_re_runs_n_records_or_says_why_fewer(good_report):
     more = replay(good_report, base, n_good + 5, live, policy, seed=7)
     assert len(more.replayed) == n_good and (f"--replay {n_good + 5} asked, but the report has only {n_good} "
                                               "eligible pass/xfail records: all of them drawn") in more.summary()
+
+
+@pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_the_baseline_and_reports_are_written_with_the_umask(tmp_path, good_report, mask, mode):
+    """The baseline went through mkstemp and a rename, and so was 0600 whatever the umask: a
+    CI user's group could not read it. Now it has the mode a plain open() gives."""
+    from lrkv.verify.tolerance_report import write_atomic
+
+    old = os.umask(mask)
+    try:
+        base = tmp_path / "baseline.json"
+        assert gate_cli(tmp_path, good_report, base, "--update-baseline") == 0
+        assert stat.S_IMODE(base.stat().st_mode) == mode
+        assert stat.S_IMODE(write_atomic(tmp_path / "out" / "report.md", "x\n").stat().st_mode) == mode
+        base.chmod(0o640)  # an existing file keeps its own mode, as open() would keep it
+        assert gate_cli(tmp_path, good_report, base, "--update-baseline") == 0
+        assert stat.S_IMODE(base.stat().st_mode) == 0o640
+    finally:
+        os.umask(old)
 
 
 def test_gate_replay_and_require_commit_on_the_cli(tmp_path, good_report, capsys):
