@@ -10,8 +10,8 @@
 Per family: bytes per token per layer, its fraction of MHA (Eq. 9 for LRKV), the whole-model
 cache (Eq. 8: N·B·T·b·elements), the bytes ONE device holds under --tp (LRKV replicates its
 shared block, MLA its single latent; heads and MLRA's latent heads shard), the tokens that
-fit one device's --budget-gib (LRKV's fp8 scales counted with --scales), and the physical bytes when every cached tensor's innermost
-width is padded to --align. Also: the largest LRKV rank within --target of MHA's cache.
+fit one device's --budget-gib (LRKV's fp8 scales counted with --scales), and the physical
+bytes when every cached tensor's innermost width is padded to --align. Also: the largest LRKV rank within --target of MHA's cache.
 --scales (with --dtype fp8 or fp8_e5m2) adds the float32 scales of LRKV's fp8 cache at one
 granularity — per_tensor, per_head, per_token, per_token_head (DESIGN §4, "FP8 caches") — and
 the share of fp8's saving over bf16 that they take.

@@ -81,7 +81,8 @@ def draw(report: dict, n: int, seed: int) -> set[int]:
 def changed(report: dict, baseline: dict) -> set[int]:
     """The eligible records whose status differs from their baseline entry's."""
     base, recs = baseline.get("entries", {}), report["records"]
-    return {i for i in eligible(report) if recs[i]["key"] in base and base[recs[i]["key"]]["status"] != recs[i]["status"]}
+    return {i for i in eligible(report)
+            if recs[i]["key"] in base and base[recs[i]["key"]]["status"] != recs[i]["status"]}
 
 
 def pick(report: dict, baseline: dict, n: int, seed: int) -> list[int]:
