@@ -70,8 +70,17 @@ def register(subparsers) -> None:
     p.set_defaults(func=cmd_init)
 
 
+class InitError(ValueError):
+    """A target of `lrkv init` that cannot be written as asked (or a template that cannot be
+    read); the message names the path."""
+
+
 def render(template: str, **values: str) -> str:
-    text = resources.files("lrkv.testing").joinpath("templates", template).read_text(encoding="utf-8")
+    path = resources.files("lrkv.testing").joinpath("templates", template)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:  # the template is read, not written: a wheel built without it
+        raise InitError(f"cannot read {path} (the package is incomplete: reinstall lrkv)") from None
     for key, value in values.items():
         text = text.replace(f"@{key}@", value)
     return text
@@ -150,10 +159,6 @@ def plan(directory: Path, package: str | None = None, layout: str = DEFAULT_LAYO
                 continue
         files[directory / dest] = text
     return files
-
-
-class InitError(ValueError):
-    """A target of `lrkv init` that cannot be written as asked; the message names the path."""
 
 
 def _folders(path: Path, directory: Path) -> list[Path]:

@@ -246,3 +246,27 @@ def test_an_empty_directory_name_is_refused(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["init", ""])
     assert e.value.code == 2 and "empty path" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("layout", ["vllm-blocks", "pages"])
+def test_a_template_missing_from_the_package_is_cannot_read_exit_2(layout, tmp_path, monkeypatch, capsys):
+    """A wheel built without a template (package-data once left out templates/layouts/): exit 2,
+    naming the file it could not READ and what to do, and nothing written."""
+    import shutil
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from lrkv.testing import init
+
+    packaged = tmp_path / "site" / "lrkv" / "testing"
+    shutil.copytree(Path(init.__file__).parent / "templates", packaged / "templates")
+    missing = packaged / "templates" / ("layouts/vllm-blocks.tmpl" if layout != "pages" else "backend.py.tmpl")
+    missing.unlink()
+    monkeypatch.setattr(init, "resources", SimpleNamespace(files=lambda package: packaged))
+    project = tmp_path / "proj"
+    assert _init(project, "--layout", layout) == 2
+    err = capsys.readouterr().err
+    assert err == f"lrkv init: cannot read {missing} (the package is incomplete: reinstall lrkv) (nothing written)\n"
+    assert not project.exists()
+    if layout != "pages":  # the rest of the package still serves the layouts it has
+        assert _init(project) == 0 and (project / f"{MODULE}.py").is_file()
