@@ -114,7 +114,7 @@ def _contract_tables():
     from tests.test_helpers.doc_blocks import tables
 
     doc = Path(__file__).resolve().parents[2] / "docs" / "harness.md"
-    found = {t[0] and next(iter(t[0])): t for t in tables(doc, "Layouts: the cache as the server keeps it")}
+    found = {next(iter(t[0])): t for t in tables(doc, "Layouts: the cache as the server keeps it") if t}
     return found["`cache_layout`"], found["argument"]
 
 

@@ -1,6 +1,8 @@
 """The fenced code blocks a doc tells a user to type, extracted so a test runs them verbatim.
 
     python3 tests/test_helpers/doc_blocks.py README.md "Quick start 2" bash   # prints the block
+
+`tables` reads a section's markdown tables the same way, for a test that holds a doc's table to the code.
 """
 
 from __future__ import annotations

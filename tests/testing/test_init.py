@@ -270,3 +270,21 @@ def test_a_template_missing_from_the_package_is_cannot_read_exit_2(layout, tmp_p
     assert not project.exists()
     if layout != "pages":  # the rest of the package still serves the layouts it has
         assert _init(project) == 0 and (project / f"{MODULE}.py").is_file()
+
+
+def test_the_layouts_doc_init_line_runs_as_written(tmp_path, monkeypatch, capsys):
+    """docs/harness.md "Layouts" tells the user `lrkv init --layout vllm-blocks`: run verbatim."""
+    import shlex
+    from pathlib import Path
+
+    from tests.test_helpers.doc_blocks import blocks
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "harness.md"
+    lines = [line for line in blocks(doc, "Layouts: the cache", "sh")[0].splitlines() if line.startswith("lrkv init")]
+    assert lines
+    monkeypatch.chdir(tmp_path)
+    for line in lines:
+        argv = shlex.split(line, comments=True)
+        assert cli.main(argv[1:]) == 0, line
+        layout = argv[argv.index("--layout") + 1]
+        assert f'cache_layout = "{layout}"' in (tmp_path / f"{MODULE}.py").read_text()
