@@ -101,8 +101,17 @@ class DeclinesPaged(Both):
         return case.level != "kernel-paged", "pages not yet"
 
 
+class WrongPaged(Both):
+    name = "wrong-paged"
+
+    def paged_decode_attention(self, *args, **kw):
+        out, lse = Both.paged_decode_attention(self, *args, **kw)
+        return out * 2, lse
+
+
 both = Both()
 declines_paged = DeclinesPaged()
+wrong_paged = WrongPaged()
 '''
 
 
@@ -121,6 +130,11 @@ def test_every_declared_level_must_verify_a_case(tmp_path):
     allowed = _pytest(tmp_path, "--lrkv-backend", "levels_backend:declines_paged", "-k", "grid_case",
                       "--lrkv-allow-empty")
     assert allowed.returncode == 0 and "accepted by --lrkv-allow-empty" in allowed.stdout
+    # a level whose cases ran and failed says so (it once read "no case of it ran")
+    wrong = _pytest(tmp_path, "--lrkv-backend", "levels_backend:wrong_paged", "-k", "grid_case")
+    assert wrong.returncode == 1 and "2 failed, 5 passed" in wrong.stdout, wrong.stdout[-3000:]
+    assert ("verified no case at a level it declares: level kernel-paged: 2 ran and failed"
+            in wrong.stdout), wrong.stdout[-3000:]
     # under pytest-xdist the workers run the tests and the controller judges: the same verdict
     parallel = _pytest(tmp_path, "--lrkv-backend", "levels_backend:declines_paged", "-k", "grid_case", "-n", "2")
     assert parallel.returncode == 1, parallel.stdout[-3000:]
@@ -207,3 +221,62 @@ def test_server_properties_pass_on_the_examples_and_fail_on_a_kernel_that_writes
         assert re.search(rf"PASSED \S*suite\.py::test_server_properties\[{re.escape(label)}\]", r.stdout), label
     assert re.search(r"FAILED \S*suite\.py::test_server_properties\[writes_cache_backend:writes_cache\]", r.stdout)
     assert "PROPERTY inputs_untouched writes-cache" in r.stdout and "wrote into its inputs: shared_k" in r.stdout
+
+
+class _Config:
+    """What the plugin's summary reads of a pytest config: its options and its tally."""
+
+    def __init__(self, tally, backends):
+        self._lrkv_tally, self._opts = tally, {"lrkv_backend": backends, "collectonly": False}
+
+    def getoption(self, name, default=None):
+        return self._opts.get(name, default)
+
+
+def _tally_of(label, verified_levels, spanning, failed_levels, skipped_levels=()):
+    """A session's tally: verified cases per case level, checks of no level, grid nodes that failed."""
+    from collections import Counter
+
+    from lrkv.testing.tally import Tally
+
+    t = Tally()
+    t.declared[label] = frozenset({"kernel", "kernel-paged"})
+    t.grid_labels.add(label)
+    for level, n in verified_levels.items():
+        for _ in range(n):
+            t.verified[label] += 1
+            t.levels.setdefault(label, Counter())[level] += 1
+            t.features.setdefault(label, {}).setdefault(level, set())
+    t.verified[label] += spanning
+    for i, level in enumerate([*failed_levels, *skipped_levels]):
+        node = f"suite.py::test_grid_case[{label}-{level}-{i}]"
+        t.labels[node], t.grid_levels[node] = label, level
+        if i < len(failed_levels):
+            t.failed.add(node)
+        else:
+            t.skipped(label, "pages not yet", level)
+    return t
+
+
+def test_the_summary_adds_up_and_says_which_cases_ran_and_failed():
+    """"113 cases verified — kernel 110 …, kernel-paged 2 …" left the server properties out of the
+    parts; a level whose 2 cases ran and failed was said to have had "no case of it ran"."""
+    from lrkv.testing.plugin import _empty, _levels_line
+
+    label = "mine:backend"
+    t = _tally_of(label, {"kernel": 110, "kernel-paged": 2}, spanning=1, failed_levels=())
+    line = _levels_line(t, label)
+    assert t.verified[label] == 113 and line.endswith(", server properties 1")
+    assert sum(int(n) for n in re.findall(r"(?:^ — |, )[\w -]+? (\d+)", line)) == 113
+    t = _tally_of(label, {"kernel": 5}, spanning=0, failed_levels=("kernel-paged",) * 2)
+    assert _empty(_Config(t, [label])) == {label: "level kernel-paged: 2 ran and failed"}
+    t = _tally_of(label, {"kernel": 5}, spanning=0, failed_levels=("kernel-paged",),
+                     skipped_levels=("kernel-paged",))
+    assert _empty(_Config(t, [label]))[label] == "level kernel-paged: 1 ran and failed; 1 skipped: pages not yet (1)"
+    t = _tally_of(label, {"kernel": 5}, spanning=0, failed_levels=())
+    assert _empty(_Config(t, [label]))[label] == "level kernel-paged: no case of it ran (deselected)"
+    t = _tally_of(label, {}, spanning=0, failed_levels=("kernel", "kernel-paged"))
+    assert _empty(_Config(t, [label]))[label] == "2 ran and failed"
+    back = type(t)()
+    back.merge(t.export())  # a pytest-xdist worker's failures reach its controller
+    assert back.failures(label) == 2 and back.failures(label, "kernel") == 1
