@@ -104,13 +104,13 @@ def test_cover_prefers_cheap_cases_and_covers_what_it_is_given():
     from lrkv.spec import AttentionSpec
 
     small, big = AttentionSpec.lrkv(2, 16, 3), AttentionSpec.lrkv(16, 128, 3)
-    cheap = Case("kernel", small, "float32", (5, 1), 8)
-    costly = Case("kernel", big, "float32", (5, 1), 8)  # the same features but heads >= 16, d_h = 128
-    cheap2 = Case("kernel", AttentionSpec.lrkv(16, 128, 3), "float32", (1,), 1)  # heads >= 16, d_h 128, batch 1
-    assert grids.quick_cost(cheap) < grids.quick_cost(costly)
-    chosen = cover([costly, cheap, cheap2])
-    assert _covered(chosen) == _covered([costly, cheap, cheap2])
-    assert cheap in chosen
+    costly = Case("kernel", big, "float32", (5, 1, 64), 64)  # varlen, length 1 and t_max; 16 heads of 128
+    cheap = Case("kernel", small, "float32", (5, 1, 64), 64)  # the same with 2 heads of 16
+    wide = Case("kernel", big, "float32", (1,), 1)  # 16 heads of 128 in one slot: what only `costly` adds
+    assert grids.quick_cost(cheap) + grids.quick_cost(wide) < grids.quick_cost(costly)
+    chosen = cover([costly, cheap, wide])
+    assert _covered(chosen) == _covered([costly, cheap, wide])
+    assert chosen == [cheap, wide]  # not the costly case, whose features the two cheap ones share out
 
 
 # ----------------------------------------------------------------------------- per backend
@@ -212,8 +212,7 @@ class HndReadAsNhd(LayoutMutant):
     def misread(self, args):
         def as_nhd(t):  # the pool's memory (dense), addressed as if it were token-major
             N, bs, H, r = t.shape
-            return torch.as_strided(t.contiguous() if t.is_contiguous() else t, t.shape, (bs * H * r, H * r, r, 1),
-                                    t.storage_offset())
+            return torch.as_strided(t, t.shape, (bs * H * r, H * r, r, 1), t.storage_offset())
         return args | {p: as_nhd(args[p]) for p in ("latent_k", "latent_v")}
 
 
