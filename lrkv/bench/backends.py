@@ -277,7 +277,8 @@ def step_backends(device: str, names: list | None = None, *, formulation: str = 
     """The backends to run on a device, in table order (all known ones when names is None).
 
     A name with a colon is a user's backend, `package.module:attribute`
-    (`lrkv.bench.user_backends`; it times the lrkv row at `dtype`); an already built backend
+    (`lrkv.bench.user_backends`; it times the lrkv row at `dtype` through each of its kernel
+    entries: decode, paged decode and extend, in its cache layout); an already built backend
     passes through. Named only user backends, the device's default built-ins stay in front
     of them, so the user's row is timed beside them."""
     known = {"inductor": lambda: InductorSteps(formulation), "eager": lambda: EagerSteps(formulation),
@@ -293,9 +294,10 @@ def step_backends(device: str, names: list | None = None, *, formulation: str = 
                          "'package.module:attribute'")
     if not any((n if isinstance(n, str) else n.name) in known for n in names):
         names = [*defaults, *names]
-    from .user_backends import UserSteps
+    from .user_backends import user_steps
 
-    out = [known[n]() if n in known else UserSteps(n, dtype) if isinstance(n, str) else n for n in names]
+    out = [b for n in names  # a user's backend: a row per kernel entry (decode, paged, extend)
+           for b in ([known[n]()] if n in known else user_steps(n, dtype) if isinstance(n, str) else [n])]
     seen: dict[str, int] = {}
     for b in out:
         seen[b.name] = seen.get(b.name, 0) + 1

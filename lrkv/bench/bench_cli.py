@@ -93,7 +93,8 @@ def register(subparsers) -> None:
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="default: cuda if present")
     p.add_argument("--backend", action="append", type=_backend, metavar="NAME|module:attr",
                    help=f"repeatable: {', '.join(BACKEND_NAMES)}, or a user's decode backend as "
-                        "package.module:attribute (times its lrkv row; named alone, the defaults stay); "
+                        "package.module:attribute (times its lrkv rows: decode, and its paged decode and extend "
+                        "entries in its cache_layout, or a 'not timed' row; named alone, the defaults stay); "
                         "default: inductor on CPU; on CUDA all but eager")
     p.add_argument("--backend-path", action="append", default=[], metavar="DIR",
                    help="directory to import --backend modules from (the working directory is tried too)")

@@ -5,10 +5,10 @@ the four parts of paper Eqs. 6–7's logits q_h S_K^T + (q_h B_h^K) R_h^{K T} an
 a_h S_V + (a_h R_h^V) B_h^{V T}. Slots at or past lengths[b] are garbage; allocation fills
 them with NaN so that any path that reads past the length is caught.
 
-Contiguous, the parts are [B, T_max, ...]. Paged (`page_table` set, vLLM's block table),
-they are pages [P, page, ...] and slot j of sequence b lives in page
-page_table[b, j // page] at row j % page; pages may come in any order and may be shared
-by several sequences (a common prefix). `paginate` scatters a contiguous cache into
+Contiguous, the parts are [B, T_max, ...]. Paged (`page_table` set: lrkv's own page table,
+FlashAttention's block-table convention), they are pages [P, page, ...] and slot j of
+sequence b lives in page page_table[b, j // page] at row j % page; pages may come in any
+order and may be shared by several sequences (a common prefix). `paginate` scatters a contiguous cache into
 permuted pages, `gather` reads it back.
 
 An fp8 cache (DESIGN §4, "FP8 caches") stores the four parts as one fp8 format, filled with

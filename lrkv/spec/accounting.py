@@ -24,7 +24,7 @@ from fractions import Fraction
 from ..checks import check_bool, check_choice, check_int
 from .attention import AttentionSpec
 from .dtypes import dtype_bytes
-from .fp8_scales import GRANULARITIES, PER_HEAD, PER_TENSOR, PER_TOKEN, SCALE_BYTES
+from .fp8_scales import GRANULARITIES, PER_HEAD, PER_TENSOR, PER_TOKEN, PER_TOKEN_HEAD, SCALE_BYTES
 
 
 def _check_spec(spec) -> AttentionSpec:
@@ -219,6 +219,22 @@ def fp8_scale_bytes(spec: AttentionSpec, granularity: str, *, n_layers: int = 1,
     check_int("tokens", tokens, minimum=0)
     fixed, per_token = fp8_scale_elements(spec, granularity)
     return n_layers * SCALE_BYTES * (fixed + tokens * per_token)
+
+
+def per_device_fp8_scale_elements(spec: AttentionSpec, granularity: str, tp: int) -> tuple[int, int]:
+    """`fp8_scale_elements` held by ONE of `tp` tensor-parallel devices, as (fixed per layer,
+    per cached token): the shared parts' scales are replicated with the shared block, a
+    latent's head axis is sharded with its heads (H/P), a headless latent scale is kept whole."""
+    check_int("tp", tp, minimum=1)
+    fixed, per_token = fp8_scale_elements(spec, granularity)
+    if spec.n_heads % tp:
+        raise ValueError(f"tp ({tp}) must divide n_heads ({spec.n_heads})")
+    local = 2 + 2 * (spec.n_heads // tp)  # the headed form: shared K, V scalars + latent K, V by head
+    if granularity == PER_HEAD:
+        return local, 0
+    if granularity == PER_TOKEN_HEAD:
+        return 0, local
+    return fixed, per_token
 
 
 # ----------------------------------------------------------------------------- tensor parallel

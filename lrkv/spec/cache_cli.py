@@ -5,20 +5,22 @@
     lrkv cache --preset 2.5B --seq-len 32K --batch 64 --json     # one JSON object on stdout
     lrkv cache --preset 2.5B --seq-len 32K --batch 64 --dtype fp8 --scales per_token_head
     lrkv cache --heads 32 --head-dim 128 --rank 48 --layers 40 --kv-heads 8 --seq-len 32K --batch 16
+    lrkv cache --heads 24 --head-dim 128 --rank 48 --layers 40 --seq-len 32K   # no --kv-heads: no GQA row
 
 Per family: bytes per token per layer, its fraction of MHA (Eq. 9 for LRKV), the whole-model
 cache (Eq. 8: N·B·T·b·elements), the bytes ONE device holds under --tp (LRKV replicates its
 shared block, MLA its single latent; heads and MLRA's latent heads shard), the tokens that
-fit one device's --budget-gib, and the physical bytes when every cached tensor's innermost
-width is padded to --align. Also: the largest LRKV rank within --target of MHA's cache.
+fit one device's --budget-gib (LRKV's fp8 scales counted with --scales), and the physical
+bytes when every cached tensor's innermost width is padded to --align. Also: the largest LRKV rank within --target of MHA's cache.
 --scales (with --dtype fp8 or fp8_e5m2) adds the float32 scales of LRKV's fp8 cache at one
 granularity — per_tensor, per_head, per_token, per_token_head (DESIGN §4, "FP8 caches") — and
 the share of fp8's saving over bf16 that they take.
 32K means 32,768 (K = 1024, M = 1024²); --seq-len and --batch are at most 2^31 - 1. Presets are
 the paper's scales (Tables 5 and 7); --layers is required where Table 5 gives no layer count
-(128M, 6.3B). Without --preset the model is custom: --heads, --head-dim, --rank, --layers and
---kv-heads are required (--mla-latent defaults to 4·d_h); with --preset each of them replaces
-the preset's value (lrkv.spec.cache_model).
+(128M, 6.3B). Without --preset the model is custom: --heads, --head-dim, --rank and --layers are
+required, --kv-heads is optional (GQA is a comparison row, shown only when it is given) and
+--mla-latent defaults to 4·d_h; with --preset each of them replaces the preset's value
+(lrkv.spec.cache_model).
 
 A --rank past d_h is refused; a rank past the break-even rank d_h(1 − 1/H) (LRKV's cache no
 smaller than MHA's), or a --target whose ceiling passes d_h (capped there) or the break-even
@@ -85,10 +87,12 @@ def register(subparsers) -> None:
     dim = arg_int(minimum=1, maximum=MAX_COUNT)
     p.add_argument("--preset", choices=sorted(PAPER_SCALES),
                    help="the paper's scale (Table 7); without it, a custom model: --heads, --head-dim, --rank, "
-                        "--layers, --kv-heads. With it, each of those flags replaces the preset's value")
+                        "--layers (and --kv-heads for a GQA row). With it, each of those flags replaces the "
+                        "preset's value")
     p.add_argument("--heads", type=dim, help="query heads H")
     p.add_argument("--head-dim", type=dim, help="head width d_h")
-    p.add_argument("--kv-heads", type=dim, help="GQA's KV heads n_kv; must divide --heads")
+    p.add_argument("--kv-heads", type=dim, help="GQA's KV heads n_kv; must divide --heads (custom model: "
+                                                 "optional, the GQA row is shown only when given)")
     p.add_argument("--mla-latent", type=dim, help="MLA's latent width d_c (custom model default: 4 x d_h)")
     p.add_argument("--rank", type=arg_int(minimum=0, maximum=MAX_COUNT),
                    help="LRKV rank r, at most d_h (default: Table 7's for the preset); past the break-even "
@@ -170,6 +174,8 @@ def run_cli(args: argparse.Namespace) -> int:
     for r in result.rows:
         if r.note:
             out.print(f"{r.family}: {r.note}")
+    if scale.gqa_kv_heads is None:
+        out.print("gqa: not shown (give --kv-heads to compare with GQA)")
     if budget is not None:
         out.print(f"budget: {args.budget_gib:g} GiB of cache per device")
     if result.scales is not None:

@@ -6,7 +6,9 @@ adds is the arithmetic a serving engineer does next:
 
   whole-model bytes     N · B · T · b · elements                      (Eq. 8 for lrkv)
   per-device bytes      N · B · T · b · per-device elements under P-way TP
-  tokens that fit       floor(budget / (N · b · per-device elements))  (B·T summed over sequences)
+  tokens that fit       floor((budget − N·4·fixed scales) / (N · (b · per-device elements + 4 · per-token
+                        scales)))  (B·T summed over sequences; the scales of an fp8 LRKV cache when
+                        asked for, per device: `per_device_fp8_scale_elements`)
   padded bytes          every cached tensor's innermost width rounded up to `align`
   rank ceiling          floor(d_h (c − 1/H)) for a target fraction c of MHA (Eq. 9 solved for r)
   fp8 scales            N · 4 · (fixed + tokens · per token) bytes of float32 scales of an fp8
@@ -25,7 +27,7 @@ from lrkv.checks import check_choice, check_int
 
 from .accounting import (
     break_even_rank, cache_elements, fp8_scale_bytes, fp8_scale_elements, mha_cache_elements, padded_rank,
-    per_device_cache_elements, rank_ceiling,
+    per_device_cache_elements, per_device_fp8_scale_elements, rank_ceiling,
 )
 from .attention import AttentionSpec
 from .dtypes import FP8_DTYPES, as_dtype, dtype_bytes, dtype_name
@@ -53,9 +55,11 @@ def parse_count(name: str, text: str) -> int:
 
 
 def peer_specs(scale: PaperScale, rank: int | None = None) -> dict[str, AttentionSpec]:
-    """LRKV and its peers at one paper scale: Table 7's GQA KV heads and MLA latent, MLRA-4's
-    public-code layout (4 latent heads of 128 + a 64-wide k_rope), LRKV at `rank` (Table 7's if None)."""
-    specs = {f: scale.spec(f) for f in ("mha", "gqa", "mqa", "mla")}
+    """LRKV and its peers at one paper scale: Table 7's GQA KV heads (no GQA without them: a custom
+    model given no --kv-heads) and MLA latent, MLRA-4's public-code layout (4 latent heads of 128 +
+    a 64-wide k_rope), LRKV at `rank` (Table 7's if None)."""
+    peers = ("mha", "gqa", "mqa", "mla") if scale.gqa_kv_heads is not None else ("mha", "mqa", "mla")
+    specs = {f: scale.spec(f) for f in peers}
     specs["mlra"] = scale.spec("mlra", **MLRA4)
     specs["lrkv"] = scale.spec("lrkv", rank=scale.rank if rank is None else rank)
     return specs
@@ -72,10 +76,15 @@ def per_device_bytes(spec: AttentionSpec, n_layers: int, tokens: int, dtype="bfl
     return n_layers * tokens * per_token * dtype_bytes(dtype)
 
 
-def tokens_that_fit(spec: AttentionSpec, n_layers: int, budget_bytes: int, dtype="bfloat16", tp: int = 1) -> int:
-    """The most cached tokens (summed over the batch) whose per-device cache fits `budget_bytes`."""
-    per_token = n_layers * per_device_cache_elements(spec, tp, include_key_scale=True) * dtype_bytes(dtype)
-    return budget_bytes // per_token
+def tokens_that_fit(spec: AttentionSpec, n_layers: int, budget_bytes: int, dtype="bfloat16", tp: int = 1,
+                    scales: str | None = None) -> int:
+    """The most cached tokens (summed over the batch) whose per-device cache fits `budget_bytes`;
+    with `scales` (an fp8 LRKV cache's granularity) its float32 scales count too: the fixed ones
+    come off the budget, the per-token ones join each token's bytes."""
+    fixed, scale_per_token = (0, 0) if scales is None else per_device_fp8_scale_elements(spec, scales, tp)
+    per_token = n_layers * (per_device_cache_elements(spec, tp, include_key_scale=True) * dtype_bytes(dtype)
+                            + SCALE_BYTES * scale_per_token)
+    return max(0, budget_bytes - n_layers * SCALE_BYTES * fixed) // per_token
 
 
 def padded_elements(spec: AttentionSpec, align: int) -> int:
@@ -183,7 +192,8 @@ def plan(scale: PaperScale, *, n_layers: int, batch: int, seq_len: int, dtype="b
          rank: int | None = None, budget_bytes: int | None = None, target_fraction: Fraction = Fraction(1, 2),
          align: int = 16, families: tuple[str, ...] = PEERS, scales: str | None = None) -> Plan:
     """Size one deployment for LRKV and its peers side by side; `scales` (an fp8 `dtype` only)
-    adds LRKV's fp8 scale bytes at that granularity (`plan_scales`)."""
+    adds LRKV's fp8 scale bytes at that granularity (`plan_scales`) and counts them in LRKV's tokens
+    that fit the budget. A scale without GQA KV heads has no GQA row."""
     check_int("n_layers", n_layers, minimum=1)
     check_int("batch", batch, minimum=1, maximum=MAX_COUNT)
     check_int("seq_len", seq_len, minimum=1, maximum=MAX_COUNT)
@@ -203,13 +213,16 @@ def plan(scale: PaperScale, *, n_layers: int, batch: int, seq_len: int, dtype="b
     tokens = batch * seq_len
     b = dtype_bytes(dtype)
     specs = peer_specs(scale, rank)
+    scale_plan = None if scales is None else plan_scales(specs["lrkv"], scales, n_layers=n_layers, tokens=tokens,
+                                                         dtype=dtype)
     rows = []
-    for f in families:
+    for f in (f for f in families if f in specs):
         s = specs[f]
         try:
             dev = per_device_bytes(s, n_layers, tokens, dtype, tp)
-            fit = tokens_that_fit(s, n_layers, budget_bytes, dtype, tp) if budget_bytes is not None else None
-            note = ""
+            own = scales if f == "lrkv" else None  # the scales are LRKV's fp8 cache's
+            fit = tokens_that_fit(s, n_layers, budget_bytes, dtype, tp, own) if budget_bytes is not None else None
+            note = f"tokens/device counts its fp8 scales ({scales})" if own and budget_bytes is not None else ""
         except ValueError as e:  # e.g. GQA's 6 KV heads on 4 devices: this layout does not shard evenly
             dev, fit, note = None, None, str(e)
         rows.append(PlanRow(
@@ -224,8 +237,6 @@ def plan(scale: PaperScale, *, n_layers: int, batch: int, seq_len: int, dtype="b
         ceiling = None
     formula = ceiling
     ceiling, warnings = _saves_nothing(scale, rows, ceiling, Fraction(target_fraction))
-    scale_plan = None if scales is None else plan_scales(specs["lrkv"], scales, n_layers=n_layers, tokens=tokens,
-                                                         dtype=dtype)
     return Plan(preset=scale.label, n_layers=n_layers, batch=batch, seq_len=seq_len, dtype=dtype_name(dtype),
                 tp=tp, budget_bytes=budget_bytes, target_fraction=Fraction(target_fraction),
                 rank_ceiling=ceiling, align=align, rows=tuple(rows), warnings=tuple(warnings),

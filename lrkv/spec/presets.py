@@ -22,7 +22,7 @@ class PaperScale:
     d_model: int  # d = H·d_h
     n_layers: int | None  # N where Table 5 states it, else None
     rank: int  # LRKV r, Table 7
-    gqa_kv_heads: int  # n_kv, Table 7
+    gqa_kv_heads: int | None  # n_kv, Table 7; None: a custom model given without GQA's (no GQA row)
     mla_latent: int  # d_c, Table 7
     source: str  # where the numbers come from
 
@@ -34,6 +34,8 @@ class PaperScale:
         if family == "mha":
             return AttentionSpec.mha(H, d_h, d_model=d, **kw)
         if family == "gqa":
+            if "n_kv_heads" not in kw and self.gqa_kv_heads is None:
+                raise ValueError(f"{self.label} has no GQA KV-head count (--kv-heads): no GQA spec to build")
             return AttentionSpec.gqa(H, d_h, kw.pop("n_kv_heads", self.gqa_kv_heads), d_model=d, **kw)
         if family == "mqa":
             return AttentionSpec.mqa(H, d_h, d_model=d, **kw)

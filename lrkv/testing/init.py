@@ -60,7 +60,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "init", help="set up lrkv verification in your own repository",
         description=__doc__ + "\nexit codes: 0 written · 2 a file exists (use --force), a target that cannot be "
-                    "written (nothing is) or bad input · 130 interrupted "
+                    "written (nothing is), a template missing from the package, or bad input · 130 interrupted "
                     "(1, 3 and 4 do not arise: init only writes files)",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dir", nargs="?", default=".", type=arg_out_dir(), help="the project directory (default: .)")
@@ -70,8 +70,17 @@ def register(subparsers) -> None:
     p.set_defaults(func=cmd_init)
 
 
+class InitError(ValueError):
+    """A target of `lrkv init` that cannot be written as asked (or a template that cannot be
+    read); the message names the path."""
+
+
 def render(template: str, **values: str) -> str:
-    text = resources.files("lrkv.testing").joinpath("templates", template).read_text(encoding="utf-8")
+    path = resources.files("lrkv.testing").joinpath("templates", template)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:  # the template is read, not written: a wheel built without it
+        raise InitError(f"cannot read {path} (the package is incomplete: reinstall lrkv)") from None
     for key, value in values.items():
         text = text.replace(f"@{key}@", value)
     return text
@@ -125,7 +134,7 @@ def in_layout(starter: str, layout: str) -> str:
         return starter
     contract, method = render(f"layouts/{layout}.tmpl").split("#----\n")
     head, rest = starter.split("    paged_decode_attention(q, <the same four parts", 1)
-    starter = head + contract + rest.split("# vLLM's block table\n", 1)[1]
+    starter = head + contract + rest.split("# lrkv's own page table\n", 1)[1]
     attribute, method = method.split("\n\n", 1)
     head, rest = starter.split("    def paged_decode_attention(", 1)
     starter = head + method + "\n" + "    def gathered_decode(" + rest.split("    def gathered_decode(", 1)[1]
@@ -150,10 +159,6 @@ def plan(directory: Path, package: str | None = None, layout: str = DEFAULT_LAYO
                 continue
         files[directory / dest] = text
     return files
-
-
-class InitError(ValueError):
-    """A target of `lrkv init` that cannot be written as asked; the message names the path."""
 
 
 def _folders(path: Path, directory: Path) -> list[Path]:

@@ -131,7 +131,11 @@ def pytest_collection_finish(session) -> None:
 
 def pytest_runtest_logreport(report) -> None:
     t = tally()
-    if t is None or not report.skipped or report.nodeid not in t.labels:
+    if t is None or report.nodeid not in t.labels:
+        return
+    if report.failed and report.when in ("setup", "call"):
+        t.failed.add(report.nodeid)
+    if not report.skipped:
         return
     reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
     t.skipped(t.labels[report.nodeid], reason.removeprefix("Skipped: "), t.grid_levels.get(report.nodeid))
@@ -153,29 +157,35 @@ def _empty(config) -> dict[str, str]:
         if not t.verified[label]:
             if label in t.unavailable:
                 out[label] = f"unavailable here: {t.unavailable[label]}"
-            elif t.skips.get(label):
-                out[label] = _why_skipped(t.skips[label])
             else:
-                out[label] = "no suite test ran for it (deselected, or it failed before verifying a case)"
+                out[label] = _why_none(t.failures(label), t.skips.get(label), "no suite test ran for it (deselected)")
             continue
         missing = t.unverified_levels(label)
         if missing:  # the backend declares the level; the grid ran; no case of it met the rule
-            out[label] = "; ".join(
-                f"level {lv}: " + (_why_skipped(t.level_skips[(label, lv)]) if t.level_skips.get((label, lv))
-                                   else "no case of it ran (deselected, or it failed)") for lv in missing)
+            out[label] = "; ".join(f"level {lv}: " + _why_none(t.failures(label, lv), t.level_skips.get((label, lv)),
+                                                               "no case of it ran (deselected)") for lv in missing)
     return out
 
 
+def _why_none(failed: int, skips, none_ran: str) -> str:
+    """Why nothing was verified: the tests that ran and failed, the skips, or that none ran."""
+    parts = [f"{failed} ran and failed"] if failed else []
+    if skips:
+        parts.append(_why_skipped(skips))
+    return "; ".join(parts) or none_ran
+
+
 def _levels_line(t, label: str) -> str:
-    """' — kernel 30 (features 14/48), kernel-paged 9 (15/52)': cases and features per case level."""
+    """' — kernel 30 (features 14/48), kernel-paged 9 (features 15/52), server properties 1': cases
+    and features per case level, then the checks of no case level; the parts add up to the total."""
     from ..verify.features import level_features
 
-    levels = t.levels.get(label)
-    if not levels:
-        return ""
+    levels = t.levels.get(label) or {}
     parts = [f"{lv} {n} (features {len(t.features[label][lv])}/{len(level_features(lv))})"
              for lv, n in sorted(levels.items())]
-    return " — " + ", ".join(parts)
+    if t.spanning(label):
+        parts.append(f"server properties {t.spanning(label)}")
+    return " — " + ", ".join(parts) if parts else ""
 
 
 @pytest.hookimpl(optionalhook=True)

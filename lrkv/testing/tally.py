@@ -31,6 +31,7 @@ class Tally:
         self.labels: dict[str, str] = {}  # test node id -> backend label
         self.grid_levels: dict[str, str] = {}  # grid test node id -> its case's backend level
         self.grid_labels: set[str] = set()  # labels whose grid cases were collected
+        self.failed: set[str] = set()  # node ids of the suite's tests that failed (setup or call)
 
     def export(self) -> dict:
         """What a pytest-xdist worker hands its controller (JSON-able), which merges it."""
@@ -39,7 +40,8 @@ class Tally:
                 "declared": {k: sorted(v) for k, v in self.declared.items()}, "unavailable": self.unavailable,
                 "skips": {k: dict(v) for k, v in self.skips.items()},
                 "level_skips": [[k[0], k[1], dict(v)] for k, v in self.level_skips.items()],
-                "labels": self.labels, "grid_levels": self.grid_levels, "grid_labels": sorted(self.grid_labels)}
+                "labels": self.labels, "grid_levels": self.grid_levels, "grid_labels": sorted(self.grid_labels),
+                "failed": sorted(self.failed)}
 
     def merge(self, data: dict) -> None:
         self.verified.update(data["verified"])
@@ -58,11 +60,22 @@ class Tally:
         self.labels.update(data["labels"])
         self.grid_levels.update(data["grid_levels"])
         self.grid_labels.update(data["grid_labels"])
+        self.failed.update(data.get("failed", ()))
 
     def skipped(self, label: str, reason: str, level: str | None = None) -> None:
         self.skips.setdefault(label, Counter())[reason] += 1
         if level is not None:
             self.level_skips.setdefault((label, level), Counter())[reason] += 1
+
+    def failures(self, label: str, level: str | None = None) -> int:
+        """The label's suite tests that failed; with `level`, its grid cases of that backend level."""
+        return sum(1 for node in self.failed if self.labels.get(node) == label
+                   and (level is None or self.grid_levels.get(node) == level))
+
+    def spanning(self, label: str) -> int:
+        """Checks verified that belong to no case level (the server properties): the rest of
+        `verified` once the per-level counts are taken, so that the summary adds up."""
+        return self.verified[label] - sum(self.levels.get(label, Counter()).values())
 
     def level_counts(self, label: str) -> Counter[str]:
         """Backend level -> cases verified, for one label."""

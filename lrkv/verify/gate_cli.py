@@ -68,8 +68,9 @@ def register(subparsers) -> None:
     g.add_argument("--subset", action="store_true",
                    help="only judge baseline entries of backends that appear in the report")
     g.add_argument("--replay", type=arg_int(minimum=0, maximum=100000), default=0, metavar="N",
-                   help="re-run N pass/xfail records drawn at gate time, and every record whose status differs "
-                        "from the baseline; block on any that does not reproduce (lrkv/verify/replay.py)")
+                   help="re-run N pass/xfail records drawn at gate time (all of them when fewer are eligible; tp "
+                        "records are not replayed), and every record whose status differs from the baseline; "
+                        "block on any that does not reproduce (lrkv/verify/replay.py)")
     g.add_argument("--replay-seed", type=arg_int(minimum=0, maximum=2**32 - 1), metavar="S",
                    help="with --replay: draw the records from this seed (to repeat a replay; default: a fresh one)")
     g.add_argument("--require-commit", action="store_true",

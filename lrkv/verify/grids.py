@@ -391,7 +391,8 @@ def quick_grid() -> list[Case]:
     contexts with each RoPE mode — chosen by `cover` (deterministic: the same cases at every
     call). tests/verify/test_quick_grid.py holds its coverage equal to the default grid's,
     per level and per backend. 59 of the default grid's 214 cases; `lrkv init`'s test file on
-    its starter (kernel, kernel-paged) took 56 s, 31 s CPU, on 2 shared cores (docs/testing.md)."""
+    its starter (kernel, kernel-paged) took 9 s on 2 cores, up to 108 s when other jobs shared
+    them (docs/testing.md)."""
     return list(_quick_cases())
 
 

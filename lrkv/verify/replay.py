@@ -4,7 +4,9 @@ The gate re-judges a report from its evidence, but evidence can be copied: recor
 earlier good run of the same cases re-judge as passes. Replay re-runs, here, N pass/xfail
 records drawn with a seed made at gate time (printed, so a replay can be repeated with
 --replay-seed), plus every record whose status differs from its baseline entry, and
-compares each with what the report says:
+compares each with what the report says. Only replayable records are drawn (tp records are
+not), so N are re-run whenever the report has N eligible; the summary says how many were
+asked, eligible, added from the baseline and could not be run:
 
   * the status must be the same;
   * each stored metric of each output must equal the re-run's bit for bit when the backend
@@ -37,10 +39,23 @@ class ReplayResult:
     replayed: list[str]  # record keys
     mismatches: list[tuple[dict, str]]  # (record, why)
     not_replayed: list[tuple[dict, str]]  # (record, why) — tp records
+    asked: int | None = None  # --replay N
+    eligible: int | None = None  # pass/xfail records of a replayable level: the pool N is drawn from
+    changed: int = 0  # records re-run because their status differs from the baseline's, beyond the N
+    impossible: int = 0  # picked records whose backend cannot be imported here (each a mismatch)
 
     def summary(self) -> str:
         s = (f"replay: {len(self.replayed)} records re-run (seed {self.seed}), {len(self.mismatches)} "
              f"did not reproduce")
+        if self.asked is not None:
+            s += (f"; {self.asked} drawn at random as asked (--replay {self.asked})"
+                  if self.asked <= (self.eligible or 0) else
+                  f"; --replay {self.asked} asked, but the report has only {self.eligible} eligible pass/xfail "
+                  f"records: all of them drawn")
+        if self.changed:
+            s += f"; {self.changed} more whose status differs from the baseline"
+        if self.impossible:
+            s += f"; {self.impossible} could not be run here (the backend does not import)"
         if self.not_replayed:
             s += f"; {len(self.not_replayed)} not replayable here ({self.not_replayed[0][1]})"
         return s
@@ -51,15 +66,29 @@ def new_seed() -> int:
     return secrets.randbelow(2**32)
 
 
+def eligible(report: dict) -> list[int]:
+    """Indices of the records a replay draws from: pass/xfail records of a level it can re-run."""
+    return [i for i, r in enumerate(report["records"])
+            if r["status"] in ("pass", "xfail") and r["level"] not in NOT_REPLAYED_LEVELS]
+
+
+def draw(report: dict, n: int, seed: int) -> set[int]:
+    """n eligible records at random (all of them when there are fewer)."""
+    pool = eligible(report)
+    return set(random.Random(seed).sample(pool, min(n, len(pool))))
+
+
+def changed(report: dict, baseline: dict) -> set[int]:
+    """The eligible records whose status differs from their baseline entry's."""
+    base, recs = baseline.get("entries", {}), report["records"]
+    return {i for i in eligible(report)
+            if recs[i]["key"] in base and base[recs[i]["key"]]["status"] != recs[i]["status"]}
+
+
 def pick(report: dict, baseline: dict, n: int, seed: int) -> list[int]:
-    """Indices of the records to replay: n pass/xfail records at random, and every record whose
-    status differs from its baseline entry's."""
-    base = baseline.get("entries", {})
-    recs = report["records"]
-    pool = [i for i, r in enumerate(recs) if r["status"] in ("pass", "xfail")]
-    chosen = set(random.Random(seed).sample(pool, min(n, len(pool))))
-    chosen |= {i for i in pool if recs[i]["key"] in base and base[recs[i]["key"]]["status"] != recs[i]["status"]}
-    return sorted(chosen)
+    """Indices of the records to replay: `draw`'s n, and every record whose status differs from
+    its baseline entry's."""
+    return sorted(draw(report, n, seed) | changed(report, baseline))
 
 
 def same_environment(report: dict) -> bool:
@@ -108,14 +137,16 @@ def _replay(report, baseline, n, live, policy, seed, on_step, infos, calls) -> R
     from .runner import prepare, run_case
 
     exact_env = same_environment(report)
-    replayed, mismatches, skipped = [], [], []
-    for i in pick(report, baseline, n, seed):
+    replayed, mismatches, impossible = [], [], 0
+    skipped = [(r, f"{r['level']} records run on their own ranks and are not replayed") for r in report["records"]
+               if r["status"] in ("pass", "xfail") and r["level"] in NOT_REPLAYED_LEVELS]
+    drawn = draw(report, n, seed)
+    picked = sorted(drawn | changed(report, baseline))  # = pick(...)
+    for i in picked:
         rec = report["records"][i]
-        if rec["level"] in NOT_REPLAYED_LEVELS:
-            skipped.append((rec, f"{rec['level']} records run on their own ranks and are not replayed"))
-            continue
         backend, why_not = live.get(rec["backend"], (None, "the report does not list the backend"))
         if backend is None:
+            impossible += 1
             mismatches.append((rec, f"replay impossible: backend {rec['backend']!r} cannot be imported here "
                                     f"({why_not})"))
             continue
@@ -138,7 +169,8 @@ def _replay(report, baseline, n, live, policy, seed, on_step, infos, calls) -> R
         why = _outputs_mismatch(rec, runs, deterministic) or _properties_mismatch(rec, runs[0], wanted)
         if why:
             mismatches.append((rec, why))
-    return ReplayResult(seed, replayed, mismatches, skipped)
+    return ReplayResult(seed, replayed, mismatches, skipped, asked=n, eligible=len(eligible(report)),
+                        changed=len(set(picked) - drawn), impossible=impossible)
 
 
 def required_properties(rec: dict, backend, policy) -> list[str]:

@@ -237,14 +237,28 @@ def load_report(path: str | Path) -> dict:
     return data
 
 
+def umask() -> int:
+    """The process's umask (read by setting it and putting it back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: str | Path, text: str) -> Path:
-    """Write text to path through a temporary file and a rename: never a half-written file."""
+    """Write text to path through a temporary file and a rename: never a half-written file.
+    The file gets the mode a plain open() gives it — an existing file's own, else 0o666 less
+    the umask — not mkstemp's 0600 (a baseline or report others in the group read)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        mode = 0o666 & ~umask()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+            os.fchmod(f.fileno(), mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -16,6 +16,8 @@ from lrkv.bench.grid import BenchGrid
 from lrkv.bench.render import footnotes
 from lrkv.bench.runner import RunOptions, run_bench
 from lrkv.mutants.decode import Mutant
+from lrkv.mutants.layouts import LayoutBackend
+from lrkv.reference.cache_layouts import ADAPTERS
 from lrkv.spec import PAPER_SCALES, PaperScale
 from lrkv.verify.protocol import BaseBackend
 
@@ -60,6 +62,21 @@ class _LayerOnly(BaseBackend):
     levels = frozenset({"layer"})
 
 
+class _Paged(_Good):  # every kernel entry, in the contract's own paged form
+    name = "paged"
+    levels = frozenset({"kernel", "kernel-paged", "kernel-extend"})
+
+
+class _Vllm(LayoutBackend):  # a vLLM team's backend: paged decode and extend on vLLM's block pools
+    name = "vllm"
+    calls: list = []
+
+    def _attend(self, signature, args, **kw):
+        self.calls.append((signature, dict(zip(getattr(ADAPTERS[self.cache_layout], signature), args)) | kw))
+        return super()._attend(signature, args, **kw)
+
+
+paged, vllm = _Paged(), _Vllm()
 good, unavailable, raises_available, raises_decode, wrong, layer_only = (
     _Good(), _Unavailable(), _RaisesInAvailable(), _RaisesInDecode(), _Wrong(), _LayerOnly())
 not_a_backend = object()
@@ -81,7 +98,8 @@ def _run(tiny, *names, dtype=torch.float32):
 
 def test_a_user_backend_is_timed_beside_the_builtins(tiny):
     result, rows = _run(tiny, "good")
-    assert set(rows) == {("mha", "eager"), ("lrkv", "eager"), ("lrkv", "good")}  # lrkv only: its contract
+    assert set(rows) == {("mha", "eager"), ("lrkv", "eager"), ("lrkv", "good"), ("lrkv", "good-paged"),
+                         ("lrkv", "good-extend")}  # lrkv only: its contract; a row per kernel entry
     row = rows["lrkv", "good"]
     assert row.status == "ok" and row.time_s > 0 and row.mha_backend == "eager" and row.vs_mha > 0
     assert row.bytes_total == rows["lrkv", "eager"].bytes_total  # same inputs, same bytes
@@ -89,8 +107,45 @@ def test_a_user_backend_is_timed_beside_the_builtins(tiny):
 
 
 def test_named_alone_the_default_builtins_stay():
-    assert [b.name for b in step_backends("cpu", [f"{HERE}:good"])] == ["inductor", "good"]
-    assert [b.name for b in step_backends("cpu", ["eager", f"{HERE}:good"])] == ["eager", "good"]
+    assert [b.name for b in step_backends("cpu", [f"{HERE}:good"])] == ["inductor", "good", "good-paged",
+                                                                         "good-extend"]
+    assert [b.name for b in step_backends("cpu", ["eager", f"{HERE}:good"])] == ["eager", "good", "good-paged",
+                                                                                 "good-extend"]
+
+
+def test_the_users_paged_and_extend_entries_are_timed_in_its_declared_layout(tiny):
+    """A paged-only vLLM backend (cache_layout 'vllm-blocks'): its paged decode and extend rows are
+    timed on vLLM's block pools — block 0 the null block, a block_table, seq_lens — beside ours."""
+    _Vllm.calls.clear()
+    result, rows = _run(tiny, "vllm", "paged")
+    for entry, method in (("paged", "paged_decode_attention"), ("extend", "extend_attention")):
+        row = rows["lrkv", f"vllm-{entry}"]
+        assert row.status == "ok" and row.time_s > 0 and row.vs_mha > 0, row.reason
+        assert f"{method}, cache layout vllm-blocks, pages of 16" in row.note
+        assert row.bytes_total == rows["lrkv", "eager"].bytes_total
+        own = rows["lrkv", f"paged-{entry}"]  # a backend of the contract's own paged form
+        assert own.status == "ok" and "cache layout pages" in own.note
+    decode = rows["lrkv", "vllm"]  # paged entries only: its contiguous decode row says why it is not timed
+    assert decode.status == "skipped" and "does not declare the kernel level" in decode.reason
+    seen = {sig for sig, _ in _Vllm.calls}
+    assert seen == {"DECODE", "EXTEND"}
+    for sig, laid in _Vllm.calls:  # what the backend was handed: vLLM's block pools
+        table = laid["block_table"]
+        assert torch.isnan(laid["shared_k"][0]).all()  # block 0: the null block
+        assert laid["shared_k"].shape[0] == int(table.max()) + 1 and "seq_lens" in laid
+        if sig == "EXTEND":
+            assert laid["cu_seqlens_q"].tolist() == list(range(len(laid["seq_lens"]) + 1))
+            assert "slot_mapping" in laid
+
+
+def test_a_backend_without_a_paged_entry_gets_a_not_timed_row(tiny):
+    result, rows = _run(tiny, "good")
+    for entry in ("paged", "extend"):
+        row = rows["lrkv", f"good-{entry}"]
+        assert row.status == "skipped" and row.time_s is None
+        assert row.reason.startswith(f"not timed: no {entry} entry"), row.reason
+        assert any(f"not timed: no {entry} entry" in n and f"lrkv / good-{entry}" in n for n in footnotes(result))
+    assert rows["lrkv", "good"].status == "ok"
 
 
 @pytest.mark.parametrize("attr,status,needle", [
@@ -168,7 +223,8 @@ def test_the_docs_command_times_the_example_backend_verbatim(tmp_path, capsys, m
     assert main(argv) == 0
     out = json.loads(next(tmp_path.glob("reports/*/bench.json")).read_text())
     by = {(r["family"], r["backend"]): r["status"] for r in out["rows"]}
-    assert by == {("mha", "eager"): "ok", ("lrkv", "eager"): "ok", ("lrkv", "my-splitk"): "ok"}
+    assert by == {("mha", "eager"): "ok", ("lrkv", "eager"): "ok", ("lrkv", "my-splitk"): "ok",
+                  ("lrkv", "my-splitk-paged"): "ok", ("lrkv", "my-splitk-extend"): "skipped"}  # no extend entry
     assert "lrkv / my-splitk" in capsys.readouterr().out
 
 
@@ -178,5 +234,5 @@ def test_the_docs_gpu_command_puts_the_example_beside_triton_and_sdpa():
 
     args = build_parser("bench").parse_args(_doc_command("examples.my_backend:backend", "--device cuda"))
     built = step_backends("cuda", args.backend, dtype=torch.bfloat16)
-    assert [b.name for b in built] == ["triton", "sdpa", "my-splitk"]
+    assert [b.name for b in built] == ["triton", "sdpa", "my-splitk", "my-splitk-paged", "my-splitk-extend"]
     assert built[2].available("cuda") == (True, "")  # it declares bfloat16 and the kernel level

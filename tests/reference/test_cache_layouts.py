@@ -4,6 +4,8 @@ layout's own conventions: vLLM's null block 0 (NaN, never a sequence's block) an
 an append writes through, FlashInfer's CSR pages with last-page lengths in 1 … page, fused
 rows in the stated part order; head-major (HND) pools stay head-major, fp8 scales go along."""
 
+import re
+
 import pytest
 import torch
 
@@ -102,3 +104,93 @@ def test_an_unknown_layout_is_named():
     assert CACHE_LAYOUTS[0] == "pages" and check_layout("vllm-blocks") == "vllm-blocks"
     with pytest.raises(ValueError, match="cache_layout must be one of pages, vllm-blocks"):
         check_layout("vllm")
+
+
+# ------------------------------------------------------------- docs/harness.md "Layouts"
+def _contract_tables():
+    """docs/harness.md's two layout tables: the argument order per layout, and each argument."""
+    from pathlib import Path
+
+    from tests.test_helpers.doc_blocks import tables
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "harness.md"
+    found = {next(iter(t[0])): t for t in tables(doc, "Layouts: the cache as the server keeps it") if t}
+    return found["`cache_layout`"], found["argument"]
+
+
+def _names(cell: str) -> tuple[str, ...]:
+    return () if cell == "—" else tuple(n.strip() for n in cell.strip("`").split(","))
+
+
+def _layouts(row: dict) -> tuple[str, ...]:
+    return CACHE_LAYOUTS if row["layouts"] == "all" else _names(row["layouts"])
+
+
+def _shape(cell: str, extend: bool, sizes: dict) -> tuple[int, ...]:
+    spans = [s for s in re.findall(r"`([^`]*)`", cell) if s.startswith("[")]
+    dims = spans[-1 if extend else 0].strip("[]").replace("·", "*")
+    return tuple(eval(d, {}, sizes) for d in dims.split(",")) if dims else ()  # noqa: S307 — the doc's own sizes
+
+
+def test_the_docs_layout_order_is_the_adapters():
+    from lrkv.verify.levels.extend import ExtendInputs
+    from lrkv.verify.levels.paged import PagedInputs
+
+    order, _ = _contract_tables()
+    assert [row["`cache_layout`"].split()[0].strip("`") for row in order] == list(CACHE_LAYOUTS)
+    for row in order:
+        layout = row["`cache_layout`"].split()[0].strip("`")
+        own = (PagedInputs.ARGS, ExtendInputs.ARGS, ("page_table",)) if layout == "pages" else (
+            ADAPTERS[layout].DECODE, ADAPTERS[layout].EXTEND, ADAPTERS[layout].EXTEND_KEYWORDS)
+        assert (_names(row["paged decode: positional"]), _names(row["extend: positional"]),
+                _names(row["extend: keyword"])) == own, layout
+
+
+def test_the_docs_layout_arguments_are_what_the_harness_hands_over():
+    """Every argument a backend of each layout is handed — by position in the doc's order, then
+    the keywords — has the doc's shape, dtype and memory order, head-major or not, fp8 or not;
+    and every row of the doc's table is met by some argument."""
+    from lrkv.verify.levels.extend import make_extend_inputs
+
+    order, rows = _contract_tables()
+    rows = [(set(_names(r["argument"].replace("`", ""))), r) for r in rows]
+    met = set()
+    for hnd, fp8 in ((False, ""), (True, "float8_e4m3fn")):
+        extra = {"cache_format": fp8, "scale_granularity": "per_token_head"} if fp8 else {}
+        bundles = {
+            "decode": make_paged_inputs(Case.flat("kernel-paged", SPEC, "float32", (5, 9, 0, 4, 8), 12, page_size=4,
+                                                  page_hnd=hnd, **extra)),
+            "extend": make_extend_inputs(Case.flat("kernel-extend", SPEC, "float32", (9, 4, 6), 12, n_new=(3, 0, 6),
+                                                   page_size=4, page_hnd=hnd, **extra))}
+        for entry, bundle in bundles.items():
+            c = bundle.cache
+            H, d_h, r = bundle.basis_k.shape
+            P, page = c.shared_k.shape[:2]
+            sizes = {"B": len(c.lengths), "H": H, "d_h": d_h, "r": r, "P": P, "page": page, "N": bundle.q.shape[0],
+                     "max_pages": c.page_table.shape[1], "nnz": int(((c.lengths + page - 1) // page).sum())}
+            for layout_row in order:
+                layout = layout_row["`cache_layout`"].split()[0].strip("`")
+                handed = bundle.in_layout(layout)
+                names = _names(layout_row["paged decode: positional" if entry == "decode" else "extend: positional"])
+                keywords = _names(layout_row["extend: keyword"]) if entry == "extend" else ()
+                kwargs = handed.kwargs()
+                assert set(kwargs) == {"scale", "rope", "key_scale", *keywords, *(("cache_scales",) if fp8 else ())}
+                args = dict(zip(names, handed.args(), strict=True)) | {n: kwargs[n] for n in ("key_scale", *keywords)}
+                if fp8:
+                    args |= {f"cache_scales.{p}": t for p, t in kwargs["cache_scales"].tensors().items()}
+                for name, t in args.items():
+                    where = f"{layout} {entry} {name} (hnd={hnd}, fp8={fp8!r})"
+                    found = [i for i, (n, r) in enumerate(rows) if name in n and layout in _layouts(r)]
+                    assert len(found) == 1, f"{where}: {len(found)} rows of the doc's table"
+                    row = rows[found[0]][1]
+                    met.add((found[0], layout))
+                    assert tuple(t.shape) == _shape(row["shape"], entry == "extend", sizes), where
+                    dtypes = {"τ": torch.float32, "fp8": torch.float8_e4m3fn, "int32": torch.int32,
+                              "int64": torch.int64, "float32": torch.float32}
+                    kinds = row["dtype"].split(" or ")
+                    assert t.dtype == dtypes["fp8" if fp8 and "fp8" in kinds else kinds[0]], where
+                    head_major = row["memory"] == "NHD or HND" and hnd
+                    assert row["memory"] in ("dense", "NHD or HND"), where
+                    assert t.is_contiguous() != head_major and (not head_major or t.stride(2) > t.stride(1)), where
+    every = {(i, layout) for i, (_, row) in enumerate(rows) for layout in _layouts(row)}
+    assert every - met == set(), "rows of the doc's table no argument met"

@@ -42,6 +42,19 @@ def test_a_custom_model_is_sized_from_its_flags(capsys):
     assert rows["mha"]["model_bytes"] == 40 * 16 * 32768 * 2 * 32 * 128 * 2  # N·B·T·(2·H·d_h)·b = 320 GiB
 
 
+def test_kv_heads_is_optional_and_gqa_is_shown_only_when_given(capsys):
+    """GQA is a comparison row: a custom LRKV model sizes without --kv-heads, with no GQA row."""
+    rc, out, err = _run([*CUSTOM[:-2], "--seq-len", "32K", "--batch", "16", "--json"], capsys)
+    assert rc == 0, err
+    rows = {r["family"]: r for r in json.loads(out)["rows"]}
+    assert sorted(rows) == ["lrkv", "mha", "mla", "mlra", "mqa"]
+    assert rows["lrkv"]["bytes_per_token_layer"] == 2 * (2 * 128 + 2 * 32 * 48)
+    rc, out, _ = _run([*CUSTOM[:-2], "--seq-len", "32K"], capsys)
+    assert rc == 0 and "gqa: not shown (give --kv-heads" in out and "gqa-H32" not in out
+    rc, out, _ = _run([*CUSTOM, "--seq-len", "32K"], capsys)
+    assert rc == 0 and "gqa-H32-dh128-kv8" in out and "gqa: not shown" not in out
+
+
 def test_a_preset_with_flags_replaced_keeps_its_other_fields():
     s = cache_model("2.5B", heads=16, kv_heads=4)
     assert (s.label, s.n_heads, s.head_dim, s.rank, s.n_layers, s.gqa_kv_heads, s.mla_latent) == \
@@ -51,7 +64,7 @@ def test_a_preset_with_flags_replaced_keeps_its_other_fields():
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (CUSTOM[:4] + ["--seq-len", "8K"], "missing: --rank, --layers, --kv-heads"),
+    (CUSTOM[:4] + ["--seq-len", "8K"], "missing: --rank, --layers"),
     (["--heads", "0", *CUSTOM[2:], "--seq-len", "8K"], "--heads: must be >= 1"),
     (["--head-dim", "-3", "--heads", "32", *CUSTOM[4:], "--seq-len", "8K"], "--head-dim"),
     ([*CUSTOM[:-1], "2.5", "--seq-len", "8K"], "--kv-heads"),

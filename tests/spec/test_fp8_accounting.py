@@ -16,7 +16,7 @@ from lrkv.cli import main
 from lrkv.reference.cache import allocate_cache
 from lrkv.spec import PAPER_SCALES, AttentionSpec, fp8_scale_bytes, fp8_scale_elements
 from lrkv.spec.fp8_scales import GRANULARITIES
-from lrkv.spec.planner import GIB, plan, plan_scales
+from lrkv.spec.planner import GIB, plan, plan_scales, tokens_that_fit
 
 S25 = PAPER_SCALES["2.5B"]  # N 18, H 18, d_h 128, r 55
 LRKV25 = S25.spec("lrkv")
@@ -96,3 +96,34 @@ def test_cli_refuses_bad_scales(argv, needle, capsys):
     except SystemExit as e:
         rc = e.code
     assert rc == 2 and needle in capsys.readouterr().err
+
+
+
+def test_tokens_that_fit_count_the_scales(capsys):
+    """H 24, d_h 128, r 48, N 40 at fp8: 2·(128 + 24·48) = 2560 payload bytes per token per layer
+    and per_token_head scales 4·(2 + 2·24) = 200 more: 60 GiB / (40 · 2760) = 583,555 tokens, not
+    the payload-only 60 GiB / (40 · 2560) = 629,145 (the scales' own 3.91 GiB left out)."""
+    argv = ["cache", "--heads", "24", "--head-dim", "128", "--rank", "48", "--layers", "40", "--seq-len", "32K",
+            "--batch", "16", "--dtype", "fp8", "--budget-gib", "60"]
+    assert main([*argv, "--scales", "per_token_head", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    lrkv = {r["family"]: r for r in data["rows"]}["lrkv"]
+    assert lrkv["tokens_fit"] == 60 * GIB // (40 * 2760) == 583_555
+    assert "counts its fp8 scales (per_token_head)" in lrkv["note"]
+    assert data["scales"]["model_bytes"] == 40 * 16 * 32768 * 200  # 3.91 GiB
+    assert main([*argv, "--json"]) == 0  # without --scales the payload alone
+    assert {r["family"]: r for r in json.loads(capsys.readouterr().out)["rows"]}["lrkv"]["tokens_fit"] == 629_145
+    assert main([*argv, "--scales", "per_token_head"]) == 0
+    assert "583,555" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("granularity, tp, fixed, per_token", [
+    # per device, hand counted (bytes): shared scales replicated, latents' head axis split H/P
+    ("per_tensor", 2, 4 * 4, 0), ("per_head", 2, 2 * 4 + 2 * 4 * 9, 0),
+    ("per_token", 2, 0, 4 * 4), ("per_token_head", 3, 0, 2 * 4 + 2 * 4 * 6),
+])
+def test_tokens_that_fit_count_each_devices_scales(granularity, tp, fixed, per_token):
+    budget, payload = 10**9 + 7, 2 * (128 + 18 // tp * 55)  # fp8: one byte per element, this device's heads
+    fit = tokens_that_fit(LRKV25, N, budget, "fp8", tp, granularity)
+    assert fit == (budget - N * fixed) // (N * (payload + per_token))
+    assert tokens_that_fit(LRKV25, N, budget, "fp8", tp) == budget // (N * payload)

@@ -3,7 +3,8 @@ installs it into a fresh venv outside this checkout, `lrkv init`s a project, and
 tests through the pytest plugin and `lrkv verify` + `lrkv gate` on the starter backend
 (pass) and on a planted bug (fail, with a replay command that resolves), and runs the
 documented `pytest --lrkv-backend ... -m equivalence` on the starter (pass); a kernel that
-writes into its cache fails test_server_properties both ways. A few minutes."""
+writes into its cache fails test_server_properties both ways; `lrkv init --layout L` works
+for every cache layout and that starter's tests pass. A few minutes."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
+from lrkv.reference.cache_layouts import CACHE_LAYOUTS, DEFAULT
 
 pytestmark = pytest.mark.slow
 
@@ -30,3 +33,6 @@ def test_downstream_round_trip(tmp_path):
     assert "ok: pytest --lrkv-backend (no test file needed) (exit 0)" in r.stdout
     for path in ("pytest -m equivalence", "pytest --lrkv-backend"):
         assert f"ok: {path} -k server_properties (writes its cache) (exit 1)" in r.stdout
+    for layout in CACHE_LAYOUTS:  # each from the wheel, and its starter's own tests (the default's ran above)
+        assert f"ok: lrkv init --layout {layout} (exit 0)" in r.stdout
+        assert layout == DEFAULT or f"ok: pytest -m equivalence ({layout} starter) (exit 0)" in r.stdout

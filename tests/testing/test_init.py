@@ -248,3 +248,45 @@ def test_an_empty_directory_name_is_refused(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["init", ""])
     assert e.value.code == 2 and "empty path" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("layout", ["vllm-blocks", "pages"])
+def test_a_template_missing_from_the_package_is_cannot_read_exit_2(layout, tmp_path, monkeypatch, capsys):
+    """A wheel built without a template (package-data once left out templates/layouts/): exit 2,
+    naming the file it could not READ and what to do, and nothing written."""
+    import shutil
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from lrkv.testing import init
+
+    packaged = tmp_path / "site" / "lrkv" / "testing"
+    shutil.copytree(Path(init.__file__).parent / "templates", packaged / "templates")
+    missing = packaged / "templates" / ("layouts/vllm-blocks.tmpl" if layout != "pages" else "backend.py.tmpl")
+    missing.unlink()
+    monkeypatch.setattr(init, "resources", SimpleNamespace(files=lambda package: packaged))
+    project = tmp_path / "proj"
+    assert _init(project, "--layout", layout) == 2
+    err = capsys.readouterr().err
+    assert err == f"lrkv init: cannot read {missing} (the package is incomplete: reinstall lrkv) (nothing written)\n"
+    assert not project.exists()
+    if layout != "pages":  # the rest of the package still serves the layouts it has
+        assert _init(project) == 0 and (project / f"{MODULE}.py").is_file()
+
+
+def test_the_layouts_doc_init_line_runs_as_written(tmp_path, monkeypatch, capsys):
+    """docs/harness.md "Layouts" tells the user `lrkv init --layout vllm-blocks`: run verbatim."""
+    import shlex
+    from pathlib import Path
+
+    from tests.test_helpers.doc_blocks import blocks
+
+    doc = Path(__file__).resolve().parents[2] / "docs" / "harness.md"
+    lines = [line for line in blocks(doc, "Layouts: the cache", "sh")[0].splitlines() if line.startswith("lrkv init")]
+    assert lines
+    monkeypatch.chdir(tmp_path)
+    for line in lines:
+        argv = shlex.split(line, comments=True)
+        assert cli.main(argv[1:]) == 0, line
+        layout = argv[argv.index("--layout") + 1]
+        assert f'cache_layout = "{layout}"' in (tmp_path / f"{MODULE}.py").read_text()

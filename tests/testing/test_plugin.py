@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lrkv.testing import grid_cases
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -21,15 +23,27 @@ def _pytest(tmp_path, *args) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
 
 
+def _quick(ref: str, level: str = "") -> tuple[int, int]:
+    """(cases run, cases skipped) of the quick grid for a backend at a level (every level: ''), as
+    the plugin parametrizes them: a case declined for its dtype or fp8 cache is a skip followed
+    by its twin."""
+    from lrkv.testing import cases_for
+
+    params = [p for p in cases_for(ref, "quick") if p.id.startswith(f"{level}:") or not level]
+    return sum(not p.marks for p in params), sum(bool(p.marks) for p in params)
+
+
 def test_plugin_runs_the_grid_and_says_no_with_the_replay(tmp_path):
     ok = _pytest(tmp_path, "--lrkv-backend", "examples.my_backend:backend", "-k", "grid_case or permutation")
     assert ok.returncode == 0, ok.stdout[-3000:]
-    # 4 kernel cases and the float64 case's float32 twin, 2 paged cases (one a twin) and the
-    # permutation property; 6 cases not claimed (the float64 ones, the layer levels, extend)
-    assert "8 passed, 6 skipped" in ok.stdout
+    # the kernel and paged cases (a float64 one at its float32 twin) and the permutation property;
+    # the cases not claimed (the float64 ones, the layer levels, extend) are skips
+    ran, skipped = _quick("examples.my_backend:backend")
+    assert f"{ran + 1} passed, {skipped} skipped" in ok.stdout
     bad = _pytest(tmp_path, "--lrkv-backend", "tests.testing.test_api:SCALED", "-k", "grid_case")
     assert bad.returncode == 1, bad.stdout[-3000:]
-    assert "5 failed, 2 passed, 6 skipped" in bad.stdout  # twins included; 1 % is within bfloat16 paged's bound
+    counts = re.search(r"(\d+) failed, (\d+) passed, (\d+) skipped", bad.stdout)  # twins included
+    assert counts and int(counts[1]) + int(counts[2]) == ran and int(counts[3]) == skipped, bad.stdout[-500:]
     assert "replay: lrkv verify --backend tests.testing.test_api:SCALED --case '" in bad.stdout
 
 
@@ -79,8 +93,9 @@ def test_cases_declined_by_supports_are_skips_and_not_a_pass(tmp_path):
     (tmp_path / "nocuda_backend.py").write_text(NO_CUDA)
     r = _pytest(tmp_path, "--lrkv-backend", "nocuda_backend:declines", "-k", "grid_case")
     assert r.returncode == 1, r.stdout[-3000:]
-    assert "11 skipped" in r.stdout and "passed" not in r.stdout  # no twin: supports() declines every variant
-    assert "verified no case: 11 skipped" in r.stdout and "only on Tuesdays" in r.stdout
+    n = len(grid_cases("quick"))  # no twin: supports() declines every variant
+    assert f"{n} skipped" in r.stdout and "passed" not in r.stdout
+    assert f"verified no case: {n} skipped" in r.stdout and "only on Tuesdays" in r.stdout
 
 
 LEVELS = '''
@@ -91,6 +106,7 @@ from examples.my_paged_backend import PagedDecode
 class Both(SplitKDecode):
     name = "both"
     levels = frozenset({"kernel", "kernel-paged"})
+    cache_formats = ()  # the paged example reads no fp8 cache
     paged_decode_attention = PagedDecode.paged_decode_attention
 
 
@@ -101,37 +117,56 @@ class DeclinesPaged(Both):
         return case.level != "kernel-paged", "pages not yet"
 
 
+class WrongPaged(Both):
+    name = "wrong-paged"
+
+    def paged_decode_attention(self, *args, **kw):
+        out, lse = Both.paged_decode_attention(self, *args, **kw)
+        return out * 2, lse
+
+
 both = Both()
 declines_paged = DeclinesPaged()
+wrong_paged = WrongPaged()
 '''
 
 
-def test_every_declared_level_must_verify_a_case(tmp_path):
+def test_every_declared_level_must_verify_a_case(tmp_path, monkeypatch):
     """The default (quick) grid reaches every level a backend declares; a declared level whose
     every case was declined fails the session, naming the level, though the kernel level passed."""
     (tmp_path / "levels_backend.py").write_text(LEVELS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    kernel, paged = _quick("levels_backend:both", "kernel")[0], _quick("levels_backend:both", "kernel-paged")[0]
     ok = _pytest(tmp_path, "--lrkv-backend", "levels_backend:both", "-k", "grid_case")
     assert ok.returncode == 0, ok.stdout[-3000:]
-    assert "cases verified — kernel 5 (features " in ok.stdout and ", kernel-paged 2 (features " in ok.stdout
+    assert f"cases verified — kernel {kernel} (features " in ok.stdout
+    assert f", kernel-paged {paged} (features " in ok.stdout
     bad = _pytest(tmp_path, "--lrkv-backend", "levels_backend:declines_paged", "-k", "grid_case")
     assert bad.returncode == 1, bad.stdout[-3000:]
     assert "failed" not in bad.stdout.split("lrkv: FAILED")[0]  # every test passed or skipped
     assert re.search("lrkv: FAILED: levels_backend:declines_paged verified no case at a level it declares: "
-                     r"level kernel-paged: \d skipped", bad.stdout) and "pages not yet" in bad.stdout
+                     r"level kernel-paged: \d+ skipped", bad.stdout) and "pages not yet" in bad.stdout
     allowed = _pytest(tmp_path, "--lrkv-backend", "levels_backend:declines_paged", "-k", "grid_case",
                       "--lrkv-allow-empty")
     assert allowed.returncode == 0 and "accepted by --lrkv-allow-empty" in allowed.stdout
+    # a level whose cases ran and failed says so (it once read "no case of it ran")
+    wrong = _pytest(tmp_path, "--lrkv-backend", "levels_backend:wrong_paged", "-k", "grid_case")
+    assert wrong.returncode == 1 and f"{paged} failed, {kernel} passed" in wrong.stdout, wrong.stdout[-3000:]
+    assert (f"verified no case at a level it declares: level kernel-paged: {paged} ran and failed"
+            in wrong.stdout), wrong.stdout[-3000:]
     # under pytest-xdist the workers run the tests and the controller judges: the same verdict
     parallel = _pytest(tmp_path, "--lrkv-backend", "levels_backend:declines_paged", "-k", "grid_case", "-n", "2")
     assert parallel.returncode == 1, parallel.stdout[-3000:]
-    assert re.search(r"verified no case at a level it declares: level kernel-paged: \d skipped", parallel.stdout)
+    assert re.search(r"verified no case at a level it declares: level kernel-paged: \d+ skipped", parallel.stdout)
 
 
 def test_the_summary_counts_the_verified_cases(tmp_path):
     r = _pytest(tmp_path, "--lrkv-backend", "examples.my_backend:backend", "-k", "grid_case")
     assert r.returncode == 0, r.stdout[-3000:]
-    assert "7 passed, 6 skipped" in r.stdout
-    assert "lrkv: examples.my_backend:backend: 7 cases verified — kernel 5 (features " in r.stdout
+    ran, skipped = _quick("examples.my_backend:backend")
+    kernel = _quick("examples.my_backend:backend", "kernel")[0]
+    assert f"{ran} passed, {skipped} skipped" in r.stdout
+    assert f"lrkv: examples.my_backend:backend: {ran} cases verified — kernel {kernel} (features " in r.stdout
     deselected = _pytest(tmp_path, "--lrkv-backend", "examples.my_backend:backend", "-k", "no_such_test")
     assert deselected.returncode != 0 and "verified no case" in deselected.stdout
 
@@ -207,3 +242,62 @@ def test_server_properties_pass_on_the_examples_and_fail_on_a_kernel_that_writes
         assert re.search(rf"PASSED \S*suite\.py::test_server_properties\[{re.escape(label)}\]", r.stdout), label
     assert re.search(r"FAILED \S*suite\.py::test_server_properties\[writes_cache_backend:writes_cache\]", r.stdout)
     assert "PROPERTY inputs_untouched writes-cache" in r.stdout and "wrote into its inputs: shared_k" in r.stdout
+
+
+class _Config:
+    """What the plugin's summary reads of a pytest config: its options and its tally."""
+
+    def __init__(self, tally, backends):
+        self._lrkv_tally, self._opts = tally, {"lrkv_backend": backends, "collectonly": False}
+
+    def getoption(self, name, default=None):
+        return self._opts.get(name, default)
+
+
+def _tally_of(label, verified_levels, spanning, failed_levels, skipped_levels=()):
+    """A session's tally: verified cases per case level, checks of no level, grid nodes that failed."""
+    from collections import Counter
+
+    from lrkv.testing.tally import Tally
+
+    t = Tally()
+    t.declared[label] = frozenset({"kernel", "kernel-paged"})
+    t.grid_labels.add(label)
+    for level, n in verified_levels.items():
+        for _ in range(n):
+            t.verified[label] += 1
+            t.levels.setdefault(label, Counter())[level] += 1
+            t.features.setdefault(label, {}).setdefault(level, set())
+    t.verified[label] += spanning
+    for i, level in enumerate([*failed_levels, *skipped_levels]):
+        node = f"suite.py::test_grid_case[{label}-{level}-{i}]"
+        t.labels[node], t.grid_levels[node] = label, level
+        if i < len(failed_levels):
+            t.failed.add(node)
+        else:
+            t.skipped(label, "pages not yet", level)
+    return t
+
+
+def test_the_summary_adds_up_and_says_which_cases_ran_and_failed():
+    """"113 cases verified — kernel 110 …, kernel-paged 2 …" left the server properties out of the
+    parts; a level whose 2 cases ran and failed was said to have had "no case of it ran"."""
+    from lrkv.testing.plugin import _empty, _levels_line
+
+    label = "mine:backend"
+    t = _tally_of(label, {"kernel": 110, "kernel-paged": 2}, spanning=1, failed_levels=())
+    line = _levels_line(t, label)
+    assert t.verified[label] == 113 and line.endswith(", server properties 1")
+    assert sum(int(n) for n in re.findall(r"(?:^ — |, )[\w -]+? (\d+)", line)) == 113
+    t = _tally_of(label, {"kernel": 5}, spanning=0, failed_levels=("kernel-paged",) * 2)
+    assert _empty(_Config(t, [label])) == {label: "level kernel-paged: 2 ran and failed"}
+    t = _tally_of(label, {"kernel": 5}, spanning=0, failed_levels=("kernel-paged",),
+                     skipped_levels=("kernel-paged",))
+    assert _empty(_Config(t, [label]))[label] == "level kernel-paged: 1 ran and failed; 1 skipped: pages not yet (1)"
+    t = _tally_of(label, {"kernel": 5}, spanning=0, failed_levels=())
+    assert _empty(_Config(t, [label]))[label] == "level kernel-paged: no case of it ran (deselected)"
+    t = _tally_of(label, {}, spanning=0, failed_levels=("kernel", "kernel-paged"))
+    assert _empty(_Config(t, [label]))[label] == "2 ran and failed"
+    back = type(t)()
+    back.merge(t.export())  # a pytest-xdist worker's failures reach its controller
+    assert back.failures(label) == 2 and back.failures(label, "kernel") == 1

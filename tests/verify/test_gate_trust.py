@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -682,6 +684,49 @@ def test_copied_records_from_a_good_run_fail_replay(tmp_path, good_report, monke
     ok = replay(good_report, base, 100, {"tiled": (get_backend("tiled"), ""), "eager": (get_backend("eager"), "")},
                 Policy.from_dict(good_report["policy"]), seed=1)
     assert len(ok.replayed) == len(good_report["records"]) and not ok.mismatches  # a correct run reproduces
+
+
+def test_replay_n_re_runs_n_records_or_says_why_fewer(good_report):
+    """--replay 8 once re-ran 7: a tp record (never replayed here) was drawn among the 8. Only
+    replayable records are drawn now; fewer are re-run only when fewer are eligible, and the
+    summary says so."""
+    from lrkv.verify.replay import replay
+
+    rep = copy.deepcopy(good_report)
+    n_good = len(rep["records"])
+    for k in range(3 * n_good):  # tp records outnumber the rest: a draw among all would pick some
+        tp = copy.deepcopy(rep["records"][k % n_good])
+        tp["level"], tp["key"] = "tp", f"{tp['key']}::tp{k}"
+        rep["records"].append(tp)
+    live = {"tiled": (get_backend("tiled"), ""), "eager": (get_backend("eager"), "")}
+    base, policy = gate.baseline_from_report(good_report), Policy.from_dict(rep["policy"])
+    res = replay(rep, base, 2, live, policy, seed=7)
+    assert len(res.replayed) == 2 and not res.mismatches, res.summary()
+    assert res.summary().startswith("replay: 2 records re-run (seed 7), 0 did not reproduce; 2 drawn at random "
+                                    "as asked (--replay 2)")
+    assert f"{3 * n_good} not replayable here (tp records run on their own ranks" in res.summary()
+    more = replay(good_report, base, n_good + 5, live, policy, seed=7)
+    assert len(more.replayed) == n_good and (f"--replay {n_good + 5} asked, but the report has only {n_good} "
+                                              "eligible pass/xfail records: all of them drawn") in more.summary()
+
+
+@pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_the_baseline_and_reports_are_written_with_the_umask(tmp_path, good_report, mask, mode):
+    """The baseline went through mkstemp and a rename, and so was 0600 whatever the umask: a
+    CI user's group could not read it. Now it has the mode a plain open() gives."""
+    from lrkv.verify.tolerance_report import write_atomic
+
+    old = os.umask(mask)
+    try:
+        base = tmp_path / "baseline.json"
+        assert gate_cli(tmp_path, good_report, base, "--update-baseline") == 0
+        assert stat.S_IMODE(base.stat().st_mode) == mode
+        assert stat.S_IMODE(write_atomic(tmp_path / "out" / "report.md", "x\n").stat().st_mode) == mode
+        base.chmod(0o640)  # an existing file keeps its own mode, as open() would keep it
+        assert gate_cli(tmp_path, good_report, base, "--update-baseline") == 0
+        assert stat.S_IMODE(base.stat().st_mode) == 0o640
+    finally:
+        os.umask(old)
 
 
 def test_gate_replay_and_require_commit_on_the_cli(tmp_path, good_report, capsys):

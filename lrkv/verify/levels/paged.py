@@ -1,5 +1,5 @@
-"""The `kernel-paged` level: the paged decode contract of DESIGN §4 (vLLM's block-table
-convention), same math as decode (Eqs. 6–7).
+"""The `kernel-paged` level: the paged decode contract of DESIGN §4 (lrkv's own page
+table, FlashAttention's block-table convention), same math as decode (Eqs. 6–7).
 
 `paged_decode_attention(q, <cache pages>, basis_k, basis_v, lengths, page_table, *, scale,
 key_scale, rope)` on the kernel case's contiguous cache scattered into pages of
