@@ -119,8 +119,8 @@ def apply_changes(case: Case, changes: dict) -> Case:
     kw = {d: v for d, v in changes.items() if d in ("layout", "dtype")}
     if set(changes) & set(fp8.DIMS):
         kw["fp8"] = fp8.twin_apply(case.fp8, changes)
-    if set(changes) & set(paged.DIMS):
-        kw.update(paged.twin_apply(changes["paging"]))
+    if set(changes) & set(paged.DIMS):  # flat keys, applied apart: Case.replace takes flat keys or options, not both
+        case = case.replace(**paged.twin_apply(changes["paging"]))
     expect = case.expect
     if case.level == "layer-model":  # latent RoPE is the model's expected difference (case.py)
         expect = "differ" if s.rope == "latent" else "match"

@@ -16,8 +16,13 @@ pytestmark = pytest.mark.equivalence
 
 
 def test_quick_grid_passes():
-    # the rule only (the server properties: tests/verify/test_server_properties.py, .ci/run's Triton grid)
-    recs = runner.run(grids.quick_grid(), [("triton", TritonBackend())], policy(), properties=False)
+    # the rule only (the server properties: tests/verify/test_server_properties.py, .ci/run's Triton grid);
+    # in the interpreter without the quick grid's four 4K contexts, which cost it minutes there
+    # (.ci/run verifies the Triton kernel on the default grid, 4K contexts included)
+    cases = grids.quick_grid()
+    if runtime.is_interpreted():
+        cases = [c for c in cases if c.t_max <= 1024]
+    recs = runner.run(cases, [("triton", TritonBackend())], policy(), properties=False)
     assert recs, "the quick grid produced no records for the triton backend"
     bad = [(r["id"], r["status"], r["reason"]) for r in recs if r["status"] not in ("pass", "xfail")]
     assert not bad, bad

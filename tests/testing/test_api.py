@@ -12,11 +12,26 @@ from examples.my_backend import SplitKDecode
 from lrkv.spec import AttentionSpec
 from lrkv.testing import Report, cases_for, check_backend, check_case, grid_cases, properties, resolve
 from lrkv.verify.backend_registry import get_backend
-from lrkv.verify.case import Case
-from lrkv.verify.grids import BASE
+from lrkv.verify.case import Case, Extend, Paged
+from lrkv.verify.grids import BASE, EXACT, LATENT, QKN_EXACT
 from lrkv.verify.strategies import lrkv_specs
 
 EXAMPLE = "examples.my_backend:backend"
+# A small grid for the API's own tests (the smoke grid `quick` was before it became a cover of
+# the default grid: tests/verify/test_quick_grid.py): a case at every level, float64 among them
+SMOKE = [
+    Case("kernel", BASE, "float64", (10, 33, 2), 40),
+    Case("kernel", BASE, "float32", (7, 40, 19), 40, q_scale=100.0),
+    Case("kernel", BASE, "bfloat16", (0, 1, 2, 3, 17, 31, 64, 63), 64, seed=1),
+    Case("kernel", EXACT, "float16", (10, 33, 2), 40),
+    Case("kernel", QKN_EXACT, "float32", (130, 7, 101), 160),
+    Case("layer", BASE, "float32", (1, 6, 11), 12),
+    Case("layer-model", LATENT, "float64", (8, 8, 8), 8, expect="differ"),
+    Case("kernel-paged", EXACT, "float64", (37, 21, 14, 0), 40, pages=Paged(7, shared_prefix=14), seed=2),
+    Case("kernel-paged", BASE, "bfloat16", (16, 33, 1), 40, pages=Paged(16, shared_prefix=16), seed=3),
+    Case("kernel-extend", EXACT, "float64", (12, 40, 23), 48, extend=Extend((6, 3, 1)), pages=Paged(5), seed=1),
+    Case("kernel-extend", BASE, "float16", (9, 20, 16), 24, extend=Extend((2, 8, 0)), seed=2),
+]
 
 
 class ScaledOut(SplitKDecode):
@@ -48,20 +63,21 @@ CASE = Case("kernel", AttentionSpec.lrkv(3, 8, 3), "float32", (5, 9, 0), 9, tile
 def test_check_backend_passes_a_correct_backend():
     report = check_backend(EXAMPLE, grid="quick")
     assert isinstance(report, Report) and report.ok
-    # 4 kernel cases of the quick grid and the float64 one's float32 twin (the example has no
-    # float64), the bfloat16 paged case and the float64 paged case's float32 twin
-    assert report.counts["pass"] == report.verified == 7 and not report.failures
+    # every kernel and paged case of the quick grid, a float64 one at its float32 twin (the
+    # example has no float64); the layer and extend cases are skips
+    mine = [c for c in grid_cases("quick") if c.level in ("kernel", "kernel-paged")]
+    assert report.counts["pass"] == report.verified == len(mine) and not report.failures
 
 
 def test_check_backend_lists_each_failure_with_a_replay_that_resolves():
     with pytest.raises(AssertionError) as e:
-        check_backend(SCALED, grid="quick")
+        check_backend(SCALED, grid=SMOKE)
     msg = str(e.value)
     assert "5 of 13 cases failed" in msg and msg.count("replay: ") == 5  # a twin included
     label = "tests.testing.test_api:SCALED"
     assert f"replay: lrkv verify --backend {label} --case " in msg
     assert get_backend(label).name == "scaled-out"
-    report = check_backend(SCALED, grid="quick", raise_on_failure=False)
+    report = check_backend(SCALED, grid=SMOKE, raise_on_failure=False)
     assert not report.ok and {r["status"] for r in report.failures} == {"fail"}
 
 
@@ -161,7 +177,7 @@ def test_a_report_from_check_backend_is_gated_like_one_from_lrkv_verify(tmp_path
     from lrkv import cli
     from lrkv.verify.tolerance_report import validate_report
 
-    report = check_backend(EXAMPLE, grid="quick")
+    report = check_backend(EXAMPLE, grid=SMOKE)
     validate_report(report.data)
     jpath, _ = report.write(tmp_path / "r")
     base = str(tmp_path / "base.json")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lrkv import cli
-from lrkv.testing import check_backend
+from lrkv.testing import check_backend, grid_cases
 from lrkv.testing.init import BASELINE, FILES, MODULE
 
 
@@ -53,8 +53,9 @@ def test_the_starter_backend_passes(tmp_path, monkeypatch):
     assert _init(tmp_path) == 0
     monkeypatch.syspath_prepend(str(tmp_path))
     report = check_backend(f"{MODULE}:backend", grid="quick")
-    # 4 quick kernel cases + the float64 case's twin, and both paged cases (the extend ones are skips)
-    assert report.ok and report.counts["pass"] == 7
+    # every quick kernel and paged case (a float64 one at its float32 twin); the rest are skips
+    mine = [c for c in grid_cases("quick") if c.level in ("kernel", "kernel-paged")]
+    assert report.ok and report.counts["pass"] == len(mine)
 
 
 @pytest.mark.parametrize("layout", ["vllm-blocks", "flashinfer-csr", "fused-rows"])
@@ -65,7 +66,8 @@ def test_the_starter_in_a_server_layout_passes(tmp_path, monkeypatch, capsys, la
     module = f"{MODULE}_{layout.replace('-', '_')}"  # the run's worker processes keep modules imported before
     (tmp_path / f"{module}.py").write_text(text)
     monkeypatch.syspath_prepend(str(tmp_path))
-    report = check_backend(f"{module}:backend", grid="quick")
+    # the layout changes the paged decode only: the quick grid's paged cases (its decode: the test above)
+    report = check_backend(f"{module}:backend", grid="quick", levels=["kernel-paged"])
     paged = [r for r in report.records if r["level"] == "kernel-paged"]
     assert report.ok and [r for r in paged if r["status"] == "pass"] and not report.failures
     assert {r["cache_layout"] for r in paged} == {layout}

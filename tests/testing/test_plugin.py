@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lrkv.testing import grid_cases
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -21,15 +23,27 @@ def _pytest(tmp_path, *args) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
 
 
+def _quick(ref: str, level: str = "") -> tuple[int, int]:
+    """(cases run, cases skipped) of the quick grid for a backend at a level (every level: ''), as
+    the plugin parametrizes them: a case declined for its dtype or fp8 cache is a skip followed
+    by its twin."""
+    from lrkv.testing import cases_for
+
+    params = [p for p in cases_for(ref, "quick") if p.id.startswith(f"{level}:") or not level]
+    return sum(not p.marks for p in params), sum(bool(p.marks) for p in params)
+
+
 def test_plugin_runs_the_grid_and_says_no_with_the_replay(tmp_path):
     ok = _pytest(tmp_path, "--lrkv-backend", "examples.my_backend:backend", "-k", "grid_case or permutation")
     assert ok.returncode == 0, ok.stdout[-3000:]
-    # 4 kernel cases and the float64 case's float32 twin, 2 paged cases (one a twin) and the
-    # permutation property; 6 cases not claimed (the float64 ones, the layer levels, extend)
-    assert "8 passed, 6 skipped" in ok.stdout
+    # the kernel and paged cases (a float64 one at its float32 twin) and the permutation property;
+    # the cases not claimed (the float64 ones, the layer levels, extend) are skips
+    ran, skipped = _quick("examples.my_backend:backend")
+    assert f"{ran + 1} passed, {skipped} skipped" in ok.stdout
     bad = _pytest(tmp_path, "--lrkv-backend", "tests.testing.test_api:SCALED", "-k", "grid_case")
     assert bad.returncode == 1, bad.stdout[-3000:]
-    assert "5 failed, 2 passed, 6 skipped" in bad.stdout  # twins included; 1 % is within bfloat16 paged's bound
+    counts = re.search(r"(\d+) failed, (\d+) passed, (\d+) skipped", bad.stdout)  # twins included
+    assert counts and int(counts[1]) + int(counts[2]) == ran and int(counts[3]) == skipped, bad.stdout[-500:]
     assert "replay: lrkv verify --backend tests.testing.test_api:SCALED --case '" in bad.stdout
 
 
@@ -79,8 +93,9 @@ def test_cases_declined_by_supports_are_skips_and_not_a_pass(tmp_path):
     (tmp_path / "nocuda_backend.py").write_text(NO_CUDA)
     r = _pytest(tmp_path, "--lrkv-backend", "nocuda_backend:declines", "-k", "grid_case")
     assert r.returncode == 1, r.stdout[-3000:]
-    assert "11 skipped" in r.stdout and "passed" not in r.stdout  # no twin: supports() declines every variant
-    assert "verified no case: 11 skipped" in r.stdout and "only on Tuesdays" in r.stdout
+    n = len(grid_cases("quick"))  # no twin: supports() declines every variant
+    assert f"{n} skipped" in r.stdout and "passed" not in r.stdout
+    assert f"verified no case: {n} skipped" in r.stdout and "only on Tuesdays" in r.stdout
 
 
 LEVELS = '''
@@ -91,6 +106,7 @@ from examples.my_paged_backend import PagedDecode
 class Both(SplitKDecode):
     name = "both"
     levels = frozenset({"kernel", "kernel-paged"})
+    cache_formats = ()  # the paged example reads no fp8 cache
     paged_decode_attention = PagedDecode.paged_decode_attention
 
 
@@ -115,37 +131,42 @@ wrong_paged = WrongPaged()
 '''
 
 
-def test_every_declared_level_must_verify_a_case(tmp_path):
+def test_every_declared_level_must_verify_a_case(tmp_path, monkeypatch):
     """The default (quick) grid reaches every level a backend declares; a declared level whose
     every case was declined fails the session, naming the level, though the kernel level passed."""
     (tmp_path / "levels_backend.py").write_text(LEVELS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    kernel, paged = _quick("levels_backend:both", "kernel")[0], _quick("levels_backend:both", "kernel-paged")[0]
     ok = _pytest(tmp_path, "--lrkv-backend", "levels_backend:both", "-k", "grid_case")
     assert ok.returncode == 0, ok.stdout[-3000:]
-    assert "cases verified — kernel 5 (features " in ok.stdout and ", kernel-paged 2 (features " in ok.stdout
+    assert f"cases verified — kernel {kernel} (features " in ok.stdout
+    assert f", kernel-paged {paged} (features " in ok.stdout
     bad = _pytest(tmp_path, "--lrkv-backend", "levels_backend:declines_paged", "-k", "grid_case")
     assert bad.returncode == 1, bad.stdout[-3000:]
     assert "failed" not in bad.stdout.split("lrkv: FAILED")[0]  # every test passed or skipped
     assert re.search("lrkv: FAILED: levels_backend:declines_paged verified no case at a level it declares: "
-                     r"level kernel-paged: \d skipped", bad.stdout) and "pages not yet" in bad.stdout
+                     r"level kernel-paged: \d+ skipped", bad.stdout) and "pages not yet" in bad.stdout
     allowed = _pytest(tmp_path, "--lrkv-backend", "levels_backend:declines_paged", "-k", "grid_case",
                       "--lrkv-allow-empty")
     assert allowed.returncode == 0 and "accepted by --lrkv-allow-empty" in allowed.stdout
     # a level whose cases ran and failed says so (it once read "no case of it ran")
     wrong = _pytest(tmp_path, "--lrkv-backend", "levels_backend:wrong_paged", "-k", "grid_case")
-    assert wrong.returncode == 1 and "2 failed, 5 passed" in wrong.stdout, wrong.stdout[-3000:]
-    assert ("verified no case at a level it declares: level kernel-paged: 2 ran and failed"
+    assert wrong.returncode == 1 and f"{paged} failed, {kernel} passed" in wrong.stdout, wrong.stdout[-3000:]
+    assert (f"verified no case at a level it declares: level kernel-paged: {paged} ran and failed"
             in wrong.stdout), wrong.stdout[-3000:]
     # under pytest-xdist the workers run the tests and the controller judges: the same verdict
     parallel = _pytest(tmp_path, "--lrkv-backend", "levels_backend:declines_paged", "-k", "grid_case", "-n", "2")
     assert parallel.returncode == 1, parallel.stdout[-3000:]
-    assert re.search(r"verified no case at a level it declares: level kernel-paged: \d skipped", parallel.stdout)
+    assert re.search(r"verified no case at a level it declares: level kernel-paged: \d+ skipped", parallel.stdout)
 
 
 def test_the_summary_counts_the_verified_cases(tmp_path):
     r = _pytest(tmp_path, "--lrkv-backend", "examples.my_backend:backend", "-k", "grid_case")
     assert r.returncode == 0, r.stdout[-3000:]
-    assert "7 passed, 6 skipped" in r.stdout
-    assert "lrkv: examples.my_backend:backend: 7 cases verified — kernel 5 (features " in r.stdout
+    ran, skipped = _quick("examples.my_backend:backend")
+    kernel = _quick("examples.my_backend:backend", "kernel")[0]
+    assert f"{ran} passed, {skipped} skipped" in r.stdout
+    assert f"lrkv: examples.my_backend:backend: {ran} cases verified — kernel {kernel} (features " in r.stdout
     deselected = _pytest(tmp_path, "--lrkv-backend", "examples.my_backend:backend", "-k", "no_such_test")
     assert deselected.returncode != 0 and "verified no case" in deselected.stdout
 
