@@ -36,3 +36,4 @@ def test_downstream_round_trip(tmp_path):
     for layout in CACHE_LAYOUTS:  # each from the wheel, and its starter's own tests (the default's ran above)
         assert f"ok: lrkv init --layout {layout} (exit 0)" in r.stdout
         assert layout == DEFAULT or f"ok: pytest -m equivalence ({layout} starter) (exit 0)" in r.stdout
+    assert "ok: pytest -m equivalence (vllm-blocks starter, full last block dropped) (exit 1)" in r.stdout

@@ -634,8 +634,8 @@ def test_a_named_grid_is_rebuilt_by_the_gate(tmp_path):
     pol = load_policy()
     rep = build_report(run(cases, [b], pol), pol, [backend_info(b[1], "tiled")], selection=sel)
     base = {"entries": {}, "policy": None}
-    assert len(rep["records"]) == 1 and gate.exit_code(gate.classify(rep, base), rep) == 0
-    (rec,) = rep["records"]
+    assert len(rep["records"]) == len(cases) >= 1 and gate.exit_code(gate.classify(rep, base), rep) == 0
+    rec = rep["records"][0]
     short = copy.deepcopy(rep)
     short["records"] = []
     assert [e.klass for e in _entry(gate.classify(short, base), rec["key"])] == ["MISSING"]
