@@ -37,3 +37,4 @@ def test_downstream_round_trip(tmp_path):
         assert f"ok: lrkv init --layout {layout} (exit 0)" in r.stdout
         assert layout == DEFAULT or f"ok: pytest -m equivalence ({layout} starter) (exit 0)" in r.stdout
     assert "ok: pytest -m equivalence (vllm-blocks starter, full last block dropped) (exit 1)" in r.stdout
+    assert "ok: pytest -m equivalence (vllm-blocks starter, head-major read as token-major) (exit 1)" in r.stdout
