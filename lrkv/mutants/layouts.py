@@ -79,16 +79,32 @@ class NullBlockForEmpty(LayoutMutant):
         return args | {"seq_lens": args["seq_lens"].clamp(min=1)}
 
 
+def _latents_addressed(args, head_major: bool):
+    """The latent pools [N, bs, H, r] with their dense memory addressed as head-major
+    [N, H, bs, r] or token-major, whatever their strides say."""
+    def view(t):
+        N, bs, H, r = t.shape
+        strides = (H * bs * r, r, bs * r, 1) if head_major else (bs * H * r, H * r, r, 1)
+        return torch.as_strided(t, t.shape, strides, t.storage_offset())
+    return args | {p: view(args[p]) for p in ("latent_k", "latent_v")}
+
+
 class NhdReadAsHnd(LayoutMutant):
     name = "mutant-nhd-read-as-hnd"
     cache_layout = "vllm-blocks"
     bug = "latent pools addressed as head-major [N, H, bs, r] whatever their stride order"
 
     def misread(self, args):
-        def as_hnd(t):  # the pool's memory (dense), addressed as if it were head-major
-            N, bs, H, r = t.shape
-            return torch.as_strided(t, t.shape, (H * bs * r, r, bs * r, 1), t.storage_offset())
-        return args | {p: as_hnd(args[p]) for p in ("latent_k", "latent_v")}
+        return _latents_addressed(args, head_major=True)
+
+
+class HndReadAsNhd(LayoutMutant):
+    name = "mutant-hnd-read-as-nhd"
+    cache_layout = "vllm-blocks"
+    bug = "latent pools addressed as token-major [N, bs, H, r] whatever their stride order"
+
+    def misread(self, args):
+        return _latents_addressed(args, head_major=False)
 
 
 class FusedPartsSwapped(LayoutMutant):
@@ -102,4 +118,5 @@ class FusedPartsSwapped(LayoutMutant):
         return args | {"kv_rows": torch.cat([sk, sv, lk, lv], dim=-1)}
 
 
-LAYOUT_MUTANTS = (LastPageOffByOne, IndptrAsPageCounts, NullBlockForEmpty, NhdReadAsHnd, FusedPartsSwapped)
+LAYOUT_MUTANTS = (LastPageOffByOne, IndptrAsPageCounts, NullBlockForEmpty, NhdReadAsHnd, HndReadAsNhd,
+                  FusedPartsSwapped)
