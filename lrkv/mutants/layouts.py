@@ -1,7 +1,7 @@
 """Deliberately broken paged-decode backends of the server cache layouts
 (`lrkv.reference.cache_layouts`): one layout-handling bug each — the bugs that live in the
 conversion code a user would otherwise write and never test (last-page lengths, the null
-block, stride orders, CSR offsets, fused-row offsets). Each reads its layout back the way
+block, stride orders, CSR offsets, fused-row offsets, pitches taken from shapes). Each reads its layout back the way
 its bug would and runs the reference math on that, so the ONLY difference from a correct
 backend of the layout (`LayoutBackend`, which passes) is the bug; `lrkv verify` and the gate
 must reject every one (tests/mutants/test_layouts.py).
@@ -9,9 +9,12 @@ must reject every one (tests/mutants/test_layouts.py).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..reference.cache_layouts import ADAPTERS, fused_rows
+from ..reference.fp8 import PARTS
 from ..reference.lrkv import attend
 from ..verify.protocol import BaseBackend
 
@@ -107,6 +110,32 @@ class HndReadAsNhd(LayoutMutant):
         return _latents_addressed(args, head_major=False)
 
 
+def _pitch_from_shape(t: torch.Tensor, *inner: int) -> torch.Tensor:
+    """t [P, …] addressed with a block pitch of prod(shape[1:]) and `inner` strides (t's own
+    when none): the strides of a dense pool, whatever t's are."""
+    strides = (math.prod(t.shape[1:]), *(inner or t.stride()[1:]))
+    return torch.as_strided(t, t.shape, strides, t.storage_offset())
+
+
+class BlockPitchFromShape(LayoutMutant):
+    name = "mutant-block-pitch-from-shape"
+    cache_layout = "vllm-blocks"
+    bug = "a block's pitch taken from the pool's shape, not its stride (wrong when K and V interleave per block)"
+
+    def misread(self, args):
+        return args | {p: _pitch_from_shape(args[p]) for p in PARTS}
+
+
+class RowPitchFromWidth(LayoutMutant):
+    name = "mutant-row-pitch-from-width"
+    cache_layout = "fused-rows"
+    bug = "the fused row's pitch taken as 2·d_h + 2·H·r, not the tensor's stride (wrong on rows padded for alignment)"
+
+    def misread(self, args):
+        rows = args["kv_rows"]
+        return args | {"kv_rows": _pitch_from_shape(rows, rows.shape[-1], 1)}
+
+
 class FusedPartsSwapped(LayoutMutant):
     name = "mutant-fused-parts-swapped"
     cache_layout = "fused-rows"
@@ -119,4 +148,4 @@ class FusedPartsSwapped(LayoutMutant):
 
 
 LAYOUT_MUTANTS = (LastPageOffByOne, IndptrAsPageCounts, NullBlockForEmpty, NhdReadAsHnd, HndReadAsNhd,
-                  FusedPartsSwapped)
+                  BlockPitchFromShape, RowPitchFromWidth, FusedPartsSwapped)

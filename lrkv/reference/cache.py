@@ -81,8 +81,8 @@ class FactoredCache:
                                 for f in fields(self)})
 
     def to(self, device) -> FactoredCache:
-        """Every tensor (scales and page table included) on `device`."""
-        return FactoredCache(**{f.name: None if (v := getattr(self, f.name)) is None else v.to(device)
+        """Every tensor (scales and page table included) on `device`, a view with its strides."""
+        return FactoredCache(**{f.name: None if (v := getattr(self, f.name)) is None else moved(v, device)
                                 for f in fields(self)})
 
     def nbytes(self) -> int:
@@ -157,6 +157,16 @@ class FactoredCache:
 def page_counts(cache: FactoredCache) -> torch.Tensor:
     """[B] int64: the pages each sequence of a paged cache owns, cdiv(lengths, page_size)."""
     return (cache.lengths.long() + cache.page_size - 1) // cache.page_size
+
+
+def moved(t: torch.Tensor, device) -> torch.Tensor:
+    """t on `device` with its strides and storage offset: its whole storage moved, so a pool
+    that is a view of a larger allocation stays one (Tensor.to makes a non-dense view dense,
+    and a kernel on the device would never meet the server's strides)."""
+    if t.device == torch.device(device):
+        return t
+    n = t.untyped_storage().nbytes() // t.element_size()
+    return t.as_strided((n,), (1,), 0).to(device).as_strided(t.shape, t.stride(), t.storage_offset())
 
 
 def empty_in_order(like: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:

@@ -12,7 +12,9 @@ Paged decode and extend (levels kernel-paged, kernel-extend): page sizes 1, 16 a
 (not dividing T_max); shuffled physical pages and one in-order pool; pages shared by two
 sequences (a common prefix); unused pages full of NaN (and once of large finite garbage);
 n_b of 0, 1, 2–8 and a 66-token chunk in one ragged batch; lengths at tile (16, 32, 33) and
-page boundaries; every RoPE mode the kernels see and QK-RMSNorm.
+page boundaries; every RoPE mode the kernels see and QK-RMSNorm; pools handed over dense or
+as views of a larger allocation (K/V interleaved per page, pages apart at a storage offset,
+rows padded: `POOL_VIEWS`).
 
 FP8 caches: both formats with every scale granularity at the kernel level (`_fp8_cases`), and
 at the paged and extend levels as two dimensions of their all-pairs arrays (`FP8_DIMENSIONS`:
@@ -40,6 +42,7 @@ from __future__ import annotations
 import functools
 
 from ..spec import PAPER_SCALES, AttentionSpec
+from ..reference.cache_layouts.pool_views import VIEWS
 from .case import Case, Extend, Fp8, Paged
 from .pairs import all_pairs
 
@@ -164,6 +167,7 @@ FP8_SCALES = ("per_tensor", "per_head", "per_token", "per_token_head")
 FP8_DIMENSIONS = {"cache": ("none", *FP8_FORMATS), "scales": FP8_SCALES}
 PAGE_SIZES = (1, 5, 7, 16)  # one slot; primes not dividing T_max (no shift-and-mask); a whole tile
 PAGE_ORDERS = ("NHD", "HND")  # the latents' stride order in the pages (vLLM's get_kv_cache_stride_order)
+POOL_VIEWS = VIEWS  # the parts dense, or views of a larger allocation as servers keep them (pool_views.py)
 BIG_POOL = 4096  # unused pages below the used ones: page indices near the end of a pool of thousands
 PAGED_T = 48
 
@@ -217,7 +221,8 @@ def _paged_case(row: dict) -> Case:
         prefix = min(prefix, 2 * page) if page > 1 else min(prefix, 9)
     adv = row["adversarial"]
     return Case("kernel-paged", _paged_spec(row), row["dtype"], lengths, PAGED_T,
-                pages=Paged(page, row["shuffle"], prefix, hnd=row["order"] == "HND"), nan_garbage=row["garbage"] == "nan",
+                pages=Paged(page, row["shuffle"], prefix, hnd=row["order"] == "HND", view=row["view"]),
+                nan_garbage=row["garbage"] == "nan",
                 q_scale=100.0 if adv == "q100" else 1.0, near_cancel=adv == "cancel",
                 splits=5 if adv == "splits5" else 0, seed=sum(map(ord, row["mode"])) % 7, **_fp8_of(row))
 
@@ -238,7 +243,8 @@ def _fp8_of(row: dict) -> dict:
 PAGED_PARAMS = {"mode": tuple(PAGED_MODES), "shape": PAGED_SHAPES, "dtype": ALL, "page": PAGE_SIZES,
                 "lengths": ("boundary", "full", "batch16", "single"), "prefix": (True, False),
                 "shuffle": (True, False), "garbage": ("nan", "finite"),
-                "adversarial": ("none", "q100", "cancel", "splits5"), "order": PAGE_ORDERS, **FP8_DIMENSIONS}
+                "adversarial": ("none", "q100", "cancel", "splits5"), "order": PAGE_ORDERS, "view": POOL_VIEWS,
+                **FP8_DIMENSIONS}
 
 
 def _paged_cases() -> list[Case]:
@@ -276,7 +282,7 @@ def _extend_case(row: dict) -> Case:
     if page == 0 and not row["shuffle"]:
         raise ValueError("a contiguous cache has no page order")
     return Case("kernel-extend", _paged_spec(row), row["dtype"], lengths, 40, extend=Extend(n_new),
-                pages=Paged(page, row["shuffle"] or page == 0, prefix, hnd=row["order"] == "HND"),
+                pages=Paged(page, row["shuffle"] or page == 0, prefix, hnd=row["order"] == "HND", view=row["view"]),
                 nan_garbage=row["garbage"] == "nan", seed=sum(map(ord, row["mode"])) % 5, **_fp8_of(row))
 
 
@@ -284,7 +290,7 @@ def _extend_cases() -> list[Case]:
     cases = _pairwise({"mode": tuple(PAGED_MODES), "shape": PAGED_SHAPES, "dtype": ALL, "page": (0, 1, 5, 16),
                        "n_new": ("mixed", "decode", "prefill", "spec"), "lengths": tuple(EXTEND_LENGTHS),
                        "prefix": (True, False), "shuffle": (True, False), "garbage": ("nan", "finite"),
-                       "order": PAGE_ORDERS, **FP8_DIMENSIONS}, _extend_case)
+                       "order": PAGE_ORDERS, "view": POOL_VIEWS, **FP8_DIMENSIONS}, _extend_case)
     e = lambda *a, **kw: _cases("kernel-extend", *a, **kw)  # noqa: E731
     return cases + [
         # one ragged batch with a 66-token chunked-prefill chunk; without the per-tile RoPE of

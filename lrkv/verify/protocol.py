@@ -17,6 +17,7 @@ import torch
 
 from ..reference.cache import FactoredCache
 from ..reference.cache_layouts import DEFAULT as DEFAULT_LAYOUT, check_layout
+from ..reference.cache_layouts.pool_views import DENSE, VIEWS
 from ..spec.fp8_scales import GRANULARITIES
 from .case import CACHE_FORMATS
 
@@ -52,6 +53,10 @@ class BaseBackend:
     # the server layout its paged entry points take (lrkv.reference.cache_layouts): 'pages' (the
     # contract's own), 'vllm-blocks', 'flashinfer-csr' or 'fused-rows'
     cache_layout: str = DEFAULT_LAYOUT
+    # the pool views its paged entry points take (lrkv.reference.cache_layouts.pool_views): every
+    # one by default, as a server hands them; a kernel that needs dense pools declares ("dense",)
+    # and its cases with views run at their dense twins (shown in the coverage table)
+    pool_views: tuple[str, ...] = VIEWS
 
     def available(self) -> tuple[bool, str]:
         return True, ""
@@ -95,6 +100,22 @@ class BaseBackend:
 def cache_layout(backend: Any) -> str:
     """The server layout a backend's paged entry points take ('pages': the contract's own)."""
     return getattr(backend, "cache_layout", DEFAULT_LAYOUT)
+
+
+def pool_views(backend: Any) -> tuple[str, ...]:
+    """The pool views a backend's paged entry points take (every one unless it says otherwise)."""
+    return tuple(getattr(backend, "pool_views", VIEWS))
+
+
+def _check_pool_views(obj: Any, label: str) -> None:
+    value = getattr(obj, "pool_views", VIEWS)
+    if isinstance(value, str) or not isinstance(value, (tuple, list, frozenset, set)):
+        raise TypeError(f"backend {label!r}: pool_views must be a tuple of names, got {value!r}")
+    unknown = sorted(str(v) for v in value if v not in VIEWS)
+    if unknown:
+        raise ValueError(f"backend {label!r}: pool_views: unknown {unknown}; known: {', '.join(VIEWS)}")
+    if DENSE not in value:
+        raise ValueError(f"backend {label!r}: pool_views must include {DENSE!r} (a view's twin is its dense case)")
 
 
 def fp8_claims(backend: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -143,6 +164,7 @@ def normalize_backend(obj: Any, label: str) -> Any:
     if not dtypes:
         raise ValueError(f"backend {label!r}: dtypes is empty")
     _check_fp8_claims(obj, label)
+    _check_pool_views(obj, label)
     try:
         check_layout(getattr(obj, "cache_layout", DEFAULT_LAYOUT))
     except ValueError as e:

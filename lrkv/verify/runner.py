@@ -37,7 +37,8 @@ import torch
 from ..reference.fp8 import FP8_WEIGHT_PHASES
 from ..spec import as_dtype, dtype_name
 from ..reference.cache_layouts import DEFAULT as DEFAULT_LAYOUT
-from .protocol import cache_layout, check_available, fp8_claims
+from ..reference.cache_layouts.pool_views import VIEWS
+from .protocol import cache_layout, check_available, fp8_claims, pool_views
 from .bounds import U64, Conditioning, oracle_reference
 from .case import Case, case_shapes
 from .levels import get_level
@@ -411,6 +412,8 @@ def backend_info(backend, label: str) -> dict:
             "description": str(getattr(backend, "description", "")), "declares": declarations(backend)}
     if cache_layout(backend) != DEFAULT_LAYOUT:  # absent for the contract's own: older reports stay valid
         info["cache_layout"] = cache_layout(backend)
+    if set(pool_views(backend)) != set(VIEWS):  # absent for a backend taking every view: older reports stay valid
+        info["pool_views"] = list(pool_views(backend))
     formats, grans = fp8_claims(backend)
     if formats:  # absent for a backend without fp8 caches: older reports stay valid
         info.update(cache_formats=list(formats), scale_granularities=list(grans))
@@ -431,6 +434,9 @@ def not_applicable(backend, case: Case) -> str:
     if cache_layout(backend) != DEFAULT_LAYOUT and case.level == "kernel-extend" and not case.pages:
         return (f"not applicable: a contiguous cache; the backend's cache_layout {cache_layout(backend)!r} "
                 "takes paged caches")
+    if case.pages and case.pages.view not in pool_views(backend):
+        return (f"unsupported: pool view {case.pages.view!r}; the backend takes pool views "
+                f"{', '.join(pool_views(backend))}")
     if case.cache_fp8:
         formats, grans = fp8_claims(backend)
         if case.fp8.format not in formats or case.fp8.granularity not in grans:

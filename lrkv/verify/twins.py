@@ -5,7 +5,8 @@ the NaN pages that the grid's exact-RoPE paged case carries. So when a backend d
 case — `supports()` false, or the case's dtype not in its `dtypes` — the runner derives the
 case's *twin*: the nearest variant that changes only capability dimensions
 (features.CAPABILITY_DIMS: layout, RoPE mode, QK-norm, dtype, fp8 cache, fp8 compute, head
-dim, rank, head count, and an extend cache's paging — a server-layout backend takes pages only),
+dim, rank, head count, an extend cache's paging — a server-layout backend takes pages only —
+and the pools' view — dense for a backend that needs dense pools),
 in that order of preference and fewest changes first, keeping every other field (page size,
 shared pages, shuffled and NaN pages, lengths, n_new, splits, q scale, near cancellation,
 garbage, seed). The twin is an ordinary case for the gate; its record id is
@@ -63,7 +64,7 @@ def candidates(case: Case, dim: str) -> list:
     if dim == "n_heads":
         return [h for h in _by_distance(s.n_heads, (s.n_heads - 1, s.n_heads + 1, 4, 8, 16, 2, 1, 32)) if h >= 1]
     if dim in paged.DIMS:
-        return paged.twin_candidates(case)
+        return paged.twin_candidates(case, dim)
     raise ValueError(f"unknown capability dimension {dim!r}")
 
 
@@ -73,7 +74,7 @@ def _value(case: Case, dim: str):
     if dim in fp8.DIMS:
         return fp8.twin_value(case, dim)
     if dim in paged.DIMS:
-        return paged.twin_value(case)
+        return paged.twin_value(case, dim)
     return getattr(case.spec, dim)
 
 
@@ -97,7 +98,7 @@ def parse_changes(text: str) -> dict:
             if raw not in ("on", "off"):
                 raise ValueError(f"twin changes {text!r}: qk_norm must be on or off")
             out[dim] = raw == "on"
-        elif dim in ("head_dim", "rank", "n_heads", *paged.DIMS):
+        elif dim in ("head_dim", "rank", "n_heads", "paging"):
             if not raw.isdigit():
                 raise ValueError(f"twin changes {text!r}: {dim} must be an integer")
             out[dim] = int(raw)
@@ -120,7 +121,7 @@ def apply_changes(case: Case, changes: dict) -> Case:
     if set(changes) & set(fp8.DIMS):
         kw["fp8"] = fp8.twin_apply(case.fp8, changes)
     if set(changes) & set(paged.DIMS):  # flat keys, applied apart: Case.replace takes flat keys or options, not both
-        case = case.replace(**paged.twin_apply(changes["paging"]))
+        case = case.replace(**paged.twin_apply(changes))
     expect = case.expect
     if case.level == "layer-model":  # latent RoPE is the model's expected difference (case.py)
         expect = "differ" if s.rope == "latent" else "match"
@@ -133,13 +134,15 @@ def twin_id(declined: Case, changes: dict) -> str:
 
 def forced_changes(case: Case, backend) -> dict:
     """Changes every twin of `case` needs for `backend`, known from its claims without asking:
-    an fp8 case for a backend that reads no fp8 cache is twinned at τ (cache=none), so the
-    search spends its tries on the other dimensions."""
-    from .protocol import cache_layout, fp8_claims
+    an fp8 case for a backend that reads no fp8 cache is twinned at τ (cache=none), a pool view
+    the backend does not take at dense pools, so the search spends its tries on the other dimensions."""
+    from .protocol import cache_layout, fp8_claims, pool_views
     from ..reference.cache_layouts import DEFAULT
 
     forced = {"cache": fp8.NONE} if case.cache_fp8 and not fp8_claims(backend)[0] else {}
-    if case.level == "kernel-extend" and not paged.twin_value(case) and cache_layout(backend) != DEFAULT:
+    if case.pages and case.pages.view not in pool_views(backend):
+        forced["pool_view"] = paged.DENSE  # a backend that needs dense pools (the only view every backend takes)
+    if case.level == "kernel-extend" and not paged.twin_value(case, "paging") and cache_layout(backend) != DEFAULT:
         forced["paging"] = paged.TWIN_PAGES[0]  # a server layout takes pages only
     return forced
 

@@ -14,7 +14,7 @@ from lrkv.verify.case import OPTIONS, Case, case_shapes
 FIXTURE = Path(__file__).with_name("cases_before_options.jsonl.gz")  # to_json of each case, id included
 
 
-ADDED_SINCE = {"page_hnd": False, "page_pool": 0}  # keys added to the flat form later, at their defaults
+ADDED_SINCE = {"page_hnd": False, "page_pool": 0, "pool_view": "dense"}  # keys added to the flat form later, at their defaults
 
 
 def test_every_recorded_case_round_trips_to_the_same_json_and_id():

@@ -20,6 +20,7 @@ from ...reference import extend as ref_extend
 from ...reference.extend import query_positions
 from ...reference.cache import FactoredCache
 from ...reference.cache_layouts import DEFAULT as DEFAULT_LAYOUT
+from ...reference.cache_layouts.pool_views import DENSE
 from ...reference.fp8 import PARTS
 from ...reference.rope import ExactRope
 from ..bounds import kernel_conditioning
@@ -44,6 +45,7 @@ class ExtendInputs(ContractInputs):
     scale: float
     rope: ExactRope | None = None
     cache_layout: str = DEFAULT_LAYOUT  # the layout the backend is handed (lrkv.reference.cache_layouts)
+    pool_view: str = DENSE  # its parts as views of a larger allocation (cache_layouts.pool_views)
     ARGS = ("q", "cu_seqlens_q", *PARTS, "basis_k", "basis_v", "lengths")
     LAYOUT_ARGS = "EXTEND"
     PAGE_TABLE_KW = True
@@ -63,7 +65,8 @@ def make_extend_inputs(case: Case, quantize: bool = True) -> ExtendInputs:
         inp = quantized(case, inp.to(case.torch_dtype))
     cache = paged_cache(case, inp.cache) if case.pages and case.pages.size else inp.cache
     return ExtendInputs(q=q, cu_seqlens_q=cu, cache=cache, basis_k=inp.basis_k, basis_v=inp.basis_v,
-                        scale=inp.scale, rope=inp.rope).to(case.torch_dtype)
+                        scale=inp.scale, rope=inp.rope,
+                        pool_view=case.pages.view if case.pages else DENSE).to(case.torch_dtype)
 
 
 def _conditioning(inp: ExtendInputs, case: Case):

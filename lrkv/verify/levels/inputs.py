@@ -13,7 +13,9 @@ from dataclasses import fields, replace
 import torch
 
 from ...reference.cache import FactoredCache
-from ...reference.cache_layouts import ADAPTERS, DEFAULT as DEFAULT_LAYOUT
+from ...reference.cache_layouts import ADAPTERS, DEFAULT as DEFAULT_LAYOUT, fused_rows
+from ...reference.cache_layouts.pool_views import DENSE, rehome
+from ...reference.fp8 import PARTS
 from ...reference.fp8 import is_fp8
 from ...reference.lrkv import project_token
 from ...reference.weights import LRKVWeights, init_lrkv_weights
@@ -30,8 +32,10 @@ class ContractInputs:
 
     A paged bundle with a `cache_layout` field other than 'pages' hands its cache to the
     backend in that server layout (`lrkv.reference.cache_layouts`; LAYOUT_ARGS names the
-    adapter's signature): converted once per bundle, so the server properties' buffers are
-    the layout's tensors themselves, and re-converted by `replace` (a new bundle)."""
+    adapter's signature), and one with a `pool_view` other than 'dense' its parts as views of
+    a larger allocation (`pool_views`): converted once per bundle, so the server properties'
+    buffers are the layout's tensors themselves, and re-converted by `replace` (a new bundle).
+    The bundle's own cache stays dense: the oracle reads that."""
 
     ARGS: tuple[str, ...] = ()
     PAGE_TABLE_KW = False
@@ -41,17 +45,23 @@ class ContractInputs:
         return getattr(self, name) if name in self.__dataclass_fields__ else getattr(self.cache, name)
 
     def arranged(self) -> dict | None:
-        """The cache's arguments in the bundle's server layout, by contract name (None: the contract's own)."""
-        layout = getattr(self, "cache_layout", DEFAULT_LAYOUT)
-        if layout == DEFAULT_LAYOUT:
+        """The cache's arguments in the bundle's server layout and pool view, by contract name
+        (None: the contract's own, dense)."""
+        layout, view = getattr(self, "cache_layout", DEFAULT_LAYOUT), getattr(self, "pool_view", DENSE)
+        if layout == DEFAULT_LAYOUT and view == DENSE:
             return None
         if "_arranged" not in self.__dict__:
             if not self.cache.paged:
-                raise ValueError(f"cache_layout {layout!r} hands over a paged cache; this case's cache is contiguous")
-            self.__dict__["_arranged"] = ADAPTERS[layout].arrange(self.cache, getattr(self, "cu_seqlens_q", None))
+                raise ValueError(f"cache_layout {layout!r} and pool_view {view!r} hand over a paged cache; "
+                                 "this case's cache is contiguous")
+            laid = ({p: getattr(self.cache, p) for p in PARTS} if layout == DEFAULT_LAYOUT
+                    else ADAPTERS[layout].arrange(self.cache, getattr(self, "cu_seqlens_q", None)))
+            self.__dict__["_arranged"] = rehome(laid, view, fused_row=layout == fused_rows.NAME)
         return self.__dict__["_arranged"]
 
     def _layout_names(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        if self.cache_layout == DEFAULT_LAYOUT:
+            return self.ARGS, ()
         adapter = ADAPTERS[self.cache_layout]
         return getattr(adapter, self.LAYOUT_ARGS), (adapter.EXTEND_KEYWORDS if self.LAYOUT_ARGS == "EXTEND" else ())
 
@@ -63,11 +73,15 @@ class ContractInputs:
 
     def kwargs(self) -> dict:
         laid = self.arranged()
-        if laid is None:
+        if laid is None or self.cache_layout == DEFAULT_LAYOUT:
             return {"scale": self.scale, "rope": self.rope,
                     **self.cache.contract_kwargs(page_table=self.PAGE_TABLE_KW)}
         extra = {n: laid[n] for n in ("cache_scales", *self._layout_names()[1]) if n in laid}
         return {"scale": self.scale, "rope": self.rope, "key_scale": laid["key_scale"], **extra}
+
+    def in_view(self, view: str):
+        """The bundle with its parts handed over as `view` (this one when it already is)."""
+        return self if view == getattr(self, "pool_view", DENSE) else replace(self, pool_view=view)
 
     def in_layout(self, layout: str):
         """The bundle as a backend of `layout` is handed it (this one for the contract's own)."""
@@ -103,13 +117,15 @@ class ContractInputs:
         """Every tensor the backend is handed, by its contract name — an fp8 cache's scales as
         'cache_scales.<part>' (what the server properties snapshot and overwrite)."""
         laid = self.arranged()
-        if laid is not None:
+        if laid is not None and self.cache_layout != DEFAULT_LAYOUT:
             names, keywords = self._layout_names()
             out = {n: v for n in (*names, *keywords, "key_scale")
                    if isinstance(v := laid[n] if n in laid else self._get(n), torch.Tensor)}
             scales = laid.get("cache_scales")
         else:
-            out = {n: v for n in (*self.ARGS, "key_scale", "page_table") if isinstance(v := self._get(n), torch.Tensor)}
+            laid = laid or {}
+            out = {n: v for n in (*self.ARGS, "key_scale", "page_table")
+                   if isinstance(v := laid[n] if n in laid else self._get(n), torch.Tensor)}
             scales = self.cache.scales
         if scales is not None:
             out.update({f"cache_scales.{p}": t for p, t in scales.tensors().items()})

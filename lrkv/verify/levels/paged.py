@@ -18,6 +18,7 @@ import torch
 from ...reference import paged as ref_paged
 from ...reference.cache import FactoredCache
 from ...reference.cache_layouts import DEFAULT as DEFAULT_LAYOUT
+from ...reference.cache_layouts.pool_views import DENSE
 from ...reference.fp8 import PARTS, is_fp8
 from ...reference.rope import ExactRope
 from ..bounds import kernel_conditioning
@@ -45,6 +46,7 @@ class PagedInputs(ContractInputs):
     scale: float
     rope: ExactRope | None = None
     cache_layout: str = DEFAULT_LAYOUT  # the layout the backend is handed (lrkv.reference.cache_layouts)
+    pool_view: str = DENSE  # its parts as views of a larger allocation (cache_layouts.pool_views)
     ARGS = ("q", *PARTS, "basis_k", "basis_v", "lengths", "page_table")
 
 
@@ -106,7 +108,7 @@ def make_paged_inputs(case: Case, quantize: bool = True) -> PagedInputs:
     if case.cache_fp8 and quantize:  # quantized as a contiguous cache, then paged with its per-token scales
         inp = quantized(case, inp.to(case.torch_dtype))
     return PagedInputs(q=inp.q, cache=paged_cache(case, inp.cache), basis_k=inp.basis_k, basis_v=inp.basis_v,
-                       scale=inp.scale, rope=inp.rope).to(case.torch_dtype)
+                       scale=inp.scale, rope=inp.rope, pool_view=case.pages.view).to(case.torch_dtype)
 
 
 def paged_cache(case: Case, c: FactoredCache) -> FactoredCache:

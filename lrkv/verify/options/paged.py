@@ -1,24 +1,28 @@
 """A paged cache (levels kernel-paged and kernel-extend): slots per page, page order, shared prefix,
-the latents' stride order (NHD or head-major HND) and the pool's size."""
+the latents' stride order (NHD or head-major HND), the pool's size, and whether its parts are
+handed over as views of a larger allocation (lrkv.reference.cache_layouts.pool_views)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ...checks import check_bool, check_int
+from ...reference.cache_layouts.pool_views import DENSE, VIEWS, check_view
 from . import MAX_T, Feature
 
 LEVELS = ("kernel-paged", "kernel-extend")
 MAX_PAGE_SIZE = 1 << 16
 MAX_POOL = 1 << 16
 LARGE_POOL = 1000  # "thousands of pages": the pool size the feature asks for
-DIMS = ("paging",)  # its twin dimension (lrkv.verify.twins): an extend case's cache paged or contiguous
+# its twin dimensions (lrkv.verify.twins): an extend case's cache paged or contiguous; the pools'
+# view (a backend that needs dense pools declines the others: protocol.pool_views)
+DIMS = ("paging", "pool_view")
 TWIN_PAGES = (16, 4, 1)  # page sizes a contiguous extend case's twin may take, nearest first
 POW2_SIZES = (2, 4, 8, 16, 32)  # the sizes a drawn case takes (`sizes`)
 ODD_SIZES = (3, 5, 6, 7, 11)  # not powers of two
 HUNT_POOL = 1500  # unused pages below the used ones, in one drawn paged case of five
 KEYS = {"page_size": "size", "page_shuffle": "shuffle", "shared_prefix": "shared_prefix", "page_hnd": "hnd",
-        "page_pool": "pool"}
+        "page_pool": "pool", "pool_view": "view"}
 
 
 @dataclass(frozen=True)
@@ -28,6 +32,7 @@ class Paged:
     shared_prefix: int = 0  # sequences 0 and 1 share their first shared_prefix tokens' pages (whole pages)
     hnd: bool = False  # latents, key scales and per-token-head scales head-major in memory ([P, H, page, ...])
     pool: int = 0  # unused pages below the used ones: a pool of thousands puts page indices near its end
+    view: str = DENSE  # the parts as views of a larger allocation (pool_views.VIEWS)
 
     def check(self, case) -> None:
         check_int("page_size", self.size, minimum=0, maximum=MAX_PAGE_SIZE)
@@ -35,11 +40,12 @@ class Paged:
         check_int("shared_prefix", self.shared_prefix, minimum=0, maximum=MAX_T)
         check_bool("page_hnd", self.hnd)
         check_int("page_pool", self.pool, minimum=0, maximum=MAX_POOL)
+        check_view(self.view)
         if case.level not in LEVELS:
-            raise ValueError("page_size, page_shuffle, shared_prefix, page_hnd and page_pool apply to levels "
-                             "kernel-paged and kernel-extend only")
-        if (self.hnd or self.pool) and self.size < 1:
-            raise ValueError("page_hnd and page_pool need page_size >= 1 (a paged cache)")
+            raise ValueError("page_size, page_shuffle, shared_prefix, page_hnd, page_pool and pool_view apply to "
+                             "levels kernel-paged and kernel-extend only")
+        if (self.hnd or self.pool or self.view != DENSE) and self.size < 1:
+            raise ValueError("page_hnd, page_pool and pool_view need page_size >= 1 (a paged cache)")
         if self.shared_prefix:
             if self.size < 1 or case.batch < 2:
                 raise ValueError("shared_prefix needs page_size >= 1 and at least two sequences")
@@ -53,28 +59,38 @@ class Paged:
     def flags(self) -> str:
         return "".join((f"+page{self.size}" if self.size else "", "" if self.shuffle else "+inorder",
                         f"+prefix{self.shared_prefix}" if self.shared_prefix else "", "+hnd" if self.hnd else "",
-                        f"+pool{self.pool}" if self.pool else ""))
+                        f"+pool{self.pool}" if self.pool else "", "" if self.view == DENSE else f"+{self.view}"))
 
     def shapes(self) -> dict:
         return {"page_size": self.size} if self.size else {}
 
 
-def twin_value(case) -> int:
-    return case.pages.size if case.pages else 0
+def twin_value(case, dim: str):
+    pages = case.pages or Paged()
+    return pages.size if dim == "paging" else pages.view
 
 
-def twin_candidates(case) -> list[int]:
-    """Extend only: a contiguous cache paged (a server layout takes pages only), or a paged one
-    contiguous."""
+def twin_candidates(case, dim: str) -> list:
+    """paging (extend only): a contiguous cache paged (a server layout takes pages only), or a
+    paged one contiguous. pool_view: dense pools."""
+    if dim == "pool_view":
+        return [DENSE] if twin_value(case, dim) != DENSE else []
     if case.level != "kernel-extend":
         return []
-    return [0] if twin_value(case) else list(TWIN_PAGES)
+    return [0] if twin_value(case, dim) else list(TWIN_PAGES)
 
 
-def twin_apply(size: int) -> dict:
-    """The case fields of a twin at page size `size`: a whole-page prefix keeps being shared only
-    at its own page size."""
-    return dict(page_size=size, shared_prefix=0, page_shuffle=True)
+def twin_apply(changes: dict) -> dict:
+    """The case's flat keys for a twin's changes: at another page size a whole-page prefix is
+    no longer shared; a contiguous cache has no page layout (stride order, pool, view)."""
+    out = {}
+    if "paging" in changes:
+        out = dict(page_size=changes["paging"], shared_prefix=0, page_shuffle=True)
+        if not changes["paging"]:
+            out.update(page_hnd=False, page_pool=0, pool_view=DENSE)
+    if "pool_view" in changes:
+        out["pool_view"] = changes["pool_view"]
+    return out
 
 
 # The option's hypothesis draws (lrkv.verify.strategies composes them into a case, in an order
@@ -116,13 +132,13 @@ def draw_prefix(draw, size: int, lengths: list[int]) -> int:
 
 
 def draw_option(draw, size: int, shared: int, seed: int) -> Paged:
-    """The option of a drawn case: shuffled two times in three; head-major pages and a large pool
-    from the seed, not from new draws, so that old hunt seeds replay."""
+    """The option of a drawn case: shuffled two times in three; head-major pages, a large pool and
+    the pools' view from the seed, not from new draws, so that old hunt seeds draw the same values."""
     from hypothesis import strategies as st
 
     shuffle = draw(st.sampled_from((True, True, False))) if size else True
     return Paged(size, shuffle, shared, hnd=bool(size) and seed % 2 == 1,
-                 pool=HUNT_POOL if size and seed % 5 == 3 else 0)
+                 pool=HUNT_POOL if size and seed % 5 == 3 else 0, view=VIEWS[seed // 2 % len(VIEWS)] if size else DENSE)
 
 
 def features() -> list:
@@ -156,4 +172,14 @@ def features() -> list:
                 "latents laid out [P, page, H, r]"),
         Feature("pool of thousands of pages", LEVELS, lambda c: page(c).pool >= LARGE_POOL,
                 "page indices near the end of a large pool (index arithmetic that overflows or clamps)"),
+        # capabilities: a backend that needs dense pools declines them (protocol.pool_views)
+        Feature("pool a view: K/V interleaved", LEVELS, lambda c: page(c).view == "kv-interleaved",
+                "K and V of a page in one allocation: a page pitch from the shape, not the stride, is wrong",
+                dim="pool_view"),
+        Feature("pool a view: pages apart", LEVELS, lambda c: page(c).view == "pages-apart",
+                "pages padded apart, the pool at a storage offset: dense page addressing reads NaN",
+                dim="pool_view"),
+        Feature("pool a view: row pitch padded", LEVELS, lambda c: page(c).view == "rows-padded",
+                "rows padded for alignment (FlashMLA's 656-byte fp8 rows): a row pitch from the width is wrong",
+                dim="pool_view"),
     ]

@@ -17,15 +17,15 @@ def paged(**kw):
 @pytest.mark.parametrize("kw, exc, match", [
     (dict(), ValueError, "page_size: a kernel-paged case needs page_size >= 1"),
     (dict(page_size=-1), ValueError, "page_size"),
-    (dict(level="kernel", page_size=4), ValueError, "page_size, page_shuffle, shared_prefix, page_hnd and page_pool apply"),
-    (dict(level="layer", page_shuffle=False), ValueError, "page_size, page_shuffle, shared_prefix, page_hnd and page_pool apply"),
+    (dict(level="kernel", page_size=4), ValueError, "page_size, page_shuffle, shared_prefix, page_hnd, page_pool and pool_view apply"),
+    (dict(level="layer", page_shuffle=False), ValueError, "page_size, page_shuffle, shared_prefix, page_hnd, page_pool and pool_view apply"),
     (dict(page_size=4, shared_prefix=6), ValueError, "shared_prefix .* whole number of pages"),
     (dict(page_size=4, shared_prefix=12), ValueError, "shared_prefix .* must not exceed"),
     (dict(page_size=4, shared_prefix=4, lengths=(9,)), ValueError, "shared_prefix needs"),
     (dict(page_size=4, page_shuffle="yes"), TypeError, "page_shuffle"),
     (dict(page_size=4, page_hnd=1), TypeError, "page_hnd"),
     (dict(page_size=4, page_pool=-1), ValueError, "page_pool"),
-    (dict(level="kernel-extend", n_new=(1, 1), page_hnd=True), ValueError, "page_hnd and page_pool need page_size"),
+    (dict(level="kernel-extend", n_new=(1, 1), page_hnd=True), ValueError, "page_hnd, page_pool and pool_view need page_size"),
 ])
 def test_a_bad_paged_option_is_refused_naming_the_field(kw, exc, match):
     with pytest.raises(exc, match=match):
