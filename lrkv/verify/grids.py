@@ -396,7 +396,7 @@ def quick_grid() -> list[Case]:
     partial last pages, pools of thousands of pages, every fp8 format × granularity, long
     contexts with each RoPE mode — chosen by `cover` (deterministic: the same cases at every
     call). tests/verify/test_quick_grid.py holds its coverage equal to the default grid's,
-    per level and per backend. 59 of the default grid's 214 cases; `lrkv init`'s test file on
+    per level and per backend. 61 of the default grid's 220 cases; `lrkv init`'s test file on
     its starter (kernel, kernel-paged) took 9 s on 2 cores, up to 108 s when other jobs shared
     them (docs/testing.md)."""
     return list(_quick_cases())

@@ -7,6 +7,8 @@ rows in the stated part order; head-major (HND) pools stay head-major, fp8 scale
 import re
 
 import pytest
+import math
+
 import torch
 
 from lrkv.reference.cache import FactoredCache
@@ -155,8 +157,10 @@ def test_the_docs_layout_arguments_are_what_the_harness_hands_over():
     order, rows = _contract_tables()
     rows = [(set(_names(r["argument"].replace("`", ""))), r) for r in rows]
     met = set()
-    for hnd, fp8 in ((False, ""), (True, "float8_e4m3fn")):
+    for hnd, fp8, view in ((False, "", "dense"), (True, "float8_e4m3fn", "dense"), (False, "", "rows-padded"),
+                           (True, "float8_e4m3fn", "kv-interleaved")):
         extra = {"cache_format": fp8, "scale_granularity": "per_token_head"} if fp8 else {}
+        extra |= {"pool_view": view}
         bundles = {
             "decode": make_paged_inputs(Case.flat("kernel-paged", SPEC, "float32", (5, 9, 0, 4, 8), 12, page_size=4,
                                                   page_hnd=hnd, **extra)),
@@ -189,8 +193,13 @@ def test_the_docs_layout_arguments_are_what_the_harness_hands_over():
                               "int64": torch.int64, "float32": torch.float32}
                     kinds = row["dtype"].split(" or ")
                     assert t.dtype == dtypes["fp8" if fp8 and "fp8" in kinds else kinds[0]], where
-                    head_major = row["memory"] == "NHD or HND" and hnd
-                    assert row["memory"] in ("dense", "NHD or HND"), where
-                    assert t.is_contiguous() != head_major and (not head_major or t.stride(2) > t.stride(1)), where
+                    memory = row["memory"].removesuffix(" or a view").rstrip(",")
+                    assert memory in ("dense", "NHD or HND"), where
+                    head_major = memory == "NHD or HND" and hnd
+                    if view != "dense" and row["memory"].endswith("or a view"):  # a view of a larger allocation
+                        assert t.stride(0) > math.prod(t.shape[1:]), where
+                    else:
+                        assert t.is_contiguous() != head_major, where
+                    assert not head_major or t.stride(2) > t.stride(1), where
     every = {(i, layout) for i, (_, row) in enumerate(rows) for layout in _layouts(row)}
     assert every - met == set(), "rows of the doc's table no argument met"
