@@ -128,7 +128,7 @@ def paged_cases(draw, level: str, spec: AttentionSpec, dtype: str, *, batch: int
 
     Pages (always at kernel-paged, half the time at kernel-extend, else a contiguous cache): a
     size from `options.paged.sizes`; half the time a prefix of whole pages shared by sequences 0
-    and 1 (their lengths are then drawn >= one page); order, HND and pool from
+    and 1 (their lengths are then drawn >= one page); order, HND, pool and pool view from
     `options.paged.draw_option`. Lengths: varlen, each often at a boundary
     (`options.paged.lengths`). Batch: 1..max_batch, occasionally max_batch+1..wide_batch.
     Extend: n_b per sequence from `options.extend.new_tokens`; when the new tokens are fewer than
