@@ -130,6 +130,9 @@ def shared(case, seqs: list[int], heads: list[int], positions: list[int], got_na
             facts.append(f"sequences 0 and 1 share their first {case.pages.shared_prefix} tokens' pages")
         if case.pages.pool:
             facts.append(f"{case.pages.pool} unused pages below the used ones (high page indices)")
+        if case.pages.view != "dense":
+            facts.append(f"the pools are views of a larger allocation (pool_view {case.pages.view}: "
+                         f"NaN between their pages or rows — a pitch or page stride taken from the shape reads it)")
         facts.append(line)
     elif lp and len(set(lf)) == 1 and lf[0] not in lp:
         facts.append(f"length {lf[0]} (the passing sequences': {_join(lp)})")

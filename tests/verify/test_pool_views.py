@@ -158,3 +158,14 @@ def test_a_backend_that_needs_dense_pools_runs_dense_twins_and_the_gate_sees_it(
     shrunk = {e.case_id for e in entries if e.klass == "UNCOVERED"}
     assert {"coverage:kernel-paged:pool a view: K/V interleaved", "coverage:kernel-paged:pool a view: pages apart",
             "coverage:kernel-paged:pool a view: row pitch padded"} <= shrunk
+
+
+def test_a_failure_on_a_view_says_the_pools_are_views():
+    from lrkv.mutants.layouts import BlockPitchFromShape
+    from lrkv.verify.cells import where_lines
+    from lrkv.verify.runner import run
+    from lrkv.verify.tolerance import load_policy
+
+    recs = run([_case("dense"), _case("pages-apart")], [("m", BlockPitchFromShape())], load_policy())
+    assert [r["status"] for r in recs] == ["pass", "fail"]
+    assert "the pools are views of a larger allocation (pool_view pages-apart" in " ".join(where_lines(recs[1]))
