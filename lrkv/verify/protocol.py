@@ -107,13 +107,18 @@ def pool_views(backend: Any) -> tuple[str, ...]:
     return tuple(getattr(backend, "pool_views", VIEWS))
 
 
+def _check_names(label: str, attr: str, value, known) -> None:
+    """A claim that is a tuple of names, each one of `known` (TypeError / ValueError naming it)."""
+    if isinstance(value, str) or not isinstance(value, (tuple, list, frozenset, set)):
+        raise TypeError(f"backend {label!r}: {attr} must be a tuple of names, got {value!r}")
+    unknown = sorted(str(v) for v in value if v not in known)
+    if unknown:
+        raise ValueError(f"backend {label!r}: {attr}: unknown {unknown}; known: {', '.join(known)}")
+
+
 def _check_pool_views(obj: Any, label: str) -> None:
     value = getattr(obj, "pool_views", VIEWS)
-    if isinstance(value, str) or not isinstance(value, (tuple, list, frozenset, set)):
-        raise TypeError(f"backend {label!r}: pool_views must be a tuple of names, got {value!r}")
-    unknown = sorted(str(v) for v in value if v not in VIEWS)
-    if unknown:
-        raise ValueError(f"backend {label!r}: pool_views: unknown {unknown}; known: {', '.join(VIEWS)}")
+    _check_names(label, "pool_views", value, VIEWS)
     if DENSE not in value:
         raise ValueError(f"backend {label!r}: pool_views must include {DENSE!r} (a view's twin is its dense case)")
 
@@ -129,11 +134,7 @@ def _check_fp8_claims(obj: Any, label: str) -> None:
     formats = getattr(obj, "cache_formats", ())
     grans = getattr(obj, "scale_granularities", GRANULARITIES)
     for attr, value, known in (("cache_formats", formats, CACHE_FORMATS), ("scale_granularities", grans, GRANULARITIES)):
-        if isinstance(value, str) or not isinstance(value, (tuple, list, frozenset, set)):
-            raise TypeError(f"backend {label!r}: {attr} must be a tuple of names, got {value!r}")
-        unknown = sorted(str(v) for v in value if v not in known)
-        if unknown:
-            raise ValueError(f"backend {label!r}: {attr}: unknown {unknown}; known: {', '.join(known)}")
+        _check_names(label, attr, value, known)
     if formats and not grans:
         raise ValueError(f"backend {label!r}: scale_granularities is empty but cache_formats names fp8 formats")
 
