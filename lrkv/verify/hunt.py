@@ -117,6 +117,8 @@ def coverage(level: str, drawn: list[Case]) -> dict:
                 c["pages"]["shuffled" if p.shuffle else "in order"] += 1
                 c["pages"]["page size not dividing t_max"] += bool(case.t_max % p.size)
                 c["pages"]["shared prefix"] += bool(p.shared_prefix)
+                c["pages"]["head-major (HND)"] += p.hnd
+                c.setdefault("pool_view", Counter())[p.view] += 1
     if level == "kernel-extend":
         c["n_new"] = Counter()
         for new in (case.extend.n_new for case in drawn):
