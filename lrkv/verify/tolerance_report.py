@@ -84,10 +84,12 @@ def summarize(records: list[dict]) -> dict:
 
 
 def build_report(records: list[dict], policy, backends: list[dict], *, selection, grid: str | None = None,
-                 argv: list[str] | None = None, seconds: float | None = None, complete: bool = True) -> dict:
+                 argv: list[str] | None = None, seconds: float | None = None, complete: bool = True,
+                 shard: dict | None = None) -> dict:
     """The report of a run: `selection` (a selection.Selection) says which cases it was asked to
-    verify (the gate rebuilds them); `grid` is its label for people (default: the grid's name)."""
-    return {
+    verify (the gate rebuilds them); `grid` is its label for people (default: the grid's name);
+    `shard`: the part of the selection a `--shard I/N` run made (shards.py; absent otherwise)."""
+    return ({} if shard is None else {"shard": shard}) | {
         "schema": SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "suite_version": __version__,
