@@ -373,6 +373,9 @@ def headline(report: dict) -> str:
     ver = verification(recs, report["backends"])
     if not report.get("complete", True):
         return f"⚠️ INCOMPLETE (interrupted run — the gate refuses it) · {counts}"
+    if "shard" in report:
+        s = report["shard"]
+        return f"⚠️ SHARD {s['index']}/{s['count']} (one part of a run: `lrkv merge` its shards; the gate refuses it alone) · {counts}"
     if ver.failed:
         return f"❌ {counts}"
     if ver.nothing_verified:
@@ -399,7 +402,8 @@ def render_markdown(report: dict) -> str:
         "",
         f"suite {report['suite_version']} · commit `{commit}` · torch {env['torch']} · triton {env['triton']} · "
         f"{env['device']}{' · TRITON_INTERPRET' if env['interpreter'] else ''} · grid `{report['grid']}` · "
-        f"policy `{policy['source']}` (sha256 `{policy.get('sha256', '')[:12]}`)",
+        f"policy `{policy['source']}` (sha256 `{policy.get('sha256', '')[:12]}`)"
+        + (f" · merged from {report['merged']['count']} shards" if "merged" in report else ""),
         "",
     ]
     rows = []

@@ -49,6 +49,8 @@ def test_the_merged_report_is_the_serial_one_and_gates_green_with_replay(runs, c
     assert _strip(merged) == _strip(serial)  # records in selection order, summary, coverage, properties
     assert [s["index"] for s in merged["merged"]["shards"]] == [1, 2]
     assert (d / "merged" / "report.md").read_text().startswith("## LRKV tolerance report — ✅")
+    assert "merged from 2 shards" in (d / "merged" / "report.md").read_text()
+    assert (d / "s1" / "report.md").read_text().startswith("## LRKV tolerance report — ⚠️ SHARD 1/2")
     base = str(d / "base.json")
     assert main(["gate", str(d / "serial" / "report.json"), "--baseline", base, "--update-baseline"]) == 0
     assert main(["gate", str(d / "merged" / "report.json"), "--baseline", base, "--replay", "3"]) == 0
