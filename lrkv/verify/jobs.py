@@ -13,7 +13,11 @@ report is the serial one record for record (timings aside). What differs from on
   * a backend that hangs is not called again by the job it hung in (serially: by the run);
   * a job process that dies (it is not where backends run; an oracle that exhausts memory)
     leaves an ERROR record per backend for the case it held, and a fresh job takes the rest;
-  * each job gets cores // N intra-op threads, so N jobs do not oversubscribe the machine.
+  * nothing else: each job and its worker keep torch's intra-op threads as one process has them
+    (OMP_NUM_THREADS, else the cores), since a reduction split over another number of threads
+    rounds differently (inductor's CPU kernels do: its errors moved in the last bits with one
+    thread a job). N jobs then run up to N × that many threads: OMP_NUM_THREADS=1 bounds them,
+    and gives the same report with any --jobs.
 
 Jobs start as the isolation worker does (forked by a server that imported torch once, else
 spawned), without the harness's __main__ (a user's script is not run again), and take the
@@ -66,7 +70,7 @@ def usable_jobs(requested: int | None, cases: int, backends, isolation: str) -> 
 
 
 def _job(slot: int, blobs: list[tuple[str, bytes]], policy, cases, shares: dict, twins: bool, properties: bool,
-         threads: int, here: tuple, tasks, results) -> None:
+         here: tuple, tasks, results) -> None:
     """A job process: run the cases pulled from `tasks` (indices into `cases`) until None."""
     import pickle
 
@@ -77,10 +81,6 @@ def _job(slot: int, blobs: list[tuple[str, bytes]], policy, cases, shares: dict,
     os.environ.update(env)
     sys.path[:] = path
     os.chdir(cwd)
-    os.environ["OMP_NUM_THREADS"] = str(threads)  # for the isolation worker this job starts
-    import torch
-
-    torch.set_num_threads(threads)
     from .runner import run
 
     backends = [(label, pickle.loads(blob)) for label, blob in blobs]
@@ -118,7 +118,6 @@ def run_jobs(cases, backends, policy, jobs: int, *, shares: dict, twins: bool = 
     for i in range(len(cases)):
         tasks.put(i)
     blobs = [(label, dumps(b)) for label, b in backends]
-    threads = max(1, (os.cpu_count() or 1) // jobs)
     procs: dict[int, object] = {}
     started: dict[int, int] = {}  # slot -> cases it started (a job that dies before one is not replaced)
     by_case: dict[int, list[dict]] = {}
@@ -129,7 +128,7 @@ def run_jobs(cases, backends, policy, jobs: int, *, shares: dict, twins: bool = 
     def start() -> None:
         slot = next(slots)
         p = ctx.Process(target=_job, name=f"lrkv-verify-job-{slot}", daemon=False,
-                        args=(slot, blobs, policy, cases, shares, twins, properties, threads,
+                        args=(slot, blobs, policy, cases, shares, twins, properties,
                               (dict(os.environ), list(sys.path), os.getcwd()), tasks, results))
         server = ctx.get_start_method() == "forkserver"
         if server:

@@ -111,6 +111,10 @@ def test_the_merge_cli_refuses_with_exit_2_and_writes_nothing(runs, capsys):
     d = runs[0]
     assert main(["merge", str(d / "s2"), "--out", str(d / "half")]) == 2
     assert "shard 1/2 missing" in capsys.readouterr().err and not (d / "half" / "report.json").exists()
+    assert main(["merge", str(d / "no-such-shard"), "--out", str(d / "half")]) == 2
+    assert "no-such-shard/report.json: no such file" in capsys.readouterr().err
+    assert main(["merge", str(d / "merged"), str(d / "s1"), "--out", str(d / "half")]) == 2
+    assert "already a merged report" in capsys.readouterr().err and not (d / "half" / "report.json").exists()
 
 
 # ------------------------------------------------------------------ the gate says no, naming the shard
