@@ -36,8 +36,9 @@ from collections.abc import Callable
 from .isolation import _context, _sigint_ignored, _without_main, dumps
 
 POLL_S = 1.0  # how often the harness looks for a dead job while no message arrives
-# by default, a job per this many cases at most: a job starts its own Python, torch and worker
-# (~4 s of CPU), which a few sub-second cases do not pay back (docs/status.md, the jobs bench)
+# by default, a job per this many cases at most: each job starts a worker server of its own (a
+# torch import) and traces inductor's kernels again, which a few sub-second cases do not pay back
+# (docs/status.md: on 2 shared cores two jobs were slower than one on the default grid)
 DEFAULT_CASES_PER_JOB = 16
 
 

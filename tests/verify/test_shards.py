@@ -64,3 +64,16 @@ def test_the_cli_refuses_a_bad_shard_and_costs_without_one(tmp_path, capsys):
     assert main(["verify", "--grid", "quick", "--costs", str(costs_file), "--out", out]) == 2
     assert "--costs balances shards: it needs --shard" in capsys.readouterr().err
     assert not (tmp_path / "out" / "report.json").exists()
+
+
+def test_a_shard_without_cases_writes_a_report_saying_so(tmp_path):
+    """More shards than cases (a fleet of 7 on 6 cases): the empty part is no failure, and its
+    report is what `lrkv merge` needs to see that every shard ran."""
+    import json
+
+    out = tmp_path / "out"
+    argv = ["verify", "--grid", "quick", "--filter", "theta500000", "--backend", "tiled", "--in-process",
+            "--no-progress", "--shard", "7/7", "--out", str(out)]
+    assert main(argv) == 0
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["records"] == [] and rep["shard"]["cases"] == [] and rep["shard"]["count"] == 7
