@@ -17,7 +17,7 @@ measures a rate.
                                                                   (... and FA3-style roundings)
     python3 -m lrkv.verify.hunt --examples 2000 --seed 9 --report reports/hunt-2 --shard 2/4
           (one machine's part of a hunt, as a tolerance report; on each of 4 machines, then
-           `lrkv merge reports/hunt-* --out reports/hunt` and `lrkv gate reports/hunt/report.json`)
+           `lrkv merge reports/hunt-* --out reports/hunt` and `lrkv gate reports/hunt/report.json --baseline B`)
 
 Exit 0 when no false failure was found, 1 otherwise (each is listed with its replay command),
 2 on a usage error (an unknown or unavailable backend, a level no hunted backend declares).
