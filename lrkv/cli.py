@@ -24,6 +24,7 @@ from importlib import resources
 VERBS: dict[str, tuple[str, str]] = {
     "verify": ("lrkv.verify.verify_cli", "run decode backends against the float64 oracle; write a tolerance report"),
     "gate": ("lrkv.verify.gate_cli", "gate a tolerance report against an accepted baseline"),
+    "merge": ("lrkv.verify.merge_cli", "merge the shard reports of `lrkv verify --shard I/N` into one report"),
     "proofs": ("lrkv.proofs.proofs_cli", "run the symbolic proofs of the paper's algebra"),
     "export": ("lrkv.compiled.export_cli", "export a verified ONNX / AOTInductor / TensorRT engine"),
     "bench": ("lrkv.bench.bench_cli", "time one decode step of LRKV and its peers side by side"),

@@ -71,3 +71,24 @@ def test_doc_block_fails_a_line_that_breaks_its_promise(tmp_path, capsys):
     assert "FAILED: exit 0" in capsys.readouterr().out
     doc.write_text("## Try\n\n```sh\ntrue\nfalse   # refused: exit 1\n```\n", encoding="utf-8")
     assert runner.main([str(doc), "Try", "sh"]) == 0
+
+
+def test_the_cluster_lines_of_the_testing_doc_expand_to_the_shards_they_promise(tmp_path):
+    """docs/testing.md's Slurm and Kubernetes lines, verbatim through sh (with `lrkv` printing its
+    arguments): each is a valid `lrkv verify --shard I/N` of the right shard, then merge and gate."""
+    import os
+    import subprocess
+
+    from lrkv.cli import build_parser
+    from lrkv.verify.shards import Shard
+    from tests.test_helpers.doc_blocks import blocks
+
+    (block,) = blocks(ROOT / "docs" / "testing.md", "A run over many machines", "sh")
+    env = dict(os.environ, SLURM_ARRAY_TASK_ID="3", SLURM_ARRAY_TASK_COUNT="8", JOB_COMPLETION_INDEX="2")
+    script = "lrkv() { printf '%s\\037' \"$@\"; printf '\\036'; }\n" + block
+    out = subprocess.run(["sh", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+    commands = [c.split("\x1f")[:-1] for c in out.stdout.split("\x1e")[:-1]]
+    assert [c[0] for c in commands] == ["verify", "verify", "merge", "gate"]
+    parsed = [build_parser(c[0]).parse_args(c) for c in commands]
+    assert [p.shard for p in parsed[:2]] == [Shard(3, 8), Shard(3, 8)]
+    assert parsed[2].shards == ["reports/shard-*"] and parsed[3].report == "reports/lrkv/report.json"

@@ -230,6 +230,7 @@ def classify(report: dict, baseline: dict, *, subset: bool = False, check_policy
     if not report.get("complete", False):
         entries.append(GateEntry("complete", "*", "*", "*", "ERROR",
                                  "the report is incomplete (the run was interrupted): re-run lrkv verify"))
+    entries += shard_entries(report)
     pinned = (baseline.get("policy") or {}).get("sha256")
     if check_policy and pinned and pinned != policy.sha256:
         entries.append(GateEntry("policy", "*", "*", "*", "ERROR",
@@ -297,6 +298,21 @@ def classify(report: dict, baseline: dict, *, subset: bool = False, check_policy
             entries.append(GateEntry(f"{name}::*", name, "*", "*", "UNVERIFIED",
                                      f"no case of {name} was verified ({n} records, none a pass)"))
     return entries
+
+
+def shard_entries(report: dict) -> list[GateEntry]:
+    """A shard alone is never green; a merged report's shards are re-checked (merge.py)."""
+    if "shard" in report:
+        s = report["shard"]
+        return [GateEntry("shard", "*", "*", "*", "ERROR",
+                          f"shard {s['index']}/{s['count']} ({len(s['cases'])} cases): one part of a run, "
+                          f"incomplete on its own; merge the {s['count']} shard reports with `lrkv merge` and gate "
+                          "the merged report")]
+    if "merged" in report:
+        from .merge import problems
+
+        return [GateEntry(key, "*", "*", "*", "ERROR", why) for key, why in problems(report)]
+    return []
 
 
 def property_entries(report: dict, judged: list[tuple[dict, str]], policy: Policy, baseline: dict, live: dict,

@@ -15,6 +15,9 @@ measures a rate.
     python3 -m lrkv.verify.hunt --fp8 --examples 1000 --seed 3     (every case with an fp8 cache)
     python3 -m lrkv.verify.hunt --fp8-compute --backend tiled-fp8-compute --level kernel
                                                                   (... and FA3-style roundings)
+    python3 -m lrkv.verify.hunt --examples 2000 --seed 9 --report reports/hunt-2 --shard 2/4
+          (one machine's part of a hunt, as a tolerance report; on each of 4 machines, then
+           `lrkv merge reports/hunt-* --out reports/hunt` and `lrkv gate reports/hunt/report.json --baseline B`)
 
 Exit 0 when no false failure was found, 1 otherwise (each is listed with its replay command),
 2 on a usage error (an unknown or unavailable backend, a level no hunted backend declares).
@@ -32,13 +35,15 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from ..checks import arg_int, arg_out_file
+from ..checks import arg_int, arg_out_dir, arg_out_file
 from ..spec import dtype_name
 from .backend_registry import get_backend
 from .case import DTYPES, FP8_LEVELS, Case, Paged
 from .levels import get_level
 from .protocol import check_available
 from .runner import not_applicable, run
+from .server_properties import plan
+from .shards import Shard, shard_cases
 from .strategies import PAGED_LEVELS, cases, lrkv_specs, with_fp8
 from .tolerance import load_policy
 
@@ -139,14 +144,19 @@ def is_false_failure(rec: dict) -> bool:
 
 
 def hunt(labels, levels, examples: int, seed: int, progress=None, *, strict: bool = False,
-         properties: bool = False, fp8: bool = False, rounding: bool = False) -> dict:
+         properties: bool = False, fp8: bool = False, rounding: bool = False, shard=None,
+         report: dict | None = None) -> dict:
     """Draw `examples` cases per level; run them through `runner.run`; collect non-passes.
 
     strict: a level that no hunted backend declares is an error (else it is left out).
     properties: also run the server properties (server_properties.py) on their share of the
     drawn cases; a required one that fails on a correct backend is a false failure too.
     fp8: the kernel and layer levels only, every case with an fp8 cache (`strategies.with_fp8`);
-    rounding: as fp8, the kernel levels' cases also with FA3-style roundings (fp8 compute)."""
+    rounding: as fp8, the kernel levels' cases also with FA3-style roundings (fp8 compute).
+    report: a dict to receive what a tolerance report of the hunt needs (its `cases`, in order,
+    each once; `records`; `backends`; `policy`); shard: a shards.Shard — run only its part of
+    those cases (split as `lrkv verify --shard` splits a grid), their server-property share
+    counted over all of them."""
     fp8 = fp8 or rounding
     policy = load_policy()
     backends = [(label, get_backend(label)) for label in labels]
@@ -158,7 +168,7 @@ def hunt(labels, levels, examples: int, seed: int, progress=None, *, strict: boo
     by_level: dict[str, dict[str, Counter]] = {}
     drawn_coverage: dict[str, dict] = {}
     failures: list[dict] = []
-    run_levels = []
+    run_levels, planned = [], []
     for level in levels:
         if fp8 and level not in FP8_LEVELS:
             if strict:
@@ -171,8 +181,19 @@ def hunt(labels, levels, examples: int, seed: int, progress=None, *, strict: boo
                                  f"({', '.join(b.name for _, b in backends)})")
             continue
         run_levels.append(level)
-        user_names = {b.name for _, b in users}
         drawn = draw_cases(level, claimed_dtypes(users, level), examples, seed, fp8, rounding)
+        if report is not None or shard is not None:  # a report holds one record per case: each drawn case once
+            drawn = list({c.id: c for c in reversed(drawn)}.values())[::-1]
+        planned.append((level, users, drawn))
+    everything = [c for _, _, drawn in planned for c in drawn]
+    shares = plan(everything)
+    mine = {c.id for c in shard_cases(everything, shard)} if shard is not None else None
+    if report is not None:
+        report.update(cases=everything, records=[], backends=backends, policy=policy)
+    for level, users, drawn in planned:
+        if mine is not None:
+            drawn = [c for c in drawn if c.id in mine]
+        user_names = {b.name for _, b in users}
         drawn_coverage[level] = coverage(level, drawn)
         claimed = [any(not not_applicable(b, case) for _, b in users) for case in drawn]
         counts = by_level.setdefault(level, {b.name: Counter() for _, b in users})
@@ -212,6 +233,8 @@ def hunt(labels, levels, examples: int, seed: int, progress=None, *, strict: boo
                     failures.append(f)
                     print(f"FALSE FAILURE {rec['status']} {rec['backend']} {rec['id']}: {rec['reason'][:300]}\n"
                           f"  {rec['repro']}", file=sys.stderr, flush=True)
+            if report is not None:
+                report["records"] += records
             records.clear()
             if progress is not None:
                 progress(level, stats, failures)
@@ -219,7 +242,7 @@ def hunt(labels, levels, examples: int, seed: int, progress=None, *, strict: boo
         # every hunted backend goes in: runner.run decides what each claims, and may add a
         # twin record for the nearest variant a declining backend supports (`twin`, twins.py)
         # the server properties (server_properties.py) only with --properties: they add calls
-        run(drawn, backends, policy, on_step=tally, records=records, properties=properties)
+        run(drawn, backends, policy, on_step=tally, records=records, properties=properties, shares=shares)
         tally("")  # any record made after the last on_step
     return {"examples_per_level": examples, "levels": run_levels, "backends": [b.name for _, b in backends],
             "seed": seed, "stats": dict(stats),
@@ -241,6 +264,34 @@ def summary_lines(result: dict) -> list[str]:
     return lines
 
 
+def _shard(text: str) -> Shard:
+    try:
+        return Shard.parse(text)
+    except (ValueError, TypeError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def write_hunt_report(report: dict, shard: Shard | None, argv, seconds: float, out) -> str:
+    """The hunt as a tolerance report: its selection is the drawn cases themselves (each once),
+    so the gate accounts for every one of them, as for a grid (a shard names its part)."""
+    from .runner import backend_info
+    from .selection import GIVEN, Selection
+    from .shards import fingerprint, records_digest
+    from .tolerance_report import build_report, write_report
+
+    sel = Selection(grid=GIVEN, cases=tuple(report["cases"]))
+    meta = None
+    if shard is not None:
+        mine = [c.id for c in shard_cases(report["cases"], shard)]
+        meta = {"index": shard.index, "count": shard.count, "fingerprint": fingerprint(sel, report["cases"]),
+                "costs": "estimated", "cases": mine, "records_sha256": records_digest(report["records"])}
+    infos = [backend_info(b, label) for label, b in report["backends"]]
+    built = build_report(report["records"], report["policy"], infos, selection=sel, grid="hunt",
+                         argv=["python3 -m lrkv.verify.hunt", *(argv if argv is not None else sys.argv[1:])],
+                         seconds=seconds, shard=meta)
+    return str(write_report(built, out)[0])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python3 -m lrkv.verify.hunt", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -258,7 +309,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--properties", action="store_true",
                    help="also run the server properties on their share of the drawn cases (a required one "
                         "failing on a correct backend is a false failure)")
+    p.add_argument("--report", type=arg_out_dir(), metavar="DIR",
+                   help="also write the hunt as a tolerance report (DIR/report.json, report.md) of the drawn cases, "
+                        "with their server properties, for `lrkv gate`")
+    p.add_argument("--shard", type=_shard, metavar="I/N",
+                   help="with --report: run part I of N of the drawn cases (as `lrkv verify --shard`); "
+                        "`lrkv merge` joins the N reports into the one the gate reads")
     args = p.parse_args(argv)
+    if args.shard is not None and args.report is None:
+        p.error("--shard I/N needs --report DIR: the shard reports are what `lrkv merge` joins")
     t0 = time.perf_counter()
     last = [0.0]
 
@@ -269,9 +328,10 @@ def main(argv: list[str] | None = None) -> int:
                   f"{len(failures)} false failures", file=sys.stderr, flush=True)
 
     try:
+        report = {} if args.report else None
         result = hunt(args.backend or CORRECT, args.level or LEVELS, args.examples, args.seed, progress,
-                      strict=bool(args.level), properties=args.properties, fp8=args.fp8,
-                      rounding=args.rounding)
+                      strict=bool(args.level), properties=args.properties or bool(args.report), fp8=args.fp8,
+                      rounding=args.rounding, shard=args.shard, report=report)
     except (ValueError, TypeError) as e:
         print(f"hunt: {e}", file=sys.stderr)
         return 2
@@ -285,6 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=1) + "\n")
+    if args.report:
+        print(f"report: {write_hunt_report(report, args.shard, argv, result['seconds'], args.report)}")
     return 1 if result["false_failures"] else 0
 
 

@@ -507,7 +507,8 @@ def _run_prepared(case: Case, todo: list, policy: Policy, records: list[dict], h
 def run(cases: Iterable[Case], backends: list[tuple[str, object]], policy: Policy,
         on_step: Callable[[str], None] | None = None, records: list[dict] | None = None,
         twins: bool = True, isolation: str | None = None, notes: list[str] | None = None,
-        properties: bool = True) -> list[dict]:
+        properties: bool = True, shares: dict | None = None,
+        on_case: Callable[[Case, list[dict]], None] | None = None) -> list[dict]:
     """One record per (case, backend), plus a twin record per declined case (twins.py).
 
     on_step(description) is called after each case and backend — for a progress bar. Records
@@ -517,11 +518,15 @@ def run(cases: Iterable[Case], backends: list[tuple[str, object]], policy: Polic
     'process' (every backend call in a worker process, isolation.py) or 'inprocess'; default
     isolation.default_mode(). notes: receives what the isolation could not do (a backend
     kept in-process, and why). properties: run the server properties (server_properties.py)
-    on their share of each kernel level's cases, for every verified (non-baseline) backend."""
+    on their share of each kernel level's cases, for every verified (non-baseline) backend.
+    shares: that share (server_properties.plan) counted over a larger run than `cases` — a
+    shard's or a job's part of the selection must run what the whole selection would run; given,
+    `cases` is consumed lazily (a job pulls its next case from a queue). on_case(case, records)
+    is called after each case with the records made for it (twins included)."""
     records = [] if records is None else records
     calls = Calls(backends, isolation or default_mode())
     try:
-        _run(cases, backends, policy, on_step, records, twins, calls, properties)
+        _run(cases, backends, policy, on_step, records, twins, calls, properties, shares, on_case)
     finally:
         calls.close()
         if notes is not None:
@@ -533,7 +538,7 @@ def run(cases: Iterable[Case], backends: list[tuple[str, object]], policy: Polic
 
 
 def _run(cases, backends, policy: Policy, on_step, records: list[dict], twins: bool, calls: Calls,
-         properties: bool = True) -> None:
+         properties: bool = True, shares: dict | None = None, on_case=None) -> None:
     avail, broken = {}, {}
     for label, b in backends:
         try:
@@ -541,9 +546,12 @@ def _run(cases, backends, policy: Policy, on_step, records: list[dict], twins: b
         except (ValueError, TypeError) as e:
             avail[label], broken[label] = (False, str(e)), str(e)
     hung: dict[str, str] = {}
-    cases = list(cases)
-    shares = plan(cases) if properties else {}  # every N-th small case of each kernel level (server_properties.py)
+    if shares is None:
+        cases = list(cases)
+        shares = plan(cases)  # every N-th small case of each kernel level (server_properties.py)
+    shares = shares if properties else {}
     for case in cases:
+        start = len(records)
         todo, declined_by = [], []
         wanted = None
         if case.id in shares:
@@ -592,6 +600,8 @@ def _run(cases, backends, policy: Policy, on_step, records: list[dict], twins: b
             # always-required ones must not go unchecked because its first case was float64
             _run_prepared(twin, members, policy, records, hung, calls,
                           wrap=lambda rec, ch=changes: twin_record(rec, case, ch), properties=wanted)
+        if on_case is not None:
+            on_case(case, records[start:])
         if on_step is not None:
             for label, b in backends:
                 on_step(f"{b.name} {case.id}")

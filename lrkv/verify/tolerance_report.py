@@ -84,10 +84,12 @@ def summarize(records: list[dict]) -> dict:
 
 
 def build_report(records: list[dict], policy, backends: list[dict], *, selection, grid: str | None = None,
-                 argv: list[str] | None = None, seconds: float | None = None, complete: bool = True) -> dict:
+                 argv: list[str] | None = None, seconds: float | None = None, complete: bool = True,
+                 shard: dict | None = None) -> dict:
     """The report of a run: `selection` (a selection.Selection) says which cases it was asked to
-    verify (the gate rebuilds them); `grid` is its label for people (default: the grid's name)."""
-    return {
+    verify (the gate rebuilds them); `grid` is its label for people (default: the grid's name);
+    `shard`: the part of the selection a `--shard I/N` run made (shards.py; absent otherwise)."""
+    return ({} if shard is None else {"shard": shard}) | {
         "schema": SCHEMA,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "suite_version": __version__,
@@ -371,6 +373,9 @@ def headline(report: dict) -> str:
     ver = verification(recs, report["backends"])
     if not report.get("complete", True):
         return f"⚠️ INCOMPLETE (interrupted run — the gate refuses it) · {counts}"
+    if "shard" in report:
+        s = report["shard"]
+        return f"⚠️ SHARD {s['index']}/{s['count']} (one part of a run: `lrkv merge` its shards; the gate refuses it alone) · {counts}"
     if ver.failed:
         return f"❌ {counts}"
     if ver.nothing_verified:
@@ -397,7 +402,8 @@ def render_markdown(report: dict) -> str:
         "",
         f"suite {report['suite_version']} · commit `{commit}` · torch {env['torch']} · triton {env['triton']} · "
         f"{env['device']}{' · TRITON_INTERPRET' if env['interpreter'] else ''} · grid `{report['grid']}` · "
-        f"policy `{policy['source']}` (sha256 `{policy.get('sha256', '')[:12]}`)",
+        f"policy `{policy['source']}` (sha256 `{policy.get('sha256', '')[:12]}`)"
+        + (f" · merged from {report['merged']['count']} shards" if "merged" in report else ""),
         "",
     ]
     rows = []

@@ -65,7 +65,26 @@ def register(subparsers) -> None:
     v.add_argument("--tp", type=arg_int(minimum=1, maximum=64), metavar="P",
                    help="tensor parallelism: decode the `tp` grid (instead of --grid) on P gloo ranks and judge the "
                         "gathered output and each rank's cache bytes (default backends: reference, eager)")
+    v.add_argument("--jobs", type=arg_int(minimum=1, maximum=1024), metavar="N",
+                   help="run the cases in N job processes at once, each with its own isolated worker (default: "
+                        "this machine's cores, at most one per 16 cases); the report is the same as with --jobs 1")
+    v.add_argument("--shard", metavar="I/N", type=_shard_arg,
+                   help="run shard I of N: a deterministic part of the selection balanced by cost; the report "
+                        "names the selection's fingerprint, N, I and its cases. `lrkv merge` joins the N shard "
+                        "reports into the one report the gate reads (a shard alone is never green)")
+    v.add_argument("--costs", type=arg_in_file(), metavar="REPORT",
+                   help="with --shard: balance the shards by the per-case seconds of this earlier report.json "
+                        "(cases it lacks are estimated from their shapes); every shard must get the same file")
     v.set_defaults(func=cmd_verify)
+
+
+def _shard_arg(text: str):
+    from .shards import Shard
+
+    try:
+        return Shard.parse(text)
+    except (ValueError, TypeError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _selection(args):
@@ -162,6 +181,9 @@ def _verify(args, console, state: dict) -> int:
         backends = _load_backends(args, console)
         selection = state["selection"] = _selection(args)
         cases = selection.resolve()
+        if args.costs and not args.shard:
+            raise ValueError("--costs balances shards: it needs --shard I/N")
+        everything, cases, shard = cases, *_shard(args, selection, cases)
         policy = state["policy"] = load_policy(args.policy)
         from .backend_registry import backend_names
         policy.check_property_backends(set(backend_names()) | {b.name for _, b in backends})
@@ -178,6 +200,13 @@ def _verify(args, console, state: dict) -> int:
     for info in infos:
         if not info["available"]:
             _say(console, f"{info['name']}: unavailable — {info['reason']}", "yellow")
+    if shard is not None and not cases and everything:  # more shards than cases: an empty part is no failure
+        report = build_report([], policy, infos, selection=selection, argv=sys.argv[1:], seconds=0.0,
+                              shard=_shard_meta(shard, []))
+        jpath, _ = write_report(report, args.out)
+        _say(console, f"lrkv verify: shard {shard['index']}/{shard['count']} has no case of the selection's "
+                      f"{len(everything)}; {jpath} says so for `lrkv merge`")
+        return EXIT_OK
     if not cases:
         _say(console, "lrkv verify: nothing verified: no case matches the selection (--grid/--dtype/--level/"
                       "--filter)", "yellow")
@@ -189,15 +218,23 @@ def _verify(args, console, state: dict) -> int:
         _say(console, f"lrkv verify: decoding on tensor-parallel ranks ({len(cases)} cases x {len(backends)} "
                       "backends, one spawn per P)")
         tp_level.prefetch(cases, backends, policy)  # each case within its backend's case_timeout
-    from .isolation import NotIsolated
+    from .isolation import NotIsolated, default_mode
+    from .jobs import usable_jobs
+    from .server_properties import plan
+
+    isolation = "inprocess" if args.in_process else default_mode()
+    jobs, fewer = usable_jobs(args.jobs, len(cases), backends, isolation)
+    if fewer and args.jobs:
+        _say(console, f"lrkv verify: --jobs {args.jobs}: one job, since {fewer}", "yellow")
     try:
         _run_with_progress(cases, backends, policy, console, not args.no_progress, records, not args.no_twins,
-                           "inprocess" if args.in_process else None, notes)
+                           isolation, notes, jobs, plan(everything))
     except NotIsolated as e:  # raised before any backend call
         _say(console, f"lrkv verify: {e}", "red")
         return EXIT_USAGE
     seconds = time.perf_counter() - t0
-    report = build_report(records, policy, infos, selection=selection, argv=sys.argv[1:], seconds=seconds)
+    report = build_report(records, policy, infos, selection=selection, argv=sys.argv[1:], seconds=seconds,
+                          shard=None if shard is None else _shard_meta(shard, records))
     jpath, mpath = write_report(report, args.out)
     tot = report["summary"]["total"]
     if getattr(args, "verbosity", 0) >= 0:
@@ -230,6 +267,26 @@ def _verify(args, console, state: dict) -> int:
         empty_unavailable = set(ver.empty) and set(ver.empty) <= ver.unavailable
         return EXIT_TOOLCHAIN if empty_unavailable else EXIT_NOTHING
     return EXIT_OK
+
+
+def _shard(args, selection, cases) -> tuple[list, dict | None]:
+    """(the cases this run makes, the shard's metadata without its records' digest, or None)."""
+    if args.shard is None:
+        return cases, None
+    from .shards import fingerprint, measured_costs, records_digest, shard_cases
+    from .tolerance_report import load_report
+
+    measured = measured_costs(load_report(args.costs)) if args.costs else None
+    mine = shard_cases(cases, args.shard, measured)
+    costs = f"measured: {records_digest([measured])[:16]}" if measured else "estimated"
+    return mine, {"index": args.shard.index, "count": args.shard.count, "fingerprint": fingerprint(selection, cases),
+                  "costs": costs, "cases": [c.id for c in mine]}
+
+
+def _shard_meta(shard: dict, records: list[dict]) -> dict:
+    from .shards import records_digest
+
+    return dict(shard, records_sha256=records_digest(records))
 
 
 def failure_groups(records: list[dict]) -> list[tuple[str, list[dict]]]:
@@ -324,17 +381,25 @@ def _plain_progress(total: int):
 
 
 def _run_with_progress(cases, backends, policy, console, show: bool, records: list[dict], twins: bool = True,
-                       isolation: str | None = None, notes: list[str] | None = None):
+                       isolation: str | None = None, notes: list[str] | None = None, jobs: int = 1,
+                       shares: dict | None = None):
+    """runner.run, or jobs.run_jobs for jobs > 1 (shares: the whole selection's property plan)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from .jobs import run_jobs
     from .runner import run, total_steps
 
-    if not show:  # a CI log: a plain line at most every PLAIN_PROGRESS_S, so a long run is never silent
+    def execute(on_step):
+        if jobs > 1:
+            return run_jobs(cases, backends, policy, jobs, shares=shares or {}, twins=twins, on_step=on_step,
+                            records=records, notes=notes)
         return run(cases, backends, policy, records=records, twins=twins, isolation=isolation, notes=notes,
-                   on_step=_plain_progress(total_steps(cases, backends)))
+                   on_step=on_step, shares=shares)
+
+    if not show:  # a CI log: a plain line at most every PLAIN_PROGRESS_S, so a long run is never silent
+        return execute(_plain_progress(total_steps(cases, backends)))
     with Progress(TextColumn("verify"), BarColumn(bar_width=24), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn("{task.description}", markup=False), console=console, transient=True) as progress:
         task = progress.add_task("", total=total_steps(cases, backends))
-        return run(cases, backends, policy, records=records, twins=twins, isolation=isolation, notes=notes,
-                   # description: the step just finished
-                   on_step=lambda what: progress.update(task, advance=1, description=what[:PROGRESS_CHARS]))
+        # description: the step just finished
+        return execute(lambda what: progress.update(task, advance=1, description=what[:PROGRESS_CHARS]))

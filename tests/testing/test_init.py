@@ -290,3 +290,22 @@ def test_the_layouts_doc_init_line_runs_as_written(tmp_path, monkeypatch, capsys
         assert cli.main(argv[1:]) == 0, line
         layout = argv[argv.index("--layout") + 1]
         assert f'cache_layout = "{layout}"' in (tmp_path / f"{MODULE}.py").read_text()
+
+
+def test_the_workflow_verifies_in_shards_and_gates_their_merge(tmp_path):
+    """A matrix of shards (GitHub Actions' engine), then one job that merges their reports and
+    gates the merge: every shard's artifact is what the merge reads, and N is the matrix's length."""
+    import re
+
+    assert _init(tmp_path) == 0
+    wf = (tmp_path / ".github/workflows/lrkv.yml").read_text()
+    verify, gate = wf.split("\n  verify:\n")[1].split("\n  gate:\n")
+    shards = re.search(r"shard: \[([\d, ]+)\]", verify).group(1)
+    assert [int(s) for s in shards.split(",")] == [1, 2, 3, 4]
+    assert (f"lrkv verify --backend {MODULE}:backend --shard ${{{{ matrix.shard }}}}/${{{{ strategy.job-total }}}} "
+            "--out reports/shard-${{ matrix.shard }}") in verify
+    assert "fail-fast: false" in verify and "name: lrkv-shard-${{ matrix.shard }}" in verify
+    assert "needs: verify" in gate and "if: ${{ !cancelled() }}" in gate
+    order = [gate.index(s) for s in ("pattern: lrkv-shard-*", "lrkv merge reports/lrkv-shard-* --out reports/lrkv",
+                                     "lrkv gate reports/lrkv/report.json")]
+    assert order == sorted(order)

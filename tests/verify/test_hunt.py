@@ -141,3 +141,26 @@ def test_unavailable_backend_or_undeclared_level_is_a_usage_error(capsys, monkey
     if runtime.mode()[0] == "fallback":
         assert main(["--backend", "triton", "--level", "kernel-paged", "--examples", "1"]) == 2
         assert "unavailable" in capsys.readouterr().err
+
+
+def test_a_sharded_hunt_merges_into_the_report_of_the_whole_hunt_which_the_gate_reads(tmp_path, capsys):
+    import json
+
+    from lrkv.cli import main as lrkv
+    from lrkv.verify import gate
+
+    args = ["--backend", "tiled", "--level", "kernel", "--examples", "3", "--seed", "3"]
+    assert main([*args, "--report", str(tmp_path / "all")]) == 0
+    for i in (1, 2):
+        assert main([*args, "--report", str(tmp_path / f"s{i}"), "--shard", f"{i}/2"]) == 0
+    assert lrkv(["merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "m")]) == 0
+    whole, merged = (json.loads((tmp_path / d / "report.json").read_text()) for d in ("all", "m"))
+    assert all(json.loads((tmp_path / f"s{i}" / "report.json").read_text())["records"] for i in (1, 2))
+    drop = ("created", "seconds", "command", "merged", "records")
+    assert {k: v for k, v in merged.items() if k not in drop} == {k: v for k, v in whole.items() if k not in drop}
+    assert [{**r, "seconds": 0} for r in merged["records"]] == [{**r, "seconds": 0} for r in whole["records"]]
+    entries = gate.classify(merged, {"entries": {}, "policy": None})
+    assert gate.exit_code(entries, merged) == 0 and len(merged["records"]) == 3
+    with pytest.raises(SystemExit) as e:
+        main([*args, "--shard", "1/2"])  # a shard is only worth its report
+    assert e.value.code == 2 and "--shard I/N needs --report DIR" in capsys.readouterr().err
