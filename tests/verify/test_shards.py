@@ -77,3 +77,14 @@ def test_a_shard_without_cases_writes_a_report_saying_so(tmp_path):
     assert main(argv) == 0
     rep = json.loads((out / "report.json").read_text())
     assert rep["records"] == [] and rep["shard"]["cases"] == [] and rep["shard"]["count"] == 7
+
+
+def test_a_shard_that_verifies_nothing_for_a_backend_exits_0_the_same_run_unsharded_exits_4(tmp_path, capsys):
+    """A matrix job whose part holds only paged cases must not fail a kernel-level backend for
+    verifying nothing there: the merged report is judged (the gate's exit 4). Without --shard
+    the same emptiness is still exit 4."""
+    base = ["verify", "--grid", "quick", "--level", "kernel-paged", "--filter", "theta500000", "--backend", "tiled",
+            "--in-process", "--no-progress"]
+    assert main([*base, "--shard", "1/1", "--out", str(tmp_path / "s")]) == 0
+    assert "this shard alone verifies nothing" in capsys.readouterr().err
+    assert main([*base, "--out", str(tmp_path / "u")]) == 4
