@@ -40,15 +40,20 @@ POLL_S = 1.0  # how often the harness looks for a dead job while no message arri
 # torch import) and traces inductor's kernels again, which a few sub-second cases do not pay back
 # (docs/status.md: on 2 shared cores two jobs were slower than one on the default grid)
 DEFAULT_CASES_PER_JOB = 16
+# by default, no second job below this many cores: on 2 cores each job's and its worker's torch
+# threads spin against the others' (the default grid 3.5x slower with --jobs 2 on an idle 2-core
+# machine, 1.46x under load: ci/logs/jobs-idle-3e87c5e.log, jobs-bench-cf20b6b.log)
+MIN_CORES_FOR_JOBS = 4
 
 
 def usable_jobs(requested: int | None, cases: int, backends, isolation: str) -> tuple[int, str]:
     """(jobs, why fewer than asked): at most one per case; by default the machine's cores, at
-    most one per DEFAULT_CASES_PER_JOB cases; one where a backend cannot travel to a job
+    most one per DEFAULT_CASES_PER_JOB cases, and one below MIN_CORES_FOR_JOBS cores; one where a backend cannot travel to a job
     (defined in __main__, not picklable, or running its own processes, as the tp level does)
     or calls run in-process on purpose."""
     if requested is None:
-        requested = min(os.cpu_count() or 1, cases // DEFAULT_CASES_PER_JOB)
+        cores = os.cpu_count() or 1
+        requested = min(cores, cases // DEFAULT_CASES_PER_JOB) if cores >= MIN_CORES_FOR_JOBS else 1
     jobs = max(1, min(requested, cases))
     if jobs == 1:
         return 1, ""

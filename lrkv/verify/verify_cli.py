@@ -68,7 +68,7 @@ def register(subparsers) -> None:
                         "gathered output and each rank's cache bytes (default backends: reference, eager)")
     v.add_argument("--jobs", type=arg_int(minimum=1, maximum=1024), metavar="N",
                    help="run the cases in N job processes at once, each with its own isolated worker (default: "
-                        "this machine's cores, at most one per 16 cases); the report is the same as with --jobs 1")
+                        "this machine's cores from 4 up, at most one per 16 cases; one below 4 cores); the report is the same as with --jobs 1")
     v.add_argument("--shard", metavar="I/N", type=_shard_arg,
                    help="run shard I of N: a deterministic part of the selection balanced by cost; the report "
                         "names the selection's fingerprint, N, I and its cases. `lrkv merge` joins the N shard "

@@ -75,6 +75,16 @@ def test_how_many_jobs(requested, cases, isolation, want, monkeypatch):
     assert jobs == (16 if want is None else want)
 
 
+@pytest.mark.parametrize("cores, want", [(2, 1), (3, 1), (4, 4)])
+def test_no_second_job_by_default_below_four_cores(cores, want, monkeypatch):
+    """Two jobs on two cores ran the default grid 3.5x slower (their torch threads spin against
+    each other): by default a small machine keeps one job; asked for, it gets two."""
+    monkeypatch.setattr("os.cpu_count", lambda: cores)
+    tiled = [("tiled", get_backend("tiled"))]
+    assert usable_jobs(None, 1000, tiled, "process")[0] == want
+    assert usable_jobs(2, 1000, tiled, "process")[0] == 2
+
+
 def test_a_backend_that_cannot_travel_keeps_the_run_in_one_job():
     import threading
 
