@@ -79,10 +79,6 @@ class ContractInputs:
         extra = {n: laid[n] for n in ("cache_scales", *self._layout_names()[1]) if n in laid}
         return {"scale": self.scale, "rope": self.rope, "key_scale": laid["key_scale"], **extra}
 
-    def in_view(self, view: str):
-        """The bundle with its parts handed over as `view` (this one when it already is)."""
-        return self if view == getattr(self, "pool_view", DENSE) else replace(self, pool_view=view)
-
     def in_layout(self, layout: str):
         """The bundle as a backend of `layout` is handed it (this one for the contract's own)."""
         if layout == getattr(self, "cache_layout", DEFAULT_LAYOUT):
