@@ -40,11 +40,11 @@ class KillsItsJob(TiledBackend):
 
 
 def test_a_crash_under_jobs_is_an_error_record_and_no_case_is_lost(tmp_path, monkeypatch):
-    (tmp_path / "planted.py").write_text(PLANTED)
+    (tmp_path / "planted_jobs.py").write_text(PLANTED)
     monkeypatch.syspath_prepend(str(tmp_path))
     cases = [c for c in Selection(grid="quick", level=("kernel",)).resolve() if c.dtype != "float64"][:3]
     assert sum(c.t_max == 24 for c in cases) >= 1
-    backends = [("planted:ExitsOn24", get_backend("planted:ExitsOn24")), ("tiled", get_backend("tiled"))]
+    backends = [("planted_jobs:ExitsOn24", get_backend("planted_jobs:ExitsOn24")), ("tiled", get_backend("tiled"))]
     recs = run_jobs(cases, backends, load_policy(), 2, shares=plan(cases), properties=False)
     assert [(r["id"], r["backend"]) for r in recs if "twin" not in r] == \
         [(c.id, b) for c in cases for b in ("exits-on-24", "tiled")]
@@ -54,10 +54,10 @@ def test_a_crash_under_jobs_is_an_error_record_and_no_case_is_lost(tmp_path, mon
 
 
 def test_jobs_that_all_die_leave_an_error_record_per_case(tmp_path, monkeypatch):
-    (tmp_path / "planted.py").write_text(PLANTED)
+    (tmp_path / "planted_jobs.py").write_text(PLANTED)
     monkeypatch.syspath_prepend(str(tmp_path))
     cases = Selection(grid="quick", level=("kernel",)).resolve()[:3]
-    recs = run_jobs(cases, [("planted:KillsItsJob", get_backend("planted:KillsItsJob"))], load_policy(), 2,
+    recs = run_jobs(cases, [("planted_jobs:KillsItsJob", get_backend("planted_jobs:KillsItsJob"))], load_policy(), 2,
                     shares={}, properties=False)
     assert [r["id"] for r in recs] == [c.id for c in cases]
     assert all(r["status"] == "error" and "every job process died" in r["reason"] for r in recs)
