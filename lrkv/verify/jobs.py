@@ -75,13 +75,28 @@ def usable_jobs(requested: int | None, cases: int, backends, isolation: str) -> 
     return jobs, ""
 
 
+def _stop_job(*_) -> None:
+    """SIGTERM in a job (the harness was interrupted): kill its worker, then leave at once.
+
+    Not sys.exit: the SystemExit would land inside the backend call it is waiting on and be
+    recorded as that call's error, the job would go on to its next case, and its worker (busy,
+    or hung) would outlive the run holding the terminal's pipes; nor atexit's polite stop, which
+    waits for that call. os._exit also leaves the queues' feeder threads unflushed: the harness
+    has stopped reading (a flush could fail with a broken pipe)."""
+    import multiprocessing as mp
+
+    for child in mp.active_children():  # the isolation worker(s) this job started
+        child.kill()
+    os._exit(143)
+
+
 def _job(slot: int, blobs: list[tuple[str, bytes]], policy, cases, shares: dict, twins: bool, properties: bool,
          here: tuple, tasks, results) -> None:
     """A job process: run the cases pulled from `tasks` (indices into `cases`) until None."""
     import pickle
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # atexit then stops this job's worker
+    signal.signal(signal.SIGTERM, _stop_job)
     env, path, cwd = here  # the harness's now, not the server's it was forked from (as isolation's "load")
     os.environ.clear()
     os.environ.update(env)
