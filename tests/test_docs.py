@@ -92,3 +92,17 @@ def test_the_cluster_lines_of_the_testing_doc_expand_to_the_shards_they_promise(
     parsed = [build_parser(c[0]).parse_args(c) for c in commands]
     assert [p.shard for p in parsed[:2]] == [Shard(3, 8), Shard(3, 8)]
     assert parsed[2].shards == ["reports/shard-*"] and parsed[3].report == "reports/lrkv/report.json"
+
+
+def test_ci_runs_the_readme_test_command_and_the_slow_tests_it_leaves_out():
+    """.ci/run calls the README's test command (command 2) and then `pytest -m slow`, so a test
+    marked slow (left out of the test command) still runs in CI."""
+    import re
+
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    command = re.search(r'^python3 -m pip install "torch==[^"]+" -e "\.\[dev\]" && (python3 -m pytest)$', readme, re.M)
+    assert command, "the README's test command moved"
+    assert re.search(rf"^{re.escape(command[1])}$", ci, re.M)
+    assert re.search(r"^step python3 -m pytest -m slow$", ci, re.M)
+    assert "not slow" in (ROOT / "pyproject.toml").read_text(encoding="utf-8")  # what that step makes up for

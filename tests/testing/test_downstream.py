@@ -1,10 +1,11 @@
 """lrkv used as a downstream repository uses it: ci/downstream-check builds the wheel,
-installs it into a fresh venv outside this checkout, `lrkv init`s a project, and runs its
+installs it into a fresh venv outside this checkout, runs the README's Quick start 2, and runs its
 tests through the pytest plugin and `lrkv verify` + `lrkv gate` on the starter backend
 (pass) and on a planted bug (fail, with a replay command that resolves), and runs the
 documented `pytest --lrkv-backend ... -m equivalence` on the starter (pass); a kernel that
 writes into its cache fails test_server_properties both ways; `lrkv init --layout L` works
-for every cache layout and that starter's tests pass. A few minutes."""
+for every cache layout and that starter's tests pass. A few minutes: marked slow, so the test
+command leaves it out and .ci/run runs it as a step of its own (`pytest -m slow`)."""
 
 from __future__ import annotations
 
