@@ -17,8 +17,8 @@ pytestmark = pytest.mark.equivalence
 
 def test_quick_grid_passes():
     # the rule only (the server properties: tests/verify/test_server_properties.py, .ci/run's Triton grid);
-    # in the interpreter the two cheapest cases of each level: the quick grid is part of the default
-    # grid, which .ci/run verifies the Triton kernel on (the README's Quick start 1, ten minutes there)
+    # in the interpreter the two cheapest cases of each level: .ci/run verifies the Triton kernel on
+    # the whole quick grid (the README's Quick start 1, gated), ci/gpu-check on the default grid
     cases = grids.quick_grid()
     if runtime.is_interpreted():
         cost = lambda c: c.t_max * len(c.lengths) * c.spec.n_heads  # noqa: E731 — the interpreter's work
