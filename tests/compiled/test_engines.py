@@ -27,8 +27,10 @@ from ._helpers import B_MAX, SPEC, T_MAX, T_MIN, failures, named_inputs, run_cas
 
 pytestmark = pytest.mark.export
 
+# every ONNX build; AOTInductor's float64 at the kernel level only (a compile costs it about 20 s
+# on 2 cores; its layer engine differs from its kernel engine in what it computes, not in dtype)
 BUILDS = [(kind, level, dtype) for kind in ("onnx", "aoti") for level in ("kernel", "layer")
-          for dtype in ("float32", "float64")]
+          for dtype in ("float32", "float64") if (kind, level, dtype) != ("aoti", "layer", "float64")]
 
 
 @pytest.fixture(scope="module", params=BUILDS, ids=lambda p: "-".join(p))
@@ -141,7 +143,7 @@ def test_registry_backends_through_the_harness(name):
     # d_model does not reach the kernel, so this kernel case shares SPEC's engine.
     cases = [Case("kernel", SPEC.replace(d_model=20), "float64", (9, 0, 4), 9, seed=2),
              Case("layer", SPEC, "float32", (5, 1, 8), 8, seed=4),
-             Case("layer-model", SPEC, "float64", (6, 6), 6, seed=5)]  # each step reads the cache the last wrote
+             Case("layer-model", SPEC, "float32", (6, 6), 6, seed=5)]  # each step reads the cache the last wrote
     records = run(cases, [(name, backend)], load_policy(), isolation="inprocess")
     assert [r["status"] for r in records if "twin" not in r] == ["pass"] * 3, failures(records)
     unsupported = backend.supports(cases[0].replace(dtype="bfloat16"))
