@@ -23,13 +23,13 @@ def _pytest(tmp_path, *args) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
 
 
-def _quick(ref: str, level: str = "") -> tuple[int, int]:
-    """(cases run, cases skipped) of the quick grid for a backend at a level (every level: ''), as
-    the plugin parametrizes them: a case declined for its dtype or fp8 cache is a skip followed
-    by its twin."""
+def _quick(ref: str, level: str = "", grid: str = "quick") -> tuple[int, int]:
+    """(cases run, cases skipped) of a grid (the quick one) for a backend at a level (every level:
+    ''), as the plugin parametrizes them: a case declined for its dtype or fp8 cache is a skip
+    followed by its twin."""
     from lrkv.testing import cases_for
 
-    params = [p for p in cases_for(ref, "quick") if p.id.startswith(f"{level}:") or not level]
+    params = [p for p in cases_for(ref, grid) if p.id.startswith(f"{level}:") or not level]
     return sum(not p.marks for p in params), sum(bool(p.marks) for p in params)
 
 
@@ -141,21 +141,23 @@ def test_every_declared_level_must_verify_a_case(tmp_path, monkeypatch):
     assert ok.returncode == 0, ok.stdout[-3000:]
     assert f"cases verified — kernel {kernel} (features " in ok.stdout
     assert f", kernel-paged {paged} (features " in ok.stdout
-    bad = _pytest(tmp_path, "--lrkv-backend", "levels_backend:declines_paged", "-k", "grid_case")
+    # the verdicts below on the mutants grid (10 cases, kernel and paged ones among them): the same code, less time
+    small = ("-k", "grid_case", "--lrkv-grid", "mutants")
+    kernel, paged = (_quick("levels_backend:both", level, "mutants")[0] for level in ("kernel", "kernel-paged"))
+    bad = _pytest(tmp_path, "--lrkv-backend", "levels_backend:declines_paged", *small)
     assert bad.returncode == 1, bad.stdout[-3000:]
     assert "failed" not in bad.stdout.split("lrkv: FAILED")[0]  # every test passed or skipped
     assert re.search("lrkv: FAILED: levels_backend:declines_paged verified no case at a level it declares: "
                      r"level kernel-paged: \d+ skipped", bad.stdout) and "pages not yet" in bad.stdout
-    allowed = _pytest(tmp_path, "--lrkv-backend", "levels_backend:declines_paged", "-k", "grid_case",
-                      "--lrkv-allow-empty")
+    allowed = _pytest(tmp_path, "--lrkv-backend", "levels_backend:declines_paged", *small, "--lrkv-allow-empty")
     assert allowed.returncode == 0 and "accepted by --lrkv-allow-empty" in allowed.stdout
     # a level whose cases ran and failed says so (it once read "no case of it ran")
-    wrong = _pytest(tmp_path, "--lrkv-backend", "levels_backend:wrong_paged", "-k", "grid_case")
+    wrong = _pytest(tmp_path, "--lrkv-backend", "levels_backend:wrong_paged", *small)
     assert wrong.returncode == 1 and f"{paged} failed, {kernel} passed" in wrong.stdout, wrong.stdout[-3000:]
     assert (f"verified no case at a level it declares: level kernel-paged: {paged} ran and failed"
             in wrong.stdout), wrong.stdout[-3000:]
     # under pytest-xdist the workers run the tests and the controller judges: the same verdict
-    parallel = _pytest(tmp_path, "--lrkv-backend", "levels_backend:declines_paged", "-k", "grid_case", "-n", "2")
+    parallel = _pytest(tmp_path, "--lrkv-backend", "levels_backend:declines_paged", *small, "-n", "2")
     assert parallel.returncode == 1, parallel.stdout[-3000:]
     assert re.search(r"verified no case at a level it declares: level kernel-paged: \d+ skipped", parallel.stdout)
 
